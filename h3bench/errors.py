@@ -1,0 +1,126 @@
+"""The one error tree of h3bench.
+
+    H3BenchError
+    ├── UsageError             a bad argument or option; the CLI exits 2
+    ├── MediaDecodeError       a file that does not probe or decode (path=)
+    ├── MediaShapeError        streams that cannot be compared (path=, detail=)
+    ├── WeightIntegrityError   LPIPS weights missing, tampered or with wrong keys
+    │                          (path=, expected_sha256=, actual_sha256=)
+    ├── RunSpecError           a RunSpec that does not validate (field_path=)
+    ├── ServerError
+    │   ├── ServerStartError   exit before ready or no readiness in budget
+    │   │                      (exit_code=, log_tail=, log_path=)
+    │   ├── InterferenceError  port taken or a foreign process on the devices
+    │   │                      (port=, holder=)
+    │   └── CleanupError       a worker, zombie or port survived the stop (survivors=)
+    ├── RequestError           a generation request that failed (status_code=, detail=)
+    └── EvidenceError          a bundle that is incomplete, altered or mismatched (path=)
+
+Context travels as keyword-only attributes, not only inside the message, so
+callers (the pytest plugin, the CLI) can report it without parsing text.
+Foreign exceptions are translated at the boundary with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "H3BenchError",
+    "UsageError",
+    "MediaDecodeError",
+    "MediaShapeError",
+    "WeightIntegrityError",
+    "RunSpecError",
+    "ServerError",
+    "ServerStartError",
+    "InterferenceError",
+    "CleanupError",
+    "RequestError",
+    "EvidenceError",
+]
+
+
+class H3BenchError(Exception):
+    """Base of every error h3bench raises on purpose."""
+
+
+class UsageError(H3BenchError):
+    """A bad argument, option or path given by the user."""
+
+
+class MediaDecodeError(H3BenchError):
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class MediaShapeError(H3BenchError):
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class WeightIntegrityError(H3BenchError):
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str,
+        expected_sha256: str | None = None,
+        actual_sha256: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.expected_sha256 = expected_sha256
+        self.actual_sha256 = actual_sha256
+
+
+class RunSpecError(H3BenchError):
+    def __init__(self, message: str, *, field_path: str = "", source: str | None = None) -> None:
+        super().__init__(message)
+        self.field_path = field_path
+        self.source = source
+
+
+class ServerError(H3BenchError):
+    """A server process that did not behave."""
+
+
+class ServerStartError(ServerError):
+    def __init__(
+        self,
+        message: str,
+        *,
+        exit_code: int | None = None,
+        log_tail: str = "",
+        log_path: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.log_tail = log_tail
+        self.log_path = log_path
+
+
+class InterferenceError(ServerError):
+    def __init__(self, message: str, *, port: int | None = None, holder: str | None = None) -> None:
+        super().__init__(message)
+        self.port = port
+        self.holder = holder
+
+
+class CleanupError(ServerError):
+    def __init__(self, message: str, *, survivors: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.survivors = survivors
+
+
+class RequestError(H3BenchError):
+    def __init__(self, message: str, *, status_code: int | None = None, detail: str = "") -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.detail = detail
+
+
+class EvidenceError(H3BenchError):
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path

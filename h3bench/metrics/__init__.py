@@ -1,0 +1,1 @@
+"""Quality metrics with upstream's definitions: SSIM/PSNR (ffmpeg), LPIPS, audio."""

@@ -1,0 +1,3 @@
+"""The h3bench pytest plugin: options, hooks, fixtures and assertion helpers."""
+
+from __future__ import annotations
