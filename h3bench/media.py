@@ -11,6 +11,7 @@ whole waveform as one AudioFrame with ``pts = 0``.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -24,9 +25,11 @@ from h3bench.errors import MediaDecodeError
 
 __all__ = [
     "AudioInfo",
+    "DecodedDigest",
     "MediaInfo",
     "VideoInfo",
     "YuvFrame",
+    "decoded_digest",
     "iter_rgb_frames",
     "iter_yuv_frames",
     "probe",
@@ -246,6 +249,30 @@ def _frame_pcm(frame) -> np.ndarray:
     if data.dtype.kind == "i":
         data = data.astype(np.float32) / float(np.iinfo(data.dtype).max + 1)
     return data.astype(np.float32, copy=False)
+
+
+@dataclass(frozen=True)
+class DecodedDigest:
+    """SHA-256 of the decoded media, for exact-equality diagnostics (container bytes may differ)."""
+
+    video_sha256: str | None
+    pcm_sha256: str | None
+
+
+def decoded_digest(path: _PathLike) -> DecodedDigest:
+    """Hash the decoded yuv420p planes frame by frame, and the decoded float32 PCM."""
+    with _open(path) as container:
+        has_video, has_audio = bool(container.streams.video), bool(container.streams.audio)
+    video = pcm = None
+    if has_video:
+        digest = hashlib.sha256()
+        for frame in iter_yuv_frames(path):
+            for plane in (frame.y, frame.u, frame.v):
+                digest.update(np.ascontiguousarray(plane).data)
+        video = digest.hexdigest()
+    if has_audio:
+        pcm = hashlib.sha256(np.ascontiguousarray(read_pcm(path)[0]).data).hexdigest()
+    return DecodedDigest(video, pcm)
 
 
 def write_mp4(
