@@ -49,3 +49,63 @@ def run_ffmpeg(ffmpeg: str, *args: str) -> str:
     """Run ffmpeg and return its stderr, where the filters print their summaries."""
     proc = subprocess.run([ffmpeg, "-hide_banner", "-nostats", *args], capture_output=True, text=True, check=True)
     return proc.stderr
+
+
+# ---------------------------------------------------------------------------
+# LPIPS test weights (added for test_gates.py and test_cli.py)
+
+
+@pytest.fixture(scope="session")
+def lpips_test_weights(tmp_path_factory: pytest.TempPathFactory):
+    """Authenticated LPIPS weights from a seeded, randomly initialised AlexNet.
+
+    The backbone is written to a fresh directory and pinned in a test pins
+    file beside it; the heads are the real ``alex.pth`` of the lpips wheel,
+    under the repository's real pin. Nothing is downloaded. Returns a
+    namespace: ``weights`` (authenticated), and ``directory`` and ``pins``
+    for callers that authenticate them again (e.g. through the CLI).
+    """
+    import hashlib
+    import tomllib
+    import types
+
+    import torch
+    import torchvision
+
+    from h3bench.metrics import lpips
+
+    real = tomllib.loads(lpips.DEFAULT_PINS.read_text(encoding="utf-8"))
+    directory = tmp_path_factory.mktemp("lpips-weights")
+    backbone = directory / real["backbone"]["file"]
+    torch.manual_seed(0)
+    torch.save(torchvision.models.alexnet(weights=None).state_dict(), backbone)
+    data = backbone.read_bytes()
+    pins = directory / "pins.toml"
+    heads = real["heads"]
+    pins.write_text(
+        f'[backbone]\nfile = "{backbone.name}"\nsha256 = "{hashlib.sha256(data).hexdigest()}"\nsize = {len(data)}\n'
+        f'[heads]\nfile = "{heads["file"]}"\nsha256 = "{heads["sha256"]}"\nsize = {heads["size"]}\n',
+        encoding="utf-8",
+    )
+    weights = lpips.authenticate_weights(directory, pins=pins)
+    return types.SimpleNamespace(weights=weights, directory=directory, pins=pins)
+
+
+@pytest.fixture
+def make_audio_only_mp4(tmp_path: Path):
+    """Write an MP4 with a stereo 32 kHz AAC stream and no video (write_mp4 always muxes video)."""
+
+    def make(name: str = "audio-only.mp4", *, samples: int = 16_000) -> Path:
+        import av
+
+        path = tmp_path / name
+        with av.open(str(path), mode="w", format="mp4") as container:
+            stream = container.add_stream("aac", rate=mediagen.SAMPLE_RATE)
+            stream.layout = "stereo"
+            frame = av.AudioFrame.from_ndarray(mediagen.tone(samples), format="fltp", layout="stereo")
+            frame.sample_rate, frame.pts = mediagen.SAMPLE_RATE, 0
+            container.mux(stream.encode(frame))
+            container.mux(stream.encode())
+        return path
+
+    return make

@@ -1,0 +1,297 @@
+"""The ``h3bench`` command line.
+
+    h3bench probe FILE [--json]
+    h3bench compare BASELINE CANDIDATE [--json] [--expect-seconds S]
+                    [--no-lpips] [--lpips-dir DIR] [--lpips-device DEV]
+    h3bench sim ...                  (every argument goes to h3bench.sim.main)
+
+Exit codes: ``compare`` exits with its verdict, 0 PASS, 1 FAIL and
+3 INCONCLUSIVE. Usage errors, paths that cannot be read and refused
+configuration (UsageError, RunSpecError, WeightIntegrityError) exit 2; any
+other H3BenchError exits 1. Errors are one line on stderr, never a traceback.
+
+JSON output is strict JSON: non-finite floats (PSNR of identical inputs is
+``inf``) are the strings ``"inf"``, ``"-inf"``, ``"nan"``, and fractions are
+strings such as ``"24/1"``.
+
+Subcommands live in :data:`SUBCOMMANDS`: each is a small ``configure``
+function that adds its arguments and a ``run`` function that returns the
+exit code. Add a subcommand by adding an entry.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from h3bench import __version__, media
+from h3bench.errors import H3BenchError, RunSpecError, UsageError, WeightIntegrityError
+from h3bench.gates import VALIDATOR_VERSION, QualityReport, compare, expected_shape, format_value, json_safe, require_readable
+from h3bench.outcome import Outcome
+
+__all__ = ["EXIT_CODES", "SUBCOMMANDS", "Passthrough", "Subcommand", "build_parser", "exit_code", "main"]
+
+EXIT_CODES: dict[Outcome, int] = {Outcome.PASS: 0, Outcome.FAIL: 1, Outcome.INCONCLUSIVE: 3}
+EXIT_USAGE = 2
+EXIT_ERROR = 1
+_USAGE_ERRORS = (UsageError, RunSpecError, WeightIntegrityError)
+
+
+@dataclass(frozen=True)
+class Subcommand:
+    """A subcommand parsed by argparse: ``configure`` adds arguments, ``run`` returns the exit code."""
+
+    help: str
+    configure: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+@dataclass(frozen=True)
+class Passthrough:
+    """A subcommand that parses its own arguments: ``run`` gets everything after its name."""
+
+    help: str
+    run: Callable[[list[str]], int]
+
+
+def exit_code(error: H3BenchError) -> int:
+    """The exit code for an error that reached the command line."""
+    return EXIT_USAGE if isinstance(error, _USAGE_ERRORS) else EXIT_ERROR
+
+
+# ---------------------------------------------------------------------------
+# probe
+
+
+def _configure_probe(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", help="the media file to describe")
+    parser.add_argument("--json", action="store_true", dest="json", help="print JSON instead of a table")
+
+
+def _seconds_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g} s"
+
+
+def _run_probe(args: argparse.Namespace) -> int:
+    info = media.probe(require_readable(args.file))
+    if args.json:
+        print(json.dumps(json_safe(info), indent=2, allow_nan=False))
+        return 0
+    rows = [("file", f"{info.path} ({info.size_bytes} bytes)")]
+    video, sound = info.video, info.audio
+    rows.append(
+        (
+            "video",
+            "none"
+            if video is None
+            else f"{video.codec} {video.width}x{video.height} {video.pix_fmt}, "
+            f"{format_value(video.avg_frame_rate)} FPS, "
+            f"{video.frames} frames decoded ({video.declared_frames} declared), "
+            f"{_seconds_text(video.duration_s)} declared, starts at {video.start_time_s:.6g} s",
+        )
+    )
+    rows.append(
+        (
+            "audio",
+            "none"
+            if sound is None
+            else f"{sound.codec} {sound.sample_rate} Hz, {sound.channels} ch, "
+            f"{sound.samples} samples decoded, {_seconds_text(sound.duration_s)} declared, "
+            f"starts at {sound.start_time_s:.6g} s",
+        )
+    )
+    for key, text in rows:
+        print(f"{key:<6} {text}")
+    return 0
+
+
+# ---------------------------------------------------------------------------
+# compare
+
+
+def _expect_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+        expected_shape(seconds)
+    except (ValueError, UsageError) as exc:
+        raise argparse.ArgumentTypeError(f"invalid duration {text!r}: {exc}") from exc
+    return seconds
+
+
+def _configure_compare(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("baseline", help="the baseline arm's MP4")
+    parser.add_argument("candidate", help="the candidate arm's MP4")
+    parser.add_argument("--json", action="store_true", dest="json", help="print the report as JSON")
+    parser.add_argument(
+        "--expect-seconds",
+        type=_expect_seconds,
+        dest="expect_seconds",
+        metavar="S",
+        help="also check both files against H3's output for S seconds (4 to 15)",
+    )
+    parser.add_argument(
+        "--no-lpips",
+        action="store_false",
+        dest="measure_lpips",
+        help="skip LPIPS; the verdict is then at best INCONCLUSIVE",
+    )
+    parser.add_argument(
+        "--lpips-dir", dest="lpips_dir", metavar="DIR", help="LPIPS weights directory (default: $H3BENCH_LPIPS_DIR)"
+    )
+    parser.add_argument(
+        "--lpips-device", dest="lpips_device", default="cpu", metavar="DEV", help="torch device: cpu, cuda, npu"
+    )
+
+
+def _print_report(report: QualityReport) -> None:
+    print(f"baseline   {report.baseline}")
+    print(f"candidate  {report.candidate}")
+    rows = [("CHECK", "STATUS", "VALUE", "THRESHOLD", "DETAIL")]
+    rows += [(c.name, c.status.value, format_value(c.value), c.threshold or "-", c.detail) for c in report.checks]
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[4])
+    names = {
+        "failing": [c.name for c in report.failing()],
+        "not measured": [c.name for c in report.not_measured()],
+    }
+    reasons = "; ".join(f"{label}: {', '.join(found)}" for label, found in names.items() if found)
+    print(f"verdict: {report.verdict}" + (f" ({reasons})" if reasons else ""))
+
+
+def _run_compare(args: argparse.Namespace) -> int:
+    report = compare(
+        args.baseline,
+        args.candidate,
+        expect_seconds=args.expect_seconds,
+        lpips_dir=args.lpips_dir,
+        lpips_device=args.lpips_device,
+        measure_lpips=args.measure_lpips,
+    )
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, allow_nan=False))
+    else:
+        _print_report(report)
+    return EXIT_CODES[report.verdict]
+
+
+# ---------------------------------------------------------------------------
+# sim
+
+
+def _run_sim(argv: list[str]) -> int:
+    # The simulator pulls in FastAPI and uvicorn; load it only when asked for.
+    from h3bench import sim
+
+    return sim.main(argv)
+
+
+def _configure_bundle(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle", help="an evidence bundle directory")
+    parser.add_argument("--json", action="store_true", dest="json", help="print JSON")
+
+
+def _bundle_dir(path: str) -> Path:
+    if not Path(path).is_dir():
+        raise UsageError(f"{path}: not an evidence bundle directory")
+    return Path(path)
+
+
+def _run_verify(args: argparse.Namespace) -> int:
+    from h3bench.evidence import verify
+
+    report = verify(_bundle_dir(args.bundle))
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, allow_nan=False))
+    else:
+        print(f"{args.bundle}: {'OK' if report.ok else 'PROBLEMS'} ({report.files_checked} files checked)")
+        for problem in report.problems:
+            print(f"  {problem}")
+    return 0 if report.ok else 1
+
+
+def _configure_validate(parser: argparse.ArgumentParser) -> None:
+    _configure_bundle(parser)
+    parser.add_argument("--lossless", action="store_true", help="also judge against the control envelope")
+    parser.add_argument("--lpips-dir", help="directory with the LPIPS weights (default: $H3BENCH_LPIPS_DIR)")
+    parser.add_argument("--lpips-device", default="cpu", help="torch device for LPIPS (default: %(default)s)")
+
+
+def _run_validate(args: argparse.Namespace) -> int:
+    from h3bench.campaign import Campaign, Settings
+
+    path = _bundle_dir(args.bundle)
+    settings = Settings.for_bundle(path, lossless=args.lossless, lpips_dir=args.lpips_dir, lpips_device=args.lpips_device)
+    campaign = Campaign.from_bundle(path, settings)
+    outcome = campaign.validate()
+    written = campaign.write_quality()
+    verdicts = campaign.verdicts()
+    if args.json:
+        print(json.dumps(json_safe({"written": written, "verdict": str(outcome), "candidates": verdicts}), indent=2))
+    else:
+        print(f"validated with {VALIDATOR_VERSION}: {written}")
+        for line in campaign.summary_lines():
+            print(line)
+    return EXIT_CODES[outcome]
+
+
+SUBCOMMANDS: dict[str, Subcommand | Passthrough] = {
+    "verify": Subcommand("re-hash an evidence bundle and name every file that changed or went missing",
+                         _configure_bundle, _run_verify),
+    "validate": Subcommand("re-run the quality gates on a bundle's outputs; the result goes beside the old ones",
+                           _configure_validate, _run_validate),
+    "probe": Subcommand("describe a media file's streams (counts verified by decoding)", _configure_probe, _run_probe),
+    "compare": Subcommand(
+        "run every format check and quality gate of a candidate MP4 against its baseline",
+        _configure_compare,
+        _run_compare,
+    ),
+    "sim": Passthrough("run the vLLM-Omni simulator server (arguments go to h3bench.sim)", _run_sim),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="h3bench", description="Benchmark and qualification suite for MiniMax-H3 Ref2VA on vLLM-Omni."
+    )
+    parser.add_argument("--version", action="version", version=f"h3bench {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, command in SUBCOMMANDS.items():
+        sub = commands.add_parser(name, help=command.help, description=command.help)
+        if isinstance(command, Subcommand):
+            command.configure(sub)
+        else:
+            sub.add_argument("args", nargs=argparse.REMAINDER, help="arguments for the subcommand")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``h3bench`` command line and return its exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        command = SUBCOMMANDS.get(argv[0]) if argv else None
+        if isinstance(command, Passthrough):
+            # argparse would reject the subcommand's own options, so it never sees them.
+            return command.run(argv[1:])
+        args = build_parser().parse_args(argv)
+        return SUBCOMMANDS[args.command].run(args)
+    except SystemExit as exc:  # --help, --version, or a usage error argparse already printed
+        if exc.code is None:
+            return 0
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except H3BenchError as exc:
+        print(f"h3bench: error: {exc}", file=sys.stderr)
+        return exit_code(exc)
+    except BrokenPipeError:
+        # The reader went away (``h3bench probe --json | head``); silence the flush at exit.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())
