@@ -1,3 +1,184 @@
-"""The h3bench pytest plugin: options, hooks, fixtures and assertion helpers."""
+"""The h3bench pytest plugin: options, hooks, fixtures and assertion helpers.
+
+It is glue. The campaign (schedule, servers, requests, evidence) lives in
+``h3bench.campaign``; the tests in ``tests_perf``, ``tests_lifecycle`` and
+``tests_quality`` ask it for blocks, lifecycle records and matched outputs.
+
+Order of things in a session:
+
+1. ``pytest_configure`` resolves the options once into ``Settings`` and loads
+   the frozen RunSpec (a bad spec is a usage error, not a traceback).
+2. ``pytest_generate_tests`` parametrizes the campaign tests by the spec's
+   schedule, so test ids are stable across runs and ``--benchmark-compare``
+   lines them up.
+3. ``pytest_collection_modifyitems`` runs perf tests first, in schedule order:
+   they produce the blocks that lifecycle and quality tests then read.
+4. ``pytest_terminal_summary`` prints the per-duration summary and the
+   bundle path; ``pytest_sessionfinish`` writes ``verdict.json``.
+"""
 
 from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from h3bench.campaign import Settings
+from h3bench.errors import H3BenchError
+from h3bench.gates import assert_expected_duration, assert_quality_gates
+
+if TYPE_CHECKING:
+    from h3bench.campaign import Campaign
+
+__all__ = ["Settings", "assert_expected_duration", "assert_quality_gates"]
+
+ARMS = ("baseline", "candidate", "all")
+DEFAULT_RUNSPEC = "fixtures/runspecs/sim.toml"
+_CAMPAIGN_KEY = pytest.StashKey["Campaign"]()
+_SETTINGS_KEY = pytest.StashKey["Settings"]()
+
+HELP_RUNSPEC = f"frozen RunSpec (TOML) of the campaign; default {DEFAULT_RUNSPEC} (env H3BENCH_RUNSPEC)"
+HELP_ARM = "which arms to run: baseline, candidate or all (default all)"
+HELP_EVIDENCE = "directory that receives the evidence bundle of this run (default h3bench-evidence/)"
+HELP_BASELINE = "evidence bundle whose baseline outputs and samples a candidate-only run compares against"
+HELP_LOSSLESS = "judge the candidate against the baseline's own run-to-run variability (lossless mode)"
+HELP_LPIPS_DIR = "directory holding the LPIPS weights (env H3BENCH_LPIPS_DIR)"
+HELP_LPIPS_DEVICE = "device for LPIPS: cpu, cuda or npu (default cpu)"
+
+
+def _arm(value: str) -> str:
+    if value not in ARMS:
+        raise argparse.ArgumentTypeError(f"invalid --arm {value!r}: choose one of {', '.join(ARMS)}")
+    return value
+
+
+def _existing_path(value: str) -> Path:
+    path = Path(value)
+    if not path.exists():
+        raise argparse.ArgumentTypeError(f"{value!r} does not exist")
+    return path
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("h3bench", "h3bench campaign")
+    group.addoption("--runspec", dest="h3_runspec", default=None, help=HELP_RUNSPEC)
+    group.addoption("--arm", dest="h3_arm", type=_arm, default="all", help=HELP_ARM)
+    group.addoption("--evidence-dir", dest="h3_evidence_dir", default="h3bench-evidence", help=HELP_EVIDENCE)
+    group.addoption("--baseline-evidence", dest="h3_baseline_evidence", type=_existing_path, default=None, help=HELP_BASELINE)
+    group.addoption("--lossless", dest="h3_lossless", action="store_true", default=False, help=HELP_LOSSLESS)
+    group.addoption("--lpips-dir", dest="h3_lpips_dir", default=None, help=HELP_LPIPS_DIR)
+    group.addoption("--lpips-device", dest="h3_lpips_device", default="cpu", help=HELP_LPIPS_DEVICE)
+
+
+def _resolve(config: pytest.Config) -> Settings:
+    """Options, then environment, then defaults; relative paths are against the rootdir."""
+    root = Path(config.rootpath)
+    runspec = config.getoption("h3_runspec") or os.environ.get("H3BENCH_RUNSPEC") or DEFAULT_RUNSPEC
+    lpips_dir = config.getoption("h3_lpips_dir") or os.environ.get("H3BENCH_LPIPS_DIR")
+    return Settings(
+        runspec=(root / runspec) if not Path(runspec).is_absolute() else Path(runspec),
+        arm=config.getoption("h3_arm"),
+        evidence_root=Path(config.getoption("h3_evidence_dir")).absolute(),
+        baseline_evidence=config.getoption("h3_baseline_evidence"),
+        lossless=config.getoption("h3_lossless"),
+        lpips_dir=Path(lpips_dir) if lpips_dir else None,
+        lpips_device=config.getoption("h3_lpips_device"),
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_SETTINGS_KEY] = _resolve(config)
+
+
+def campaign_for(config: pytest.Config) -> Campaign:
+    """The session's campaign, created on first use (so tests_unit never loads a spec)."""
+    campaign = config.stash.get(_CAMPAIGN_KEY, None)
+    if campaign is None:
+        from h3bench.campaign import Campaign
+
+        try:
+            campaign = Campaign.from_settings(config.stash[_SETTINGS_KEY])
+        except H3BenchError as exc:
+            raise pytest.UsageError(f"h3bench: {exc}") from exc
+        config.stash[_CAMPAIGN_KEY] = campaign
+    return campaign
+
+
+_CAMPAIGN_FIXTURES = ("block", "arm_workload", "candidate_workload", "matched_pair", "baseline_output")
+_WORKLOAD_MARKERS = {5.0: "ref2va_5s", 15.0: "ref2va_15s"}
+
+
+def _uses_campaign(metafunc: pytest.Metafunc) -> bool:
+    return any(name in metafunc.fixturenames for name in _CAMPAIGN_FIXTURES)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if not _uses_campaign(metafunc):
+        return
+    campaign = campaign_for(metafunc.config)
+    for name in _CAMPAIGN_FIXTURES:
+        if name in metafunc.fixturenames:
+            cases = campaign.cases(name)
+            metafunc.parametrize(name, [pytest.param(case, id=case.id, marks=_workload_marks(case)) for case in cases])
+            return
+
+
+def _workload_marks(case) -> list[pytest.MarkDecorator]:
+    marker = _WORKLOAD_MARKERS.get(float(case.duration))
+    return [getattr(pytest.mark, marker)] if marker else []
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """What is needed to repeat the run; the bundle path follows in the summary."""
+    settings = config.stash[_SETTINGS_KEY]
+    line = f"h3bench: --runspec {settings.runspec} --arm {settings.arm}" + (" --lossless" if settings.lossless else "")
+    if settings.baseline_evidence:
+        line += f" --baseline-evidence {settings.baseline_evidence}"
+    return [line]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Perf tests first, in schedule order: they produce what the others read."""
+    def rank(item: pytest.Item) -> int:
+        return 0 if item.get_closest_marker("perf") else 1
+
+    items.sort(key=rank)  # stable: schedule order within each group is kept
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Stopped candidates become skips with the reason; failed blocks say what happened, without a traceback."""
+    from h3bench.campaign import BlockFailed, CandidateStopped
+
+    try:
+        return (yield)
+    except CandidateStopped as exc:
+        pytest.skip(str(exc))
+    except BlockFailed as exc:
+        pytest.fail(str(exc), pytrace=False)
+    except H3BenchError as exc:
+        pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def campaign(request: pytest.FixtureRequest) -> Campaign:
+    """The session's campaign: its spec, schedule, bundle and block results."""
+    return campaign_for(request.config)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    campaign = config.stash.get(_CAMPAIGN_KEY, None)
+    if campaign is None or not campaign.ran_anything:
+        return
+    terminalreporter.section("h3bench campaign summary")
+    for line in campaign.summary_lines():
+        terminalreporter.write_line(line)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    campaign = session.config.stash.get(_CAMPAIGN_KEY, None)
+    if campaign is not None:
+        campaign.finish()
