@@ -156,11 +156,15 @@ def pytest_runtest_call(item: pytest.Item):
     try:
         return (yield)
     except CandidateStopped as exc:
-        pytest.skip(str(exc))
+        skip, message = True, str(exc)
     except BlockFailed as exc:
-        pytest.fail(str(exc), pytrace=False)
+        skip, message = False, str(exc)
     except H3BenchError as exc:
-        pytest.fail(f"{type(exc).__name__}: {exc}", pytrace=False)
+        skip, message = False, f"{type(exc).__name__}: {exc}"
+    # Outside the except clause, so the report shows the cause alone, not a chained traceback.
+    if skip:
+        pytest.skip(message)
+    pytest.fail(message, pytrace=False)
 
 
 @pytest.fixture(scope="session")

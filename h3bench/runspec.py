@@ -292,8 +292,10 @@ class Gates(_Frozen):
     95 % interval lies below ``1 - speed_margin`` (:func:`h3bench.stats.speed_verdict`).
     ``control_envelope_tolerance`` is the relative slack on the worst
     baseline-vs-baseline (control) deviation that a candidate's deviation may
-    reach in lossless mode, and ``min_control_pairs`` the fewest control
-    pairs from which an envelope is built; fewer gives INCONCLUSIVE.
+    reach in lossless mode (1.0: up to twice the worst control; see
+    :mod:`h3bench.lossless` for why the worst of a few controls alone is too
+    tight), and ``min_control_pairs`` the fewest pairs of distinct baseline
+    server processes from which an envelope is built; fewer gives INCONCLUSIVE.
     """
 
     ssim_min: _Fraction = 0.97
@@ -305,7 +307,7 @@ class Gates(_Frozen):
     lpips_required: StrictBool = True
     lossless: StrictBool = False
     speed_margin: Annotated[StrictFloat, Field(ge=0, lt=1)] = 0.02
-    control_envelope_tolerance: Annotated[StrictFloat, Field(ge=0)] = 0.10
+    control_envelope_tolerance: Annotated[StrictFloat, Field(ge=0)] = 1.0
     min_control_pairs: Annotated[StrictInt, Field(ge=1)] = 2
 
     @model_validator(mode="after")

@@ -9,6 +9,8 @@ import pytest
 from h3bench import media
 from tests_unit import mediagen
 
+pytest_plugins = ["pytester"]
+
 
 @pytest.fixture(scope="session")
 def ffmpeg_exe() -> str:
@@ -28,6 +30,7 @@ def make_mp4(tmp_path: Path):
         height: int = 160,
         seed: int = 0,
         noise: float = 0.0,
+        noise_seed: int | None = None,
         audio_samples: int | None = 33_600,
         freq: float = 440.0,
         gain: float = 0.3,
@@ -38,7 +41,7 @@ def make_mp4(tmp_path: Path):
             audio = mediagen.tone(audio_samples, freq, channels=channels, gain=gain)
         return media.write_mp4(
             tmp_path / name,
-            mediagen.textured_frames(frames, width, height, seed=seed, noise=noise),
+            mediagen.textured_frames(frames, width, height, seed=seed, noise=noise, noise_seed=noise_seed),
             audio,
         )
 

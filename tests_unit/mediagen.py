@@ -14,14 +14,17 @@ SAMPLE_RATE = 32_000
 
 
 def textured_frames(
-    count: int, width: int = 256, height: int = 160, *, seed: int = 0, noise: float = 0.0
+    count: int, width: int = 256, height: int = 160, *, seed: int = 0, noise: float = 0.0, noise_seed: int | None = None
 ) -> Iterator[np.ndarray]:
-    """Yield ``count`` RGB frames of a smooth textured scene that pans; ``noise`` is an added Gaussian sigma."""
+    """Yield ``count`` RGB frames of a smooth textured scene that pans; ``noise`` is an added Gaussian sigma.
+
+    ``seed`` picks the scene, ``noise_seed`` (default ``seed + 1``) the noise realization.
+    """
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
     phases = rng.uniform(0, 2 * np.pi, size=(3, 4))
     freqs = rng.uniform(0.02, 0.15, size=(3, 4, 2))
-    noise_rng = np.random.default_rng(seed + 1)
+    noise_rng = np.random.default_rng(seed + 1 if noise_seed is None else noise_seed)
     for index in range(count):
         shift = 2.0 * index
         rgb = np.empty((height, width, 3), dtype=np.float32)

@@ -1,0 +1,78 @@
+"""Build a small campaign project inside a pytester directory.
+
+It holds copies of the real campaign tests (tests_perf, tests_lifecycle,
+tests_quality), the project's pytest.ini, the pinned sim inputs and a RunSpec
+written from the arguments, so plugin tests run the product as a user would,
+against real simulator processes, only smaller and faster.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+CAMPAIGN_DIRS = ("tests_perf", "tests_lifecycle", "tests_quality")
+FAST_SIM = {"time_scale": 0.0002, "jitter_cv": 0.01, "workers": 2}
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    return json.dumps(value)
+
+
+def _table(name: str, values: dict[str, Any]) -> str:
+    return f"[{name}]\n" + "".join(f"{k} = {_toml(v)}\n" for k, v in values.items())
+
+
+def write_campaign(
+    root: Path,
+    *,
+    candidates: dict[str, dict[str, Any]] | None = None,
+    baseline: dict[str, Any] | None = None,
+    durations: tuple[int, ...] = (5,),
+    size: str = "64x64",
+    protocol: dict[str, Any] | None = None,
+    gates: dict[str, Any] | None = None,
+    hardware: dict[str, Any] | None = None,
+    argv: list[str] | None = None,
+) -> Path:
+    """Write the project and its RunSpec; ``candidates`` maps arm names to sim profile overrides."""
+    for name in CAMPAIGN_DIRS:
+        shutil.copytree(REPO / name, root / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(REPO / "pytest.ini", root / "pytest.ini")
+    inputs = root / "inputs"
+    inputs.mkdir(exist_ok=True)
+    for name in ("ref_video.mp4", "ref_audio.wav"):
+        shutil.copy(REPO / "fixtures" / "inputs" / name, inputs / name)
+    sim_spec = (REPO / "fixtures" / "runspecs" / "sim.toml").read_text()
+    pins = {line.split("=")[0].strip(): line for line in sim_spec.splitlines() if line.startswith("reference_")}
+    argv = argv or ["{python}", "-m", "h3bench.sim", "--host", "{host}", "--port", "{port}"]
+    parts = [
+        'name = "plugin-test"\n',
+        _table("hardware", hardware or {"kind": "sim"}),
+        _table("model", {"path": "MiniMaxAI/MiniMax-H3", "content_identity": "simulator"}),
+        "[inputs]\nprompt = \"a test prompt\"\n"
+        + pins["reference_video"].replace("../inputs/", "inputs/") + "\n"
+        + pins["reference_audio"].replace("../inputs/", "inputs/") + "\n",
+        _table("workload", {"durations": list(durations), "size": size}),
+        _table("protocol", {
+            "order": "ABBA", "request_timeout_s": 20.0, "startup_budget_s": 30.0, "shutdown_budget_s": 5.0,
+            **(protocol or {}),
+        }),
+        _table("gates", {"lpips_required": False, **(gates or {})}),
+    ]
+    arms = {"baseline": baseline or {}, **(candidates if candidates is not None else {"clean": {}})}
+    for name, overrides in arms.items():
+        parts.append(_table(f"arms.{name}", {"description": f"arm {name}", "argv": argv}))
+        parts.append(_table(f"arms.{name}.sim", {**FAST_SIM, **overrides}))
+    spec = root / "spec.toml"
+    spec.write_text("\n".join(parts))
+    return spec

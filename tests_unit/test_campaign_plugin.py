@@ -1,0 +1,159 @@
+"""The pytest plugin driving real simulator campaigns (pytester, in subprocesses).
+
+Each test writes a small campaign project (the real campaign tests, a RunSpec
+with a 64x64 canvas and fast simulator arms) and runs pytest on it in a
+subprocess, because servers and signals are involved. Every failure injection
+of the simulator must end in a test failure (or skip) that names its cause.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from h3bench import evidence
+from tests_unit.campaign_project import write_campaign
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker(monkeypatch):
+    """The inner pytest must not think it is an xdist worker when the outer one is."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def run(pytester: pytest.Pytester, spec: Path, *args: str) -> pytest.RunResult:
+    return pytester.runpytest_subprocess(
+        "--runspec", str(spec), "--evidence-dir", str(pytester.path / "evidence"), "-p", "no:cacheprovider", *args,
+        timeout=600,
+    )
+
+
+def bundle_of(pytester: pytest.Pytester) -> Path:
+    (path,) = (pytester.path / "evidence").iterdir()
+    return path
+
+
+def test_clean_campaign_passes_every_test_and_writes_a_verifiable_bundle(pytester):
+    # Without run-to-run noise the simulator is bit-exact across processes, so the lossless verdict is EXACT.
+    exact = {"run_to_run_noise": 0.0}
+    spec = write_campaign(
+        pytester.path,
+        baseline=exact,
+        candidates={"clean": {"time_scale": 0.00015, **exact}},
+        gates={"lossless": True, "min_control_pairs": 1},
+    )
+
+    result = run(pytester, spec)
+
+    # 4 blocks; lifecycle 5 tests x 2 arms; 2 baseline blocks x 3 outputs; 2 x 3 pairs; lossless; LPIPS skipped
+    result.assert_outcomes(passed=4 + 10 + 6 + 6 + 1, skipped=1)
+    result.stdout.fnmatch_lines([
+        "*h3bench campaign summary*",
+        "ref2va 5s, clean against baseline:",
+        "*baseline*n=6*median E2E*",
+        "*quality PASS over 6 matched pairs*",
+        "*lossless EXACT: all 6 candidate outputs decode bitwise equal*",
+        "LPIPS is not required by this RunSpec*",
+        "evidence bundle: *",
+    ])
+    bundle = bundle_of(pytester)
+    assert evidence.verify(bundle).ok
+    verdict = json.loads((bundle / "verdict.json").read_text())
+    assert verdict["candidates"]["clean"]["durations"]["5s"]["quality"] == "PASS"
+    kinds = [json.loads(line)["kind"] for line in (bundle / "samples.jsonl").read_text().splitlines()]
+    assert kinds.count("warmup") == 4 and kinds.count("measured") == 12 and kinds.count("audit") == 4
+
+
+def test_arm_option_runs_only_the_candidates_blocks(pytester):
+    spec = write_campaign(pytester.path)
+
+    result = run(pytester, spec, "tests_perf", "--arm", "candidate", "--benchmark-disable")
+
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*--arm candidate*"])
+
+
+def test_bad_arm_value_is_refused_on_the_command_line(pytester):
+    spec = write_campaign(pytester.path)
+
+    result = run(pytester, spec, "--arm", "both")
+
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*invalid --arm 'both'*baseline, candidate, all*"])
+
+
+def test_bad_runspec_is_a_usage_error_naming_the_field(pytester):
+    spec = write_campaign(pytester.path, protocol={"requests_per_block": 2})
+
+    result = run(pytester, spec, "tests_perf")
+
+    assert result.ret != 0
+    assert "protocol.requests_per_block" in result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+
+
+def test_markers_are_registered(pytester):
+    write_campaign(pytester.path)
+
+    result = pytester.runpytest_subprocess("--markers")
+
+    result.stdout.fnmatch_lines(["@pytest.mark.ref2va_5s:*", "@pytest.mark.ref2va_15s:*"])
+
+
+@pytest.mark.parametrize(
+    ("profile", "cause"),
+    [
+        ({"startup_error": "conflicting offload settings"},
+         "*server did not start*exit code 1*startup failed*conflicting offload settings*"),
+        ({"fail_request": 3}, "*request failed*500*"),
+        ({"crash_request": 3}, "*request failed*500*died*"),
+        ({"hang_request": 3}, "*request failed*no response from*within 4 s*"),
+        # Slow enough that serving from a cache stands out from scheduling noise.
+        ({"cache_outputs": True, "time_scale": 0.002}, "*anti-shortcut audit*"),
+    ],
+    ids=["startup-exit", "http-500", "worker-crash", "hang", "cached-outputs"],
+)
+def test_failure_injection_fails_the_block_names_the_cause_and_stops_the_candidate(pytester, profile, cause):
+    spec = write_campaign(pytester.path, candidates={"broken": profile}, protocol={"request_timeout_s": 4.0})
+
+    result = run(pytester, spec, "tests_perf", "--benchmark-disable", "-rs")
+
+    # Block 1A passes, 2B (the candidate's first) fails, and the rest of its series (3B, 4A) is skipped.
+    result.assert_outcomes(passed=1, failed=1, skipped=2)
+    result.stdout.fnmatch_lines(["*candidate 'broken' was stopped*"])
+    result.stdout.fnmatch_lines([f"verdict broken: FAIL (stopped: {cause}"])
+    verdict = json.loads((bundle_of(pytester) / "verdict.json").read_text())
+    assert verdict["candidates"]["broken"]["verdict"] == "FAIL"
+
+
+@pytest.mark.parametrize(
+    "profile",
+    [{"worker_ignores_sigterm": True}, {"shutdown_delay_s": 8.0}],
+    ids=["worker-ignores-sigterm", "slow-shutdown"],
+)
+def test_shutdown_beyond_the_shared_budget_fails_the_lifecycle_test(pytester, profile):
+    spec = write_campaign(pytester.path, candidates={"stubborn": profile}, protocol={"shutdown_budget_s": 3.0})
+
+    result = run(pytester, spec, "tests_lifecycle")
+
+    result.stdout.fnmatch_lines(["*not stopped by SIGTERM within 3 s; it was killed*"])
+    result.stdout.fnmatch_lines(["verdict stubborn: FAIL (stopped: *did not exit within the shared shutdown budget of 3 s*"])
+    # Every process was still proven gone after the SIGKILL.
+    lifecycle = [json.loads(line) for line in (bundle_of(pytester) / "lifecycle.jsonl").read_text().splitlines()]
+    assert all(not event["exit"]["survivors"] for event in lifecycle)
+
+
+def test_noisy_candidate_fails_the_video_gates_with_values_and_thresholds(pytester):
+    spec = write_campaign(pytester.path, candidates={"noisy": {"video_noise": 12.0}})
+
+    result = run(pytester, spec, "tests_quality", "-k", "gates")
+
+    # The first pair's three outputs fail; the failed gate stops the candidate, so the second pair is skipped.
+    result.assert_outcomes(failed=3, skipped=3)
+    result.stdout.fnmatch_lines(["*ssim: 0.9* (threshold >= 0.97)*", "*psnr_db: 3* (threshold >= 34)*"])
+    result.stdout.fnmatch_lines(["verdict noisy: FAIL (stopped: *failed quality gates*"])
