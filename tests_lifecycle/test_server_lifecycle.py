@@ -33,7 +33,7 @@ def test_shutdown_within_shared_budget(campaign, arm_workload):
     for block in campaign.results_for(arm_workload):
         lc = block.lifecycle
         assert lc["shutdown_budget_s"] == budget, "every arm must be stopped with the same disclosed budget"
-        assert lc["graceful"], f"{block.block.id}: not stopped by SIGTERM within {budget} s; it was killed"
+        assert lc["graceful"], f"{block.block.id}: not stopped by SIGTERM within {budget:g} s; it was killed"
 
 
 def test_every_worker_exited(campaign, arm_workload):
