@@ -18,9 +18,11 @@ with the reason, and the verdict says why.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -31,17 +33,19 @@ from typing import Any
 
 from h3bench import __version__, gates, lossless, media, stats
 from h3bench.client import GenerationRequest, GenerationResult, Reference, VideoClient
-from h3bench.devices import DeviceLock, NpuSmiCheck
+from h3bench.devices import DEFAULT_LOCK_PATH, DeviceLock, NpuSmiCheck
 from h3bench.errors import CleanupError, EvidenceError, H3BenchError, UsageError, InterferenceError, RequestError, ServerStartError
 from h3bench.evidence import Bundle
 from h3bench.outcome import Outcome
-from h3bench.runspec import RunSpec, load_runspec, parse_runspec
+from h3bench.runspec import RunSpec, load_runspec, parse_runspec, require_same_spec
 from h3bench.server import ServerProcess, find_free_port
 from h3bench.sim import PROFILE_ENV as SIM_PROFILE_ENV
 
 __all__ = ["Block", "BlockResult", "Campaign", "Settings", "MatchedPair", "OutputRef", "Sample", "plan"]
 
 HOST = "127.0.0.1"
+# Perf blocks on one host never overlap: every campaign takes this file lock (its path can be moved).
+DEVICE_LOCK_ENV = "H3BENCH_DEVICE_LOCK"
 AUDIT_SLACK_S = 0.25
 
 
@@ -242,16 +246,42 @@ class Campaign:
         self.schedule = plan(spec, settings.arm)
         self._bundle = bundle
         self._stored = bundle is not None  # blocks come from the bundle; none is ever run
+        self._stored_baseline: Campaign | None = None  # set for a candidate-only run
         self._results: dict[str, BlockResult] = {}
         self._stopped: dict[str, Stop] = {}  # candidate → the stop rule that fired
-        self._quality: dict[str, gates.QualityReport] = {}
-        self._lossless: dict[str, lossless.LosslessVerdict] = {}
+        self._reports: dict[str, gates.QualityReport] = {}  # this process's comparisons
+        self._verdicts: dict[str, lossless.LosslessVerdict] = {}
+        # Results as records, also those absorbed from xdist workers: they make the verdict and the evidence.
+        self._quality: dict[str, dict[str, Any]] = {}
+        self._lossless: dict[str, dict[str, Any]] = {}
+        self._new_records: list[dict[str, Any]] = []
         self._digests: dict[str, media.DecodedDigest] = {}
-        self._scratch = Path(tempfile.mkdtemp(prefix="h3bench-"))
+        self._scratch_dir: Path | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Campaign:
-        return cls(load_runspec(settings.runspec), settings)
+        campaign = cls(load_runspec(settings.runspec), settings)
+        if settings.baseline_evidence is not None:
+            campaign._attach_baseline(settings.baseline_evidence)
+        return campaign
+
+    def _attach_baseline(self, path: Path) -> None:
+        """A candidate-only run: baseline outputs and samples come from a stored bundle of the same spec."""
+        if self.settings.arm != "candidate":
+            raise UsageError("--baseline-evidence runs only the candidate's blocks: add --arm candidate")
+        stored = Campaign.from_bundle(path, dataclasses.replace(self.settings, arm="all", baseline_evidence=None))
+        require_same_spec(stored.spec.spec_id, self.spec.spec_id)
+        if not any(r.block.arm == "baseline" and r.failure is None for r in stored._results.values()):
+            raise EvidenceError(f"{path} holds no successful baseline block", path=str(path))
+        self._stored_baseline = stored
+
+    def _source(self, block: Block) -> Campaign:
+        """The campaign that holds a block: the stored baseline bundle for baseline blocks of a candidate-only run."""
+        return self._stored_baseline if block.arm == "baseline" and self._stored_baseline else self
+
+    def _baseline_blocks(self) -> list[Block]:
+        source = self._stored_baseline or self
+        return [b for b in source.schedule if b.arm == "baseline"]
 
     @classmethod
     def from_bundle(cls, path: str | Path, settings: Settings) -> Campaign:
@@ -267,12 +297,19 @@ class Campaign:
         for block in campaign.schedule:
             event = lifecycles.get(block.id)
             if event is not None:
-                campaign._results[block.id] = BlockResult(
+                campaign._take(BlockResult(
                     block, event.get("pid"), tuple(samples.get(block.id, ())), event,
                     event.get("log_relpath", ""), event.get("failure"),
                     Outcome(event.get("failure_outcome", Outcome.FAIL)),
-                )
+                ))
         return campaign
+
+    @property
+    def _scratch(self) -> Path:
+        """Where logs and outputs land before they are copied into the bundle; removed by finish()."""
+        if self._scratch_dir is None:
+            self._scratch_dir = Path(tempfile.mkdtemp(prefix="h3bench-"))
+        return self._scratch_dir
 
     def _stop(self, candidate: str, reason: str, outcome: Outcome) -> None:
         """Apply a stop rule: the first reason stays, later blocks of the candidate are skipped."""
@@ -301,8 +338,8 @@ class Campaign:
         return bool(self._results)
 
     def output_path(self, ref: OutputRef) -> Path:
-        sample = self._sample_for(ref)
-        return self.bundle.output_path(sample.output_sha256)
+        source = self._source(ref.block)
+        return source.bundle.output_path(source._sample_for(ref).output_sha256)
 
     # -- collection ----------------------------------------------------------
 
@@ -316,7 +353,7 @@ class Campaign:
             return list(dict.fromkeys(CandidateWorkload(b.candidate, b.duration) for b in self.schedule))
         k = self.spec.protocol.requests_per_block
         if fixture == "baseline_output":
-            return [OutputRef(b, i) for b in self.schedule if b.arm == "baseline" for i in range(k)]
+            return [OutputRef(b, i) for b in self._baseline_blocks() for i in range(k)]
         if fixture == "matched_pair":
             return [MatchedPair(OutputRef(self._partner(b), i), OutputRef(b, i))
                     for b in self.schedule if b.arm != "baseline" for i in range(k)]
@@ -330,7 +367,7 @@ class Campaign:
     def report_header(self) -> list[str]:
         spec = self.spec
         lines = [
-            f"h3bench runspec: {self.settings.runspec} (id {spec.spec_id[:16]}, repeat with --runspec)",
+            f"h3bench runspec: {spec.name}, id {spec.spec_id[:16]}",
             f"h3bench arms: {self.settings.arm}; order {spec.protocol.order}; "
             f"{spec.protocol.warmups_per_block} warmup + {spec.protocol.requests_per_block} measured per block; "
             f"shutdown budget {spec.protocol.shutdown_budget_s:g} s for every arm",
@@ -338,32 +375,56 @@ class Campaign:
         for name, arm in spec.arms.items():
             lines.append(f"h3bench {name}: {' '.join(arm.command('127.0.0.1', 0, spec.model.path))}")
         lines.append(f"h3bench evidence: {self.bundle.path}")
+        if self._stored_baseline is not None:
+            lines.append(f"h3bench baseline evidence: {self._stored_baseline.bundle.path} (latency NOT interleaved)")
         return lines
 
     # -- blocks --------------------------------------------------------------
 
     def run_block(self, block: Block, benchmark: Any = None) -> BlockResult:
-        """Run one block once; later calls return what it produced.
+        """Run one block once; later calls give what it produced (BlockFailed for a failed block).
 
         With a pytest-benchmark fixture, the measured requests are timed by
         it in pedantic mode (one request per round) and the block's details go
         to its ``extra_info``.
         """
-        if block.id in self._results:
-            return self._results[block.id]
-        stop = self._stopped.get(block.candidate)
-        if stop is not None:
-            raise CandidateStopped(f"candidate {block.candidate!r} was stopped: {stop.reason}")
-        result = self._execute(block, benchmark)
-        self._results[block.id] = result
-        if result.failure is not None:
-            self._stop(block.candidate, f"{block.id}: {_headline(result.failure)}", result.failure_outcome)
-        if benchmark is not None:
-            benchmark.group = f"ref2va_{block.duration:g}s"
-            benchmark.extra_info.update(self._extra_info(result))
+        result = self._results.get(block.id)
+        if result is None:
+            stop = self._stopped.get(block.candidate)
+            if stop is not None:
+                raise CandidateStopped(f"candidate {block.candidate!r} was stopped: {stop.reason}")
+            if self._stored:
+                raise EvidenceError(f"{block.id}: the bundle holds no such block", path=str(self.bundle.path))
+            result = self._executed(block, benchmark)
         if result.failure is not None:
             raise BlockFailed(result)
         return result
+
+    def _executed(self, block: Block, benchmark: Any) -> BlockResult:
+        result = self._execute(block, benchmark)
+        self._take(result)
+        if benchmark is not None:
+            benchmark.group = f"ref2va_{block.duration:g}s"
+            benchmark.extra_info.update(self._extra_info(result))
+        return result
+
+    def _take(self, result: BlockResult) -> None:
+        """Keep a block's result; a failed block stops its candidate's series."""
+        self._results[result.block.id] = result
+        if result.failure is not None:
+            block = result.block
+            self._stop(block.candidate, f"{block.id}: {_headline(result.failure)}", result.failure_outcome)
+
+    def run_schedule(self, durations: set[float], progress: Callable[[str], None]) -> None:
+        """Run every block of the given durations, in order (the xdist controller does this first)."""
+        for block in self.schedule:
+            if block.duration in durations and block.id not in self._results:
+                progress(f"h3bench: block {block.id} ...")
+                try:
+                    result = self.run_block(block)
+                    progress(f"h3bench: block {block.id}: median E2E {result.median_e2e_s:.3f} s")
+                except (BlockFailed, CandidateStopped) as exc:
+                    progress(f"h3bench: block {block.id}: {_headline(str(exc))}")
 
     def results_for(self, case: ArmWorkload) -> list[BlockResult]:
         """Every block of one arm at one duration that ran (failed ones included), running those not yet run.
@@ -384,21 +445,15 @@ class Campaign:
         return results
 
     def _ensure(self, block: Block) -> BlockResult:
-        """Run, in schedule order, every block up to this one that has not run yet."""
-        if self._stored and block.id not in self._results:
-            raise EvidenceError(f"{block.id}: the bundle holds no such block", path=str(self.bundle.path))
-        for earlier in self.schedule[: self.schedule.index(block) + 1]:
-            if earlier.id not in self._results and earlier.candidate not in self._stopped:
-                try:
-                    self.run_block(earlier)
-                except BlockFailed:
-                    pass
-        if block.id not in self._results:
-            raise CandidateStopped(f"candidate {block.candidate!r} was stopped: {self._stopped[block.candidate].reason}")
-        result = self._results[block.id]
-        if result.failure is not None:
-            raise BlockFailed(result)
-        return result
+        """Run, in schedule order, every block before this one that has not run yet; then this one."""
+        if not self._stored:
+            for earlier in self.schedule[: self.schedule.index(block)]:
+                if earlier.id not in self._results and earlier.candidate not in self._stopped:
+                    try:
+                        self.run_block(earlier)
+                    except BlockFailed:
+                        pass
+        return self.run_block(block)
 
     def _execute(self, block: Block, benchmark: Any) -> BlockResult:
         spec, protocol = self.spec, self.spec.protocol
@@ -421,7 +476,7 @@ class Campaign:
         recorder = _Recorder(self, block)
         failure: str | None = None
         try:
-            with DeviceLock(), server:
+            with DeviceLock(os.environ.get(DEVICE_LOCK_ENV, DEFAULT_LOCK_PATH)), server:
                 with VideoClient(server.base_url, model=spec.model.path, timeout=protocol.request_timeout_s) as client:
                     t0 = time.perf_counter()
                     for i in range(protocol.warmups_per_block):
@@ -449,6 +504,8 @@ class Campaign:
         invalid = block.arm == "baseline" or (failure or "").startswith(_FAILURE_KINDS[InterferenceError])
         failure_outcome = Outcome.INCONCLUSIVE if invalid else Outcome.FAIL
         log_rel = self.bundle.store_log(log_path, f"{block.id}.log") if log_path.exists() else ""
+        if failure is not None and log_rel:
+            failure += f"\n(the server log is kept in the bundle: {self.bundle.path / log_rel})"
         lifecycle = {
             "block": block.id,
             "arm": block.arm,
@@ -517,13 +574,32 @@ class Campaign:
         return () if self.spec.gates.lpips_required else ("lpips",)
 
     def compare(self, pair: MatchedPair) -> gates.QualityReport:
-        if pair.id not in self._quality:
+        if pair.id not in self._reports:
             report = self._compare_outputs(pair.baseline, pair.candidate)
-            self._quality[pair.id] = report
-            if report.verdict is Outcome.FAIL:
-                failing = "; ".join(f"{c.name} {c.value}" for c in report.failing())
-                self._stop(pair.candidate.block.candidate, f"{pair.id}: failed quality gates ({failing})", Outcome.FAIL)
-        return self._quality[pair.id]
+            self._reports[pair.id] = report
+            self._record({"kind": "quality", "id": pair.id, "candidate": pair.candidate.block.candidate,
+                          "result": report.to_dict()})
+        return self._reports[pair.id]
+
+    def _record(self, record: dict[str, Any]) -> None:
+        self._new_records.append(record)
+        self.absorb(record)
+
+    def drain_records(self) -> list[dict[str, Any]]:
+        """Records made since the last call; the plugin sends them to the xdist controller."""
+        records, self._new_records = self._new_records, []
+        return records
+
+    def absorb(self, record: dict[str, Any]) -> None:
+        """Take a quality or lossless result (from this process or an xdist worker); a failed gate stops the candidate."""
+        result = record["result"]
+        if record["kind"] == "lossless":
+            self._lossless[record["id"]] = result
+            return
+        self._quality[record["id"]] = result
+        if result["verdict"] == str(Outcome.FAIL):
+            failing = "; ".join(f"{c['name']} {c['value']}" for c in result["checks"] if c["status"] == "fail")
+            self._stop(record["candidate"], f"{record['id']}: failed quality gates ({failing})", Outcome.FAIL)
 
     @property
     def lossless_enabled(self) -> bool:
@@ -531,14 +607,13 @@ class Campaign:
 
     def control_pairs(self, case: CandidateWorkload) -> list[tuple[OutputRef, OutputRef]]:
         """Baseline outputs of the same inputs from different server processes: every two baseline blocks."""
-        baselines = [b for b in self.schedule
-                     if b.arm == "baseline" and b.candidate == case.candidate and b.duration == case.duration]
+        baselines = [b for b in self._baseline_blocks() if b.candidate == case.candidate and b.duration == case.duration]
         k = self.spec.protocol.requests_per_block
         return [(OutputRef(a, i), OutputRef(b, i)) for a, b in itertools.combinations(baselines, 2) for i in range(k)]
 
     def lossless(self, case: CandidateWorkload) -> lossless.LosslessVerdict:
         """The candidate's deviations against the control envelope, with exact-equality diagnostics."""
-        if case.id not in self._lossless:
+        if case.id not in self._verdicts:
             usable = [(a, b) for a, b in self.control_pairs(case) if self._available(a) and self._available(b)]
             controls = [self._compare_outputs(a, b) for a, b in usable]
             processes = len({(a.block.id, b.block.id) for a, b in usable})
@@ -551,8 +626,9 @@ class Campaign:
             verdict = lossless.judge(candidates, controls, tolerance=gates_spec.control_envelope_tolerance,
                                      min_controls=gates_spec.min_control_pairs, independent_controls=processes,
                                      metrics=metrics)
-            self._lossless[case.id] = verdict
-        return self._lossless[case.id]
+            self._verdicts[case.id] = verdict
+            self._record({"kind": "lossless", "id": case.id, "result": verdict.to_dict()})
+        return self._verdicts[case.id]
 
     def _compare_outputs(self, baseline: OutputRef, candidate: OutputRef) -> gates.QualityReport:
         self.lpips_status()
@@ -568,18 +644,19 @@ class Campaign:
         )
 
     def digest(self, ref: OutputRef) -> media.DecodedDigest:
-        sha = self._sample_for(ref).output_sha256
-        if sha not in self._digests:
-            self._digests[sha] = media.decoded_digest(self.bundle.output_path(sha))
-        return self._digests[sha]
+        path = self.output_path(ref)
+        if path.stem not in self._digests:  # outputs are named by their SHA-256
+            self._digests[path.stem] = media.decoded_digest(path)
+        return self._digests[path.stem]
 
     def _digests_equal(self, a: OutputRef, b: OutputRef) -> bool:
         return self.digest(a) == self.digest(b)
 
     def _available(self, ref: OutputRef) -> bool:
         """A live campaign runs what is missing; a stored one has only what its bundle holds."""
-        result = self._results.get(ref.block.id)
-        return not self._stored or (result is not None and result.failure is None)
+        source = self._source(ref.block)
+        result = source._results.get(ref.block.id)
+        return not source._stored or (result is not None and result.failure is None)
 
     def validate(self) -> Outcome:
         """Run every quality comparison (and the lossless judgement) over stored outputs; the overall outcome."""
@@ -599,12 +676,18 @@ class Campaign:
     # -- reporting -----------------------------------------------------------
 
     def series(self, duration: float, candidate: str) -> list[BlockResult]:
-        """The blocks of one candidate's AB/BA series that have run, in schedule order."""
-        return [self._results[b.id] for b in self.schedule
-                if b.duration == duration and b.candidate == candidate and b.id in self._results]
+        """The blocks of one candidate's series that have run (stored baseline blocks first in a candidate-only run)."""
+        blocks = [b for b in self._baseline_blocks() if self._stored_baseline] + list(self.schedule)
+        return [self._source(b)._results[b.id] for b in blocks
+                if b.duration == duration and b.candidate == candidate and b.id in self._source(b)._results]
 
     def speed(self, duration: float, candidate: str) -> stats.SpeedReport | None:
-        """Paired AB/BA estimate for one candidate at one duration; None without both arms."""
+        """The latency estimate for one candidate at one duration; None without both arms.
+
+        Paired AB/BA ratios normally; in a candidate-only run, an unpaired
+        comparison with the stored baseline blocks, which the report says is
+        not interleaved.
+        """
         blocks = [
             stats.BlockSamples(r.block.letter, tuple(s.e2e_s for s in r.measured if s.ok))
             for r in self.series(duration, candidate)
@@ -612,6 +695,9 @@ class Campaign:
         ]
         if {b.role for b in blocks} != {"A", "B"}:
             return None
+        if self._stored_baseline is not None:
+            return stats.unpaired_speed_report(blocks, margin=self.spec.gates.speed_margin,
+                                               baseline_source=str(self._stored_baseline.bundle.path))
         return stats.speed_report(blocks, margin=self.spec.gates.speed_margin)
 
     def verdicts(self) -> dict[str, dict[str, Any]]:
@@ -634,8 +720,8 @@ class Campaign:
                 outcomes += [d["speed"], d["quality"]]
                 verdict = self._lossless.get(CandidateWorkload(candidate, duration).id)
                 if self.lossless_enabled:
-                    d["lossless"] = verdict.to_dict() if verdict else "NOT_EVALUATED"
-                    lossless_outcome = verdict.outcome if verdict else "INCONCLUSIVE"
+                    d["lossless"] = verdict or "NOT_EVALUATED"
+                    lossless_outcome = verdict["outcome"] if verdict else "INCONCLUSIVE"
                     outcomes.append("PASS" if lossless_outcome == "EXACT" else lossless_outcome)
                 entry["durations"][f"{duration:g}s"] = d
             if stop is not None:
@@ -664,7 +750,10 @@ class Campaign:
                 if speed is not None:
                     est = speed.estimate
                     interval = (f"[{est.ci_low:.4f}, {est.ci_high:.4f}]" if est.ci_low is not None else "no interval")
-                    lines.append(f"  ratio {est.geomean:.4f} {interval} over {est.k} AB/BA pairs")
+                    lines.append(f"  ratio {est.geomean:.4f} {interval} over {est.k} {est.design}")
+                    if self._stored_baseline is not None:
+                        lines.append(f"  latency comparison is NOT AB/BA-interleaved: baseline samples from "
+                                     f"{self._stored_baseline.bundle.path}")
                 d = verdicts[candidate]["durations"][f"{duration:g}s"]
                 lines.append(f"  speed {d['speed']}: {d['speed_reasons'][0]}")
                 lines.append(f"  quality {d['quality']} over {d['quality_pairs']} matched pairs")
@@ -679,8 +768,10 @@ class Campaign:
         return lines
 
     def finish(self) -> None:
-        """Write verdict.json and seal the bundle; nothing is written if no block ran."""
-        if self._bundle is None:
+        """Write verdict.json and seal the bundle; nothing is written if no block ran, or by a reader."""
+        if self._scratch_dir is not None:
+            shutil.rmtree(self._scratch_dir, ignore_errors=True)
+        if self._bundle is None or self._stored:
             return
         self.bundle.close()
         self.write_quality()
@@ -693,8 +784,8 @@ class Campaign:
             return None
         return self.bundle.write_quality(gates.VALIDATOR_VERSION, {
             "validator_version": gates.VALIDATOR_VERSION,
-            "pairs": {key: report.to_dict() for key, report in self._quality.items()},
-            "lossless": {key: verdict.to_dict() for key, verdict in self._lossless.items()},
+            "pairs": self._quality,
+            "lossless": self._lossless,
             "decoded_digests": {sha: vars(d) for sha, d in self._digests.items()},
         })
 
@@ -717,12 +808,12 @@ class Campaign:
         }
 
 
-def _quality_outcome(reports: list[gates.QualityReport], optional: tuple[str, ...]) -> str:
-    if not reports:
+def _quality_outcome(results: list[dict[str, Any]], optional: tuple[str, ...]) -> str:
+    if not results:
         return "NOT_EVALUATED"
-    if any(r.verdict is Outcome.FAIL for r in reports):
+    if any(r["verdict"] == str(Outcome.FAIL) for r in results):
         return str(Outcome.FAIL)
-    missing = [c for r in reports for c in r.not_measured() if c.name not in optional]
+    missing = [c for r in results for c in r["checks"] if c["status"] == "not_measured" and c["name"] not in optional]
     return str(Outcome.INCONCLUSIVE if missing else Outcome.PASS)
 
 
@@ -833,7 +924,7 @@ _FAILURE_KINDS = {
 def _describe_failure(exc: H3BenchError) -> str:
     """One paragraph that says what happened, with the context the error carries."""
     kind = next((label for cls, label in _FAILURE_KINDS.items() if isinstance(exc, cls)), type(exc).__name__)
-    text = f"{kind}: {exc}"
+    text = str(exc) if str(exc).startswith(kind) else f"{kind}: {exc}"
     tail = getattr(exc, "log_tail", "")
     if tail and tail not in text:
         text += "\nlast log lines:\n" + tail

@@ -182,7 +182,7 @@ def judge(
                     f"{env.limit:.3g} (worst of {env.controls} controls {env.worst_control:.3g})"
                 )
     if outside:
-        return verdict("FAIL", *outside)
+        return verdict("FAIL", *dict.fromkeys(outside))  # repeated outputs of one process give one line
     return verdict(
         "PASS",
         f"every deviation of {len(candidates)} candidate outputs lies inside the envelope of "

@@ -37,6 +37,14 @@ __all__ = ["Settings", "assert_expected_duration", "assert_quality_gates"]
 
 ARMS = ("baseline", "candidate", "all")
 DEFAULT_RUNSPEC = "fixtures/runspecs/sim.toml"
+CAMPAIGN_DIRS = ("tests_perf", "tests_lifecycle", "tests_quality")
+XDIST_NOTE = (
+    "h3bench: under xdist the controller runs every block first, one at a time under the device lock; "
+    "the workers then only read the evidence bundle. pytest-benchmark disables itself under xdist, so "
+    "latency comes from the client's E2E in the bundle; use -n 0 for --benchmark-autosave/--benchmark-compare."
+)
+_BUNDLE_INPUT = "h3bench_bundle"
+_RECORD_PROPERTY = "h3bench"
 _CAMPAIGN_KEY = pytest.StashKey["Campaign"]()
 _SETTINGS_KEY = pytest.StashKey["Settings"]()
 
@@ -91,20 +99,75 @@ def _resolve(config: pytest.Config) -> Settings:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SETTINGS_KEY] = _resolve(config)
+    config.pluginmanager.register(_RecordCollector(config), "h3bench-records")
+    if _campaign_requested(config):
+        campaign_for(config)  # a bad RunSpec or baseline bundle is a usage error before anything runs
 
 
 def campaign_for(config: pytest.Config) -> Campaign:
-    """The session's campaign, created on first use (so tests_unit never loads a spec)."""
+    """The session's campaign, created on first use (so tests_unit never loads a spec).
+
+    An xdist worker reads the bundle that the controller's campaign wrote and never starts a server.
+    """
     campaign = config.stash.get(_CAMPAIGN_KEY, None)
     if campaign is None:
         from h3bench.campaign import Campaign
 
+        settings = config.stash[_SETTINGS_KEY]
+        bundle = getattr(config, "workerinput", {}).get(_BUNDLE_INPUT)
         try:
-            campaign = Campaign.from_settings(config.stash[_SETTINGS_KEY])
+            campaign = Campaign.from_bundle(bundle, settings) if bundle else Campaign.from_settings(settings)
         except H3BenchError as exc:
             raise pytest.UsageError(f"h3bench: {exc}") from exc
         config.stash[_CAMPAIGN_KEY] = campaign
     return campaign
+
+
+def _xdist_controller(config: pytest.Config) -> bool:
+    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
+def _campaign_requested(config: pytest.Config) -> bool:
+    """Whether the command line selects campaign tests (no arguments means the testpaths)."""
+    if any(getattr(config.option, name, False) for name in ("help", "version", "markers", "showfixtures")):
+        return False
+    return any(set(Path(arg.split("::")[0]).parts) & set(CAMPAIGN_DIRS) for arg in config.args)
+
+
+def _selected_durations(config: pytest.Config, campaign: Campaign) -> set[float]:
+    """The durations that ``-m`` selects for some campaign test category."""
+    expression = config.getoption("markexpr")
+    if not expression:
+        return set(campaign.spec.workload.durations)
+    from _pytest.mark.expression import Expression
+
+    compiled = Expression.compile(expression)
+    return {
+        duration
+        for duration in campaign.spec.workload.durations
+        for category in ("perf", "lifecycle", "quality")
+        if compiled.evaluate(lambda name, **_: name in {_WORKLOAD_MARKERS.get(float(duration)), category})
+    }
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under xdist the controller runs the whole schedule first, serially; workers then read the bundle."""
+    config = session.config
+    if not (_xdist_controller(config) and _campaign_requested(config)):
+        return
+    campaign = campaign_for(config)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    write = reporter.write_line if reporter else print
+    write(XDIST_NOTE)
+    campaign.run_schedule(_selected_durations(config, campaign), write)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:
+    campaign = node.config.stash.get(_CAMPAIGN_KEY, None)
+    if campaign is not None:
+        node.workerinput[_BUNDLE_INPUT] = str(campaign.bundle.path)
 
 
 _CAMPAIGN_FIXTURES = ("block", "arm_workload", "candidate_workload", "matched_pair", "baseline_output")
@@ -132,12 +195,13 @@ def _workload_marks(case) -> list[pytest.MarkDecorator]:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    """What is needed to repeat the run; the bundle path follows in the summary."""
+    """What is needed to repeat the run: options, spec id, server commands and the bundle path."""
     settings = config.stash[_SETTINGS_KEY]
     line = f"h3bench: --runspec {settings.runspec} --arm {settings.arm}" + (" --lossless" if settings.lossless else "")
     if settings.baseline_evidence:
         line += f" --baseline-evidence {settings.baseline_evidence}"
-    return [line]
+    campaign = config.stash.get(_CAMPAIGN_KEY, None)
+    return [line, *campaign.report_header()] if campaign is not None else [line]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -161,6 +225,11 @@ def pytest_runtest_call(item: pytest.Item):
         skip, message = False, str(exc)
     except H3BenchError as exc:
         skip, message = False, f"{type(exc).__name__}: {exc}"
+    finally:
+        campaign = item.config.stash.get(_CAMPAIGN_KEY, None)
+        if campaign is not None:
+            # Quality results travel to the xdist controller (or back to this process) with the report.
+            item.user_properties.extend((_RECORD_PROPERTY, record) for record in campaign.drain_records())
     # Outside the except clause, so the report shows the cause alone, not a chained traceback.
     if skip:
         pytest.skip(message)
@@ -171,6 +240,20 @@ def pytest_runtest_call(item: pytest.Item):
 def campaign(request: pytest.FixtureRequest) -> Campaign:
     """The session's campaign: its spec, schedule, bundle and block results."""
     return campaign_for(request.config)
+
+
+class _RecordCollector:
+    """Feeds the quality results carried by test reports (from xdist workers too) into the campaign."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        records = [value for name, value in report.user_properties if name == _RECORD_PROPERTY]
+        if records:
+            campaign = campaign_for(self.config)
+            for record in records:
+                campaign.absorb(record)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:

@@ -88,6 +88,8 @@ __all__ = [
     "ratio_estimate",
     "speed_report",
     "speed_verdict",
+    "unpaired_ratio_estimate",
+    "unpaired_speed_report",
 ]
 
 PERCENTILES = (0.90, 0.95, 0.99)
@@ -164,6 +166,7 @@ class RatioEstimate:
     mde_ratio: float | None  # exp(-h): the interval excludes 1 for estimates below it
     min_permutation_p: float | None  # 2 / 2**k
     notes: tuple[str, ...]
+    design: str = "AB/BA pairs"  # what k counts
 
 
 @dataclass(frozen=True)
@@ -281,7 +284,7 @@ def speed_verdict(estimate: RatioEstimate, margin: float) -> SpeedVerdict:
         return SpeedVerdict(Outcome.INCONCLUSIVE, margin, estimate, estimate.notes)
     interval = (
         f"geometric mean ratio {estimate.geomean:.4f}, {estimate.confidence:.0%} CI "
-        f"[{estimate.ci_low:.4f}, {estimate.ci_high:.4f}] over k = {estimate.k} AB/BA pairs"
+        f"[{estimate.ci_low:.4f}, {estimate.ci_high:.4f}] over k = {estimate.k} {estimate.design}"
     )
     if estimate.ci_high < bound:
         outcome, reason = Outcome.PASS, f"candidate faster: {interval} lies below 1 - margin = {bound:.4f}"
@@ -311,4 +314,60 @@ def speed_report(blocks: Sequence[BlockSamples], *, margin: float, confidence: f
         pairs=pairs,
         estimate=estimate,
         verdict=speed_verdict(estimate, margin),
+    )
+
+
+def unpaired_ratio_estimate(
+    baseline_medians: Sequence[float], candidate_medians: Sequence[float], confidence: float = 0.95
+) -> RatioEstimate:
+    """Ratio of the geometric means of block medians, with a Welch t interval on their logs.
+
+    For a candidate-only run against a stored baseline: the blocks were not
+    interleaved, so drift between the two runs (thermal state, other load, a
+    changed host) is not controlled and is silently part of the estimate.
+    The Welch degrees of freedom are rounded down, which widens the interval.
+    """
+    base = np.log(np.asarray(baseline_medians, dtype=float))
+    cand = np.log(np.asarray(candidate_medians, dtype=float))
+    design = "candidate blocks against stored baseline blocks, NOT AB/BA-interleaved"
+    notes = ["latency comparison is NOT AB/BA-interleaved: the baseline samples come from another run"]
+    geomean = math.exp(float(cand.mean() - base.mean()))
+    if len(base) < 2 or len(cand) < 2:
+        notes.insert(0, "n too small to conclude: an unpaired interval needs at least two blocks per arm")
+        return RatioEstimate(len(cand), (), geomean, None, None, confidence, 0, None, None, None, tuple(notes), design)
+    var_b, var_c = base.var(ddof=1) / len(base), cand.var(ddof=1) / len(cand)
+    se = math.sqrt(var_b + var_c)
+    if se == 0:
+        df = len(base) + len(cand) - 2
+    else:
+        df = max(1, math.floor((var_b + var_c) ** 2 / (var_b**2 / (len(base) - 1) + var_c**2 / (len(cand) - 1))))
+    half_width = float(stdtrit(df, 1 - (1 - confidence) / 2)) * se
+    return RatioEstimate(
+        k=len(cand),
+        ratios=(),
+        geomean=geomean,
+        ci_low=geomean * math.exp(-half_width),
+        ci_high=geomean * math.exp(half_width),
+        confidence=confidence,
+        df=df,
+        log_sd=se,
+        mde_ratio=math.exp(-half_width),
+        min_permutation_p=None,
+        notes=tuple(notes),
+        design=design,
+    )
+
+
+def unpaired_speed_report(blocks: Sequence[BlockSamples], *, margin: float, baseline_source: str) -> SpeedReport:
+    """Like :func:`speed_report`, for candidate blocks against stored baseline blocks (not interleaved)."""
+    by_role = {role: [block for block in blocks if block.role == role] for role in ("A", "B")}
+    estimate = unpaired_ratio_estimate([b.median for b in by_role["A"]], [b.median for b in by_role["B"]])
+    verdict = speed_verdict(estimate, margin)
+    note = f"baseline samples from {baseline_source}; the comparison is NOT AB/BA-interleaved"
+    return SpeedReport(
+        baseline=arm_summary(by_role["A"]),
+        candidate=arm_summary(by_role["B"]),
+        pairs=(),
+        estimate=estimate,
+        verdict=SpeedVerdict(verdict.outcome, margin, estimate, (*verdict.reasons, note)),
     )

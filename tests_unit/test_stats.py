@@ -281,3 +281,31 @@ def test_abba_alone_would_miss_it_which_is_why_the_default_is_abbaabba():
     """Two pairs leave one degree of freedom (t = 12.71): the same speedup passes only ~38 % of the time."""
     estimates = simulate("ABBA", effect=0.90, request_cv=0.02, seed=4)
     assert faster_rate(estimates, DEFAULT_MARGIN) < 0.8
+
+
+# -- candidate-only runs: unpaired, not interleaved ---------------------------
+
+
+def test_unpaired_estimate_finds_a_clear_speedup_and_says_it_is_not_interleaved():
+    estimate = stats.unpaired_ratio_estimate([1.00, 1.02, 0.99, 1.01], [0.90, 0.91, 0.92, 0.90])
+
+    assert estimate.ci_high < 0.95 < 1 and estimate.ci_low > 0.85
+    assert "NOT AB/BA-interleaved" in estimate.design and "NOT AB/BA-interleaved" in estimate.notes[0]
+    assert estimate.min_permutation_p is None and estimate.ratios == ()
+
+
+def test_unpaired_estimate_with_one_block_per_arm_is_too_small_to_conclude():
+    estimate = stats.unpaired_ratio_estimate([1.0], [0.9])
+
+    assert estimate.ci_low is None and estimate.notes[0].startswith("n too small to conclude")
+    assert stats.speed_verdict(estimate, 0.02).outcome is Outcome.INCONCLUSIVE
+
+
+def test_unpaired_speed_report_names_the_stored_baseline():
+    blocks = [stats.BlockSamples("A", (1.0, 1.01, 0.99)), stats.BlockSamples("A", (1.02, 1.0, 1.01)),
+              stats.BlockSamples("B", (0.8, 0.81, 0.8)), stats.BlockSamples("B", (0.82, 0.8, 0.81))]
+
+    report = stats.unpaired_speed_report(blocks, margin=0.02, baseline_source="old-bundle")
+
+    assert report.verdict.outcome is Outcome.PASS and report.pairs == ()
+    assert "old-bundle" in report.verdict.reasons[-1] and "NOT AB/BA-interleaved" in report.verdict.reasons[-1]
