@@ -3,7 +3,8 @@
 It holds copies of the real campaign tests (tests_perf, tests_lifecycle,
 tests_quality), the project's pytest.ini, the pinned sim inputs and a RunSpec
 written from the arguments, so plugin tests run the product as a user would,
-against real simulator processes, only smaller and faster.
+against real simulator processes (directly, or behind the fake ``vllm`` for an
+NPU-like spec), only smaller and faster; ``run_campaign`` runs it.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import json
 import shutil
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CAMPAIGN_DIRS = ("tests_perf", "tests_lifecycle", "tests_quality")
@@ -43,8 +46,16 @@ def write_campaign(
     gates: dict[str, Any] | None = None,
     hardware: dict[str, Any] | None = None,
     argv: list[str] | None = None,
+    source: dict[str, Any] | None = None,
+    arm_tables: dict[str, dict[str, Any]] | None = None,
 ) -> Path:
-    """Write the project and its RunSpec; ``candidates`` maps arm names to sim profile overrides."""
+    """Write the project and its RunSpec; ``candidates`` maps arm names to sim profile overrides.
+
+    An NPU-like spec has no simulator profiles: ``arm_tables`` then gives every
+    arm's table whole (``description``, ``argv``, ``env``), baseline included,
+    in place of ``baseline``, ``candidates`` and ``argv``, and ``source`` is
+    its ``[source]`` table.
+    """
     for name in CAMPAIGN_DIRS:
         shutil.copytree(REPO / name, root / name, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "pytest.ini", root / "pytest.ini")
@@ -69,10 +80,29 @@ def write_campaign(
         }),
         _table("gates", {"lpips_required": False, **(gates or {})}),
     ]
-    arms = {"baseline": baseline or {}, **(candidates if candidates is not None else {"clean": {}})}
-    for name, overrides in arms.items():
-        parts.append(_table(f"arms.{name}", {"description": f"arm {name}", "argv": argv}))
-        parts.append(_table(f"arms.{name}.sim", {**FAST_SIM, **overrides}))
+    if source is not None:
+        parts.append(_table("source", source))
+    if arm_tables is not None:
+        parts += [_table(f"arms.{name}", table) for name, table in arm_tables.items()]
+    else:
+        arms = {"baseline": baseline or {}, **(candidates if candidates is not None else {"clean": {}})}
+        for name, overrides in arms.items():
+            parts.append(_table(f"arms.{name}", {"description": f"arm {name}", "argv": argv}))
+            parts.append(_table(f"arms.{name}.sim", {**FAST_SIM, **overrides}))
     spec = root / "spec.toml"
     spec.write_text("\n".join(parts))
     return spec
+
+
+def run_campaign(pytester: pytest.Pytester, spec: Path, *args: str) -> pytest.RunResult:
+    """Run pytest on the project in a subprocess (servers and signals are involved), evidence under the project."""
+    return pytester.runpytest_subprocess(
+        "--runspec", str(spec), "--evidence-dir", str(pytester.path / "evidence"), "-p", "no:cacheprovider", *args,
+        timeout=600,
+    )
+
+
+def bundle_of(pytester: pytest.Pytester) -> Path:
+    """The one evidence bundle that the run wrote."""
+    (path,) = (pytester.path / "evidence").iterdir()
+    return path

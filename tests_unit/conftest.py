@@ -48,6 +48,19 @@ def make_mp4(tmp_path: Path):
     return make
 
 
+@pytest.fixture
+def campaign_subprocess_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """For a campaign run in a child pytest: not an xdist worker, and its own device lock.
+
+    The inner pytest must not think it is an xdist worker when the outer one is,
+    and unit-test campaigns need not queue behind each other (or behind a real
+    campaign on this host) for the host-wide device lock.
+    """
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("H3BENCH_DEVICE_LOCK", str(tmp_path / "devices.lock"))
+
+
 def run_ffmpeg(ffmpeg: str, *args: str) -> str:
     """Run ffmpeg and return its stderr, where the filters print their summaries."""
     proc = subprocess.run([ffmpeg, "-hide_banner", "-nostats", *args], capture_output=True, text=True, check=True)

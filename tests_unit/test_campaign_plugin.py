@@ -9,33 +9,12 @@ of the simulator must end in a test failure (or skip) that names its cause.
 from __future__ import annotations
 
 import json
-from pathlib import Path
-
 import pytest
 
 from h3bench import evidence
-from tests_unit.campaign_project import write_campaign
+from tests_unit.campaign_project import bundle_of, run_campaign as run, write_campaign
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(autouse=True)
-def _not_an_xdist_worker(monkeypatch):
-    """The inner pytest must not think it is an xdist worker when the outer one is."""
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
-        monkeypatch.delenv(name, raising=False)
-
-
-def run(pytester: pytest.Pytester, spec: Path, *args: str) -> pytest.RunResult:
-    return pytester.runpytest_subprocess(
-        "--runspec", str(spec), "--evidence-dir", str(pytester.path / "evidence"), "-p", "no:cacheprovider", *args,
-        timeout=600,
-    )
-
-
-def bundle_of(pytester: pytest.Pytester) -> Path:
-    (path,) = (pytester.path / "evidence").iterdir()
-    return path
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]
 
 
 def test_clean_campaign_passes_every_test_and_writes_a_verifiable_bundle(pytester):
@@ -157,3 +136,46 @@ def test_noisy_candidate_fails_the_video_gates_with_values_and_thresholds(pytest
     result.assert_outcomes(failed=3, skipped=3)
     result.stdout.fnmatch_lines(["*ssim: 0.9* (threshold >= 0.97)*", "*psnr_db: 3* (threshold >= 34)*"])
     result.stdout.fnmatch_lines(["verdict noisy: FAIL (stopped: *failed quality gates*"])
+
+
+def test_under_xdist_the_controller_runs_the_blocks_and_workers_check_quality(pytester):
+    spec = write_campaign(pytester.path)
+
+    result = run(pytester, spec, "-n", "2")
+
+    result.assert_outcomes(passed=4 + 10 + 6 + 6, skipped=2)
+    result.stdout.fnmatch_lines(["*under xdist the controller runs every block first*", "*quality PASS over 6 matched pairs*"])
+    verdict = json.loads((bundle_of(pytester) / "verdict.json").read_text())
+    assert verdict["candidates"]["clean"]["durations"]["5s"]["quality_pairs"] == 6
+
+
+def test_candidate_only_run_compares_with_a_stored_baseline_and_says_it_is_not_interleaved(pytester):
+    spec = write_campaign(pytester.path)
+    first = run(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable")
+    first.assert_outcomes(passed=2)
+    baseline = bundle_of(pytester)
+    evidence_dir = pytester.path / "candidate-evidence"
+
+    result = pytester.runpytest_subprocess(
+        "--runspec", str(spec), "--evidence-dir", str(evidence_dir), "-p", "no:cacheprovider",
+        "--arm", "candidate", "--baseline-evidence", str(baseline), "--benchmark-disable", timeout=600,
+    )
+
+    # 2 candidate blocks; lifecycle for the candidate; the stored baseline's outputs; 2 x 3 matched pairs.
+    result.assert_outcomes(passed=2 + 5 + 6 + 6, skipped=2)
+    result.stdout.fnmatch_lines([
+        "*over 2 candidate blocks against stored baseline blocks, NOT AB/BA-interleaved*",
+        f"*latency comparison is NOT AB/BA-interleaved: baseline samples from {baseline}*",
+    ])
+
+
+def test_candidate_only_run_refuses_a_baseline_from_another_spec(pytester):
+    spec = write_campaign(pytester.path)
+    run(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable").assert_outcomes(passed=2)
+    baseline = bundle_of(pytester)
+    other = write_campaign(pytester.path, protocol={"shutdown_budget_s": 6.0})
+
+    result = run(pytester, other, "tests_perf", "--arm", "candidate", "--baseline-evidence", str(baseline))
+
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*different frozen RunSpecs*"])

@@ -1,0 +1,233 @@
+"""``h3bench verify`` and ``h3bench validate`` on a real evidence bundle (issues 4 and 5).
+
+One small campaign (64x64, 5 s, ABBA, real simulator processes) runs once per
+module in a pytest subprocess and leaves one bundle. Tests that write or
+damage anything work on a copy, so the original stays as the campaign left it.
+
+The campaign's candidate adds video noise (``video_noise = 12``), so its
+verdict does not depend on timing: SSIM and PSNR fail on every matched pair,
+and a quality FAIL decides the verdict whatever the speed comparison says.
+With a clean candidate the verdict would hang on the speed interval of two
+AB/BA pairs, which noise alone can push to FAIL.
+
+A newer validator is simulated by patching ``VALIDATOR_VERSION``: in
+``h3bench.gates``, which the campaign reads when it writes a result, and in
+``h3bench.cli``, which imported the name and prints it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import h3bench.cli
+import h3bench.gates
+from h3bench.cli import EXIT_CODES, main
+from h3bench.outcome import Outcome
+from tests_unit.campaign_project import write_campaign
+
+pytestmark = pytest.mark.slow
+
+ORIGINAL = h3bench.gates.VALIDATOR_VERSION  # read before any test patches it
+NEWER = "h3bench-quality-2"
+CANDIDATE = "noisy"
+CONSOLE_SCRIPT = Path(sys.executable).with_name("h3bench")
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory) -> Path:
+    """The bundle of one real campaign run, with the quality result its session wrote."""
+    project = tmp_path_factory.mktemp("campaign")
+    spec = write_campaign(project, candidates={CANDIDATE: {"video_noise": 12.0}})
+    evidence = project / "evidence"
+    # Not an xdist worker, and a device lock of its own (see the campaign_subprocess_env fixture).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env["H3BENCH_DEVICE_LOCK"] = str(project / "devices.lock")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--runspec", str(spec), "--evidence-dir", str(evidence),
+         "-p", "no:cacheprovider", "-q"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=900,
+    )
+    # The noisy candidate fails its quality tests (exit 1); anything else means the campaign did not run.
+    if proc.returncode != pytest.ExitCode.TESTS_FAILED or not evidence.is_dir():
+        pytest.fail(f"campaign exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    (path,) = evidence.iterdir()
+    assert sorted(p.name for p in (path / "quality").iterdir()) == [f"{ORIGINAL}.json"]
+    return path
+
+
+@pytest.fixture
+def copy(bundle, tmp_path) -> Path:
+    return Path(shutil.copytree(bundle, tmp_path / "bundle"))
+
+
+@pytest.fixture
+def newer_validator(monkeypatch) -> str:
+    monkeypatch.setattr(h3bench.gates, "VALIDATOR_VERSION", NEWER)
+    return NEWER
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+# --- verify ---------------------------------------------------------------------------
+
+
+def test_verify_passes_the_untouched_bundle(bundle):
+    proc = subprocess.run([str(CONSOLE_SCRIPT), "verify", str(bundle)], capture_output=True, text=True, timeout=120)
+
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    files = len(snapshot(bundle))
+    # Every file is hashed except final.json and addenda.jsonl, which hold the hashes.
+    assert proc.stdout == f"{bundle}: OK ({files - 2} files checked)\n"
+    assert proc.stderr == ""
+
+
+def _flip_output_byte(root: Path) -> str:
+    output = sorted((root / "outputs").glob("*.mp4"))[0]
+    data = bytearray(output.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    output.write_bytes(bytes(data))
+    return f"outputs/{output.name}: changed"
+
+
+def _delete_samples(root: Path) -> str:
+    (root / "samples.jsonl").unlink()
+    return "samples.jsonl: missing"
+
+
+def _add_stray_file(root: Path) -> str:
+    (root / "logs" / "notes.txt").write_text("added after the run\n")
+    return "logs/notes.txt: not listed in final.json or addenda.jsonl"
+
+
+@pytest.mark.parametrize("damage", [_flip_output_byte, _delete_samples, _add_stray_file],
+                         ids=["output-byte-changed", "samples-deleted", "stray-file"])
+def test_verify_names_the_one_file_that_changed(copy, capsys, damage):
+    assert run_cli(capsys, "verify", str(copy))[0] == 0
+    expected = damage(copy)
+
+    code, out, err = run_cli(capsys, "verify", str(copy))
+
+    assert code == 1
+    lines = out.splitlines()
+    assert lines[0].startswith(f"{copy}: PROBLEMS (")
+    # Exactly one problem, and it names the damaged file.
+    assert len(lines) == 2 and lines[1].strip().startswith(expected), out
+    assert err == ""
+
+    code, out, _ = run_cli(capsys, "verify", str(copy), "--json")
+
+    assert code == 1
+    report = json.loads(out)
+    assert report["ok"] is False and report["complete"] is True and report["outcome"] == "completed"
+    assert len(report["problems"]) == 1 and report["problems"][0].startswith(expected)
+
+
+@pytest.mark.parametrize("command", ["verify", "validate"])
+@pytest.mark.parametrize("target", ["manifest.json", "no-such-bundle"])
+def test_a_path_that_is_not_a_bundle_directory_is_a_usage_error(bundle, tmp_path, capsys, command, target):
+    path = bundle / target if target == "manifest.json" else tmp_path / target
+
+    code, out, err = run_cli(capsys, command, str(path))
+
+    assert code == 2
+    assert out == ""
+    assert err == f"h3bench: error: {path}: not an evidence bundle directory\n"
+
+
+# --- validate -------------------------------------------------------------------------
+
+
+def test_validate_with_the_recorded_version_is_refused_and_writes_nothing(bundle, capsys):
+    before = snapshot(bundle)
+
+    code, out, err = run_cli(capsys, "validate", str(bundle))
+
+    assert code == 2
+    assert out == ""
+    assert f"is already validated with {ORIGINAL}; its result is frozen" in err
+    assert "Traceback" not in err
+    assert snapshot(bundle) == before
+
+
+def test_newer_validator_writes_its_result_beside_the_frozen_one(copy, capsys, newer_validator):
+    before = snapshot(copy)
+    assert f"quality/{ORIGINAL}.json" in before
+
+    code, out, err = run_cli(capsys, "validate", str(copy), "--json")
+
+    assert err == ""
+    data = json.loads(out)
+    written = f"quality/{newer_validator}.json"
+    assert data["written"] == written
+    # The noisy candidate fails SSIM and PSNR on every matched pair; quality FAIL decides the verdict.
+    assert data["verdict"] == "FAIL"
+    assert code == EXIT_CODES[Outcome.FAIL] == 1
+    assert data["candidates"][CANDIDATE]["durations"]["5s"]["quality"] == "FAIL"
+    document = json.loads((copy / written).read_text())
+    assert document["validator_version"] == document["result"]["validator_version"] == newer_validator
+    pairs = document["result"]["pairs"]
+    assert len(pairs) == 6
+    for report in pairs.values():
+        failing = {c["name"] for c in report["checks"] if c["status"] == "fail"}
+        assert report["verdict"] == "FAIL" and failing == {"ssim", "psnr_db"}
+    # Lossless mode was off: no lossless judgement in the result or the verdict.
+    assert document["result"]["lossless"] == {}
+    assert "lossless" not in data["candidates"][CANDIDATE]["durations"]["5s"]
+
+    after = snapshot(copy)
+    # One new file; every old file byte-identical except addenda.jsonl, which only grew by the new file's line.
+    assert set(after) - set(before) == {written}
+    assert {rel for rel in before if after[rel] != before[rel]} == {"addenda.jsonl"}
+    assert after["addenda.jsonl"].startswith(before["addenda.jsonl"])
+    (line,) = after["addenda.jsonl"][len(before["addenda.jsonl"]):].splitlines()
+    addendum = json.loads(line)
+    assert addendum["path"] == written
+    assert addendum["sha256"] == hashlib.sha256(after[written]).hexdigest()
+    assert run_cli(capsys, "verify", str(copy))[0] == 0
+
+    # The new result is frozen too.
+    code, _, err = run_cli(capsys, "validate", str(copy))
+    assert code == 2 and f"already validated with {newer_validator}" in err
+    assert snapshot(copy) == after
+
+
+def test_validate_lossless_adds_the_control_envelope_judgement(copy, capsys, newer_validator):
+    old = (copy / "quality" / f"{ORIGINAL}.json").read_bytes()
+
+    code, out, err = run_cli(capsys, "validate", str(copy), "--lossless")
+
+    assert err == ""
+    written = f"quality/{newer_validator}.json"
+    lines = out.splitlines()
+    assert lines[0] == f"validated with {newer_validator}: {written}"
+    # ABBA has two baseline blocks: one pair of distinct server processes, and the spec requires two.
+    assert "  lossless INCONCLUSIVE: 1 pair(s) of distinct baseline server processes; the envelope needs 2" in lines
+    assert f"verdict {CANDIDATE}: FAIL" in "\n".join(lines)
+    assert code == 1
+    result = json.loads((copy / written).read_text())["result"]
+    verdict = result["lossless"][f"5s-{CANDIDATE}"]
+    assert verdict["outcome"] == "INCONCLUSIVE"
+    assert (verdict["control_pairs"], verdict["candidate_pairs"], verdict["exact_pairs"]) == (3, 6, 0)
+    assert set(verdict["envelopes"]) == {"ssim", "psnr_db", "audio_spectral_cosine", "audio_rms_ratio"}
+    # Exact-equality diagnostics: decoded SHA-256 of every compared output, which is in the bundle.
+    digests = result["decoded_digests"]
+    assert digests and all((copy / "outputs" / f"{sha}.mp4").is_file() for sha in digests)
+    assert all(set(d) == {"video_sha256", "pcm_sha256"} for d in digests.values())
+    assert (copy / "quality" / f"{ORIGINAL}.json").read_bytes() == old
+    assert run_cli(capsys, "verify", str(copy))[0] == 0

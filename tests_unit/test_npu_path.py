@@ -1,0 +1,219 @@
+"""The real-NPU code path, through fake ``vllm`` and ``npu-smi`` executables on PATH (pytester, in subprocesses).
+
+Each test runs a small campaign whose RunSpec is shaped like the 8x910B1 one
+(fixtures/runspecs/910b1-x8.toml): hardware kind 910b1 with NPUs 0-7, a
+``[source]`` table, and arms that are the real ``vllm serve ... --omni``
+command lines with their environment. The fake ``vllm`` (tests_unit/fakes)
+checks the flags as vLLM-Omni does, then becomes the simulator with one worker
+per device; ``FAKE_VLLM_SIM_ARGS`` in the arm's environment makes it fast. The
+fake ``npu-smi`` answers from recorded ``npu-smi info`` samples, one per call
+in turn, so the campaign's device checks (before each server start, after each
+stop) see idle devices, a foreign process or a leftover worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests_unit.campaign_project import bundle_of, run_campaign, write_campaign
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]
+
+FAKES = Path(__file__).parent / "fakes"
+SAMPLES = FAKES / "npu-smi-samples"
+IDLE = SAMPLES / "910b1-x8-idle.txt"
+SERVING = SAMPLES / "910b1-x8-serving.txt"  # VLLMWorker pids 51230-51237 on NPUs 0-7
+FOREIGN = SAMPLES / "910b1-x8-foreign-process-on-npu3.txt"  # pid 8811 (python3) on NPU 3
+
+# The base serving command of campaign #293 (REFERENCE §6), as the 910B1 spec writes it.
+VLLM_SERVE = [
+    "vllm", "serve", "{model}", "--omni", "--host", "{host}", "--port", "{port}",
+    "--task-type", "ref2va", "--num-gpus", "8", "--usp", "8", "--ring", "1", "--text-encoder-tp-size", "8",
+    "--vae-parallel-mode", "tile", "--vae-use-tiling", "--vae-patch-parallel-size", "8",
+    "--enable-diffusion-pipeline-profiler", "--enable-distributed-layerwise-offload",
+]
+NPU_ENV = {
+    "VLLM_WORKER_MULTIPROC_METHOD": "spawn",
+    "VLLM_OMNI_VIDEO_SYNC_TIMEOUT": "60",
+    "HF_HUB_OFFLINE": "1",
+    "PYTORCH_NPU_ALLOC_CONF": "expandable_segments:True",
+    "HCCL_NPU_SOCKET_PORT_RANGE": "auto",
+    "ASCEND_RT_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
+}
+# Modelled seconds x 0.0002: a 5 s request takes about 0.2 s behind the fake vllm (64x64 canvas).
+FAST = "--time-scale 0.0002 --jitter-cv 0.01"
+CANDIDATE = "dlo_rank_local"
+
+
+class FakeNpuSmi:
+    """What the fake ``npu-smi info`` answers: the given samples one per call, then the last one again."""
+
+    def __init__(self, directory: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.directory = directory
+        self._monkeypatch = monkeypatch
+
+    def answer(self, *samples: Path) -> None:
+        self.directory.mkdir()
+        for i, sample in enumerate(samples, start=1):
+            shutil.copy(sample, self.directory / f"{i:02d}-{sample.name}")
+        self._monkeypatch.setenv("FAKE_NPU_SMI_OUTPUT", str(self.directory))
+
+    @property
+    def calls(self) -> int:
+        """How many times ``npu-smi info`` ran (the fake counts them)."""
+        return int((self.directory / ".calls").read_text())
+
+
+@pytest.fixture
+def npu_smi(pytester, monkeypatch) -> FakeNpuSmi:
+    """Make the inner pytest's host look like an 8x910B1 host; the fakes come first on PATH.
+
+    This interpreter's directory comes next, so that the fake vllm finds h3bench.
+    """
+    monkeypatch.setenv("PATH", os.pathsep.join([str(FAKES), str(Path(sys.executable).parent), os.environ["PATH"]]))
+    return FakeNpuSmi(pytester.path / "npu-smi-answers", monkeypatch)
+
+
+def npu_arm(*flags: str, sim_args: str = FAST) -> dict:
+    return {
+        "description": "vllm serve on 8 NPUs " + " ".join(flags),
+        "argv": [*VLLM_SERVE, *flags],
+        "env": {**NPU_ENV, "FAKE_VLLM_SIM_ARGS": sim_args},
+    }
+
+
+def write_npu_campaign(
+    pytester: pytest.Pytester, candidate: str = CANDIDATE, *flags: str, sim_args: str = FAST
+) -> Path:
+    """Baseline: DLO with AllGather; the candidate adds ``flags`` (default: rank-local DLO transfer)."""
+    return write_campaign(
+        pytester.path,
+        hardware={"kind": "910b1", "device_ids": list(range(8))},
+        source={
+            "engine_commit": "c7f56f0155953c7d4a77276a2f4fcbd844ab0da2",
+            "image_digest": "sha256:7fc6c73bd19a6ef4ee8d6048009972234796a1fc1bd3067168a425343cc476f7",
+        },
+        # Eight spawned workers per server on two cores: generous budgets, the same for both arms.
+        protocol={"startup_budget_s": 60.0, "shutdown_budget_s": 10.0},
+        arm_tables={
+            "baseline": npu_arm("--dlo-use-allgather"),
+            candidate: npu_arm(*(flags or ("--dlo-no-use-allgather",)), sim_args=sim_args),
+        },
+    )
+
+
+def lifecycle_of(pytester: pytest.Pytester) -> dict[str, dict]:
+    lines = (bundle_of(pytester) / "lifecycle.jsonl").read_text().splitlines()
+    return {event["block"]: event for event in map(json.loads, lines)}
+
+
+def verdict_of(pytester: pytest.Pytester, candidate: str) -> dict:
+    return json.loads((bundle_of(pytester) / "verdict.json").read_text())["candidates"][candidate]
+
+
+def test_idle_npus_let_every_block_run_with_eight_workers_that_release_the_devices(pytester, npu_smi):
+    npu_smi.answer(IDLE)
+    spec = write_npu_campaign(pytester, sim_args="--time-scale 0.00015 --jitter-cv 0.01")
+
+    result = run_campaign(pytester, spec, "tests_perf", "tests_lifecycle", "--benchmark-disable")
+
+    # 4 blocks (ABBA); 5 lifecycle tests x 2 arms.
+    result.assert_outcomes(passed=4 + 10)
+    # npu-smi was asked before each of the four starts and after each of the four stops.
+    assert npu_smi.calls == 8
+    events = lifecycle_of(pytester)
+    assert len(events) == 4
+    for event in events.values():
+        assert event["failure"] is None
+        assert event["argv"][:2] == ["vllm", "serve"] and "--omni" in event["argv"]
+        assert event["env"]["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"
+        assert event["exit"]["device_leftovers"] == [] and not event["exit"]["survivors"]
+        assert len(event["exit"]["pids_seen"]) >= 1 + 8, "the server and one worker per NPU"
+        log = (bundle_of(pytester) / event["log_relpath"]).read_text()
+        assert "starting 8 diffusion workers" in log
+        # Each arm's own environment reached its server: FAKE_VLLM_SIM_ARGS set the simulator's time scale.
+        scale = "0.0002" if event["arm"] == "baseline" else "0.00015"
+        assert f"8 worker(s), time_scale {scale}," in log
+    manifest = json.loads((bundle_of(pytester) / "manifest.json").read_text())
+    assert manifest["source"]["engine_commit"] == "c7f56f0155953c7d4a77276a2f4fcbd844ab0da2"
+    assert verdict_of(pytester, CANDIDATE)["stopped"] is None
+    result.stdout.fnmatch_lines([f"ref2va 5s, {CANDIDATE} against baseline:", f"verdict {CANDIDATE}: *"])
+
+
+@pytest.mark.parametrize(
+    ("answers", "blocked", "outcomes"),
+    [
+        # The baseline's first block already finds the foreign process: no server starts at all.
+        ((FOREIGN,), "1A-baseline", {"failed": 1, "skipped": 3}),
+        # It appears after block 1A: the candidate's own block is refused, and still not failed.
+        ((IDLE, IDLE, FOREIGN), f"2B-{CANDIDATE}", {"passed": 1, "failed": 1, "skipped": 2}),
+    ],
+    ids=["before-baseline", "before-candidate"],
+)
+def test_foreign_process_on_an_npu_is_interference_that_makes_the_verdict_inconclusive(
+    pytester, npu_smi, answers, blocked, outcomes
+):
+    npu_smi.answer(*answers)
+    spec = write_npu_campaign(pytester)
+
+    result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "-rs")
+
+    result.assert_outcomes(**outcomes)
+    interference = "resource interference*pid 8811 (python3) on NPU 3 chip 0"
+    result.stdout.fnmatch_lines([f"*5s-{CANDIDATE}-{blocked}: {interference}*"])
+    result.stdout.fnmatch_lines([f"*candidate '{CANDIDATE}' was stopped*resource interference*"])
+    result.stdout.fnmatch_lines([f"verdict {CANDIDATE}: INCONCLUSIVE (stopped: *pid 8811 (python3) on NPU 3*"])
+    # One npu-smi call per start of a block that ran, one after its stop, one for the refused start.
+    assert npu_smi.calls == len(answers)
+    refused = lifecycle_of(pytester)[f"5s-{CANDIDATE}-{blocked}"]
+    assert refused["pid"] is None, "no server may start on a device that another process holds"
+    assert refused["failure_outcome"] == "INCONCLUSIVE"
+    assert verdict_of(pytester, CANDIDATE)["verdict"] == "INCONCLUSIVE"
+
+
+def test_conflicting_offload_settings_kill_the_candidate_before_ready_and_fail_it(pytester, npu_smi):
+    npu_smi.answer(IDLE)
+    spec = write_npu_campaign(pytester, "offload_config", "--diffusion-offload-config", '{"strategy": "layer_wise"}')
+
+    result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "-rs")
+
+    # Block 1A passes, 2B dies before ready, the rest of the candidate's series (3B, 4A) is skipped.
+    result.assert_outcomes(passed=1, failed=1, skipped=2)
+    conflict = "ValueError: diffusion_offload_config cannot be combined with legacy enable_*_offload flags"
+    result.stdout.fnmatch_lines([
+        "*5s-offload_config-2B-offload_config: server did not start*exited before it was ready*exit code 1*",
+        f"*{conflict}*",
+    ])
+    result.stdout.fnmatch_lines(["*candidate 'offload_config' was stopped*server did not start*"])
+    result.stdout.fnmatch_lines([f"verdict offload_config: FAIL (stopped: *server did not start*{conflict}*"])
+    dead = lifecycle_of(pytester)["5s-offload_config-2B-offload_config"]
+    assert dead["exit_code"] == 1 and dead["exited_before_stop"] is True and dead["startup_s"] is None
+    assert verdict_of(pytester, "offload_config")["verdict"] == "FAIL"
+    assert npu_smi.calls == 4  # the dead server's devices were checked after its stop too
+
+
+def test_worker_left_on_the_npus_after_the_stop_is_incomplete_cleanup_that_fails_the_candidate(pytester, npu_smi):
+    # Block 1A: idle before and after. Block 2B: idle before, the serving sample's workers still there after.
+    npu_smi.answer(IDLE, IDLE, IDLE, SERVING)
+    spec = write_npu_campaign(pytester)
+
+    result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "-rs")
+
+    result.assert_outcomes(passed=1, failed=1, skipped=2)
+    result.stdout.fnmatch_lines([
+        f"*5s-{CANDIDATE}-2B-{CANDIDATE}: incomplete process cleanup*"
+        "pid 51230 (VLLMWorker) on NPU 0 chip 0, 20480 MB still holds the device after the stop*"
+    ])
+    result.stdout.fnmatch_lines([f"verdict {CANDIDATE}: FAIL (stopped: *incomplete process cleanup*"])
+    event = lifecycle_of(pytester)[f"5s-{CANDIDATE}-2B-{CANDIDATE}"]
+    assert len(event["exit"]["device_leftovers"]) == 8
+    # The server's own processes did exit: only the device check saw what was left.
+    assert event["graceful"] is True and not event["exit"]["survivors"]
+    assert verdict_of(pytester, CANDIDATE)["verdict"] == "FAIL"
+    assert npu_smi.calls == 4
