@@ -181,21 +181,26 @@ def iter_yuv_frames(path: _PathLike) -> Iterator[YuvFrame]:
     Frames in another pixel format are converted to yuv420p first, as
     ffmpeg's ``ssim`` and ``psnr`` filters would negotiate.
     """
+    for frame in _video_frames(path):
+        if frame.format.name != "yuv420p":
+            frame = frame.reformat(format="yuv420p")
+        w, h = frame.width, frame.height
+        yield YuvFrame(
+            y=_plane(frame.planes[0], w, h),
+            u=_plane(frame.planes[1], (w + 1) // 2, (h + 1) // 2),
+            v=_plane(frame.planes[2], (w + 1) // 2, (h + 1) // 2),
+        )
+
+
+def _video_frames(path: _PathLike) -> Iterator[av.VideoFrame]:
+    """Decode the first video stream frame by frame, with threads; errors become MediaDecodeError."""
     with _open(path) as container:
         if not container.streams.video:
             raise MediaDecodeError(f"{os.fspath(path)}: no video stream", path=os.fspath(path))
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"
         try:
-            for frame in container.decode(stream):
-                if frame.format.name != "yuv420p":
-                    frame = frame.reformat(format="yuv420p")
-                w, h = frame.width, frame.height
-                yield YuvFrame(
-                    y=_plane(frame.planes[0], w, h),
-                    u=_plane(frame.planes[1], (w + 1) // 2, (h + 1) // 2),
-                    v=_plane(frame.planes[2], (w + 1) // 2, (h + 1) // 2),
-                )
+            yield from container.decode(stream)
         except (av.error.FFmpegError, ValueError) as exc:
             raise _decode_error(path, "the video stream", exc) from exc
 
@@ -206,16 +211,8 @@ def iter_rgb_frames(path: _PathLike) -> Iterator[np.ndarray]:
     The conversion is libswscale's default yuv420p → rgb24 (BT.601), which is
     what PyAV's ``to_ndarray(format="rgb24")`` gives.
     """
-    with _open(path) as container:
-        if not container.streams.video:
-            raise MediaDecodeError(f"{os.fspath(path)}: no video stream", path=os.fspath(path))
-        stream = container.streams.video[0]
-        stream.thread_type = "AUTO"
-        try:
-            for frame in container.decode(stream):
-                yield frame.to_ndarray(format="rgb24")
-        except (av.error.FFmpegError, ValueError) as exc:
-            raise _decode_error(path, "the video stream", exc) from exc
+    for frame in _video_frames(path):
+        yield frame.to_ndarray(format="rgb24")
 
 
 def read_pcm(path: _PathLike) -> tuple[np.ndarray, int]:

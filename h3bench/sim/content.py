@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from h3bench.gates import expected_shape
 from h3bench.media import write_mp4
 
 __all__ = [
@@ -75,8 +76,7 @@ def frame_count(duration_s: float) -> int:
 
     4 s → 107, 5 s → 124, 8 s → 192, 10 s → 243, 15 s → 362 (REFERENCE §2).
     """
-    frames = max(1, round(duration_s * FPS))
-    return frames + (5 - frames) % 17
+    return expected_shape(duration_s).frames
 
 
 def latent_frames(frames: int) -> int:
