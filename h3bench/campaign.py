@@ -11,9 +11,12 @@ pytest-benchmark; a lifecycle or quality test only when perf tests were not
 selected. Everything a block produces goes into the evidence bundle as it
 happens, so a failure later never loses what was already measured.
 
-Stop rules (REFERENCE §8): a failed request, resource interference or an
-incomplete cleanup stops the candidate; its remaining blocks are skipped
-with the reason, and the verdict says why.
+Stop rules (REFERENCE §8): a failed request, a failed quality gate,
+resource interference, an incomplete cleanup (a shutdown beyond the shared
+budget included) or a failed anti-shortcut audit stops the candidate; the
+rest of its series is skipped with the reason, and the verdict says why
+(FAIL for the candidate's own failures, INCONCLUSIVE when the comparison
+itself is invalid: a broken baseline or interference).
 """
 
 from __future__ import annotations
@@ -26,22 +29,37 @@ import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from h3bench import __version__, gates, lossless, media, stats
-from h3bench.client import GenerationRequest, GenerationResult, Reference, VideoClient
+from h3bench.client import (
+    TOP_LEVEL_STAGES,
+    GenerationRequest,
+    GenerationResult,
+    Reference,
+    VideoClient,
+    mux_and_transfer_s,
+)
 from h3bench.devices import DEFAULT_LOCK_PATH, DeviceLock, NpuSmiCheck
-from h3bench.errors import CleanupError, EvidenceError, H3BenchError, UsageError, InterferenceError, RequestError, ServerStartError
+from h3bench.errors import (
+    CleanupError,
+    EvidenceError,
+    H3BenchError,
+    InterferenceError,
+    RequestError,
+    ServerStartError,
+    UsageError,
+)
 from h3bench.evidence import Bundle
 from h3bench.outcome import Outcome
 from h3bench.runspec import RunSpec, load_runspec, parse_runspec, require_same_spec
 from h3bench.server import ServerProcess, find_free_port
 from h3bench.sim import PROFILE_ENV as SIM_PROFILE_ENV
 
-__all__ = ["Block", "BlockResult", "Campaign", "Settings", "MatchedPair", "OutputRef", "Sample", "plan"]
+__all__ = ["Block", "BlockFailed", "BlockResult", "Campaign", "CandidateStopped", "MatchedPair", "OutputRef", "Sample", "Settings", "plan"]
 
 HOST = "127.0.0.1"
 # Perf blocks on one host never overlap: every campaign takes this file lock (its path can be moved).
@@ -225,14 +243,6 @@ class LpipsStatus:
     detail: str
 
 
-# Stages that nest inside others are left out of the breakdown (REFERENCE §5).
-TOP_LEVEL_STAGES = (
-    "MiniMaxH3Pipeline.encode_prompt",
-    "MiniMaxH3Pipeline._encode_local_media",
-    "MiniMaxH3Pipeline.diffuse",
-    "MiniMaxH3Pipeline.decode",
-    "MiniMaxH3Pipeline.post_decode",
-)
 
 
 class Campaign:
@@ -828,12 +838,14 @@ def _combine(outcomes: list[str]) -> Outcome:
 def _stage_medians(samples: list[Sample]) -> str:
     """Median seconds of each top-level stage, and the derived mux-and-transfer remainder."""
     parts = []
-    for key in TOP_LEVEL_STAGES:
-        values = [s.stage_durations[key] for s in samples if key in s.stage_durations]
+    for stage in TOP_LEVEL_STAGES:
+        values = [v for s in samples for k, v in s.stage_durations.items()
+                  if k.count(".") <= 1 and k.rpartition(".")[2] == stage]
         if values:
-            parts.append(f"{key.rsplit('.', 1)[1]} {statistics.median(values):.3f}")
-    rest = [s.e2e_s - sum(s.stage_durations.get(k, 0.0) for k in TOP_LEVEL_STAGES) for s in samples]
-    parts.append(f"mux+transfer (derived) {statistics.median(rest):.3f}")
+            parts.append(f"{stage} {statistics.median(values):.3f}")
+    rest = [r for r in (mux_and_transfer_s(s.e2e_s, s.stage_durations) for s in samples) if r is not None]
+    if rest:
+        parts.append(f"mux+transfer (derived) {statistics.median(rest):.3f}")
     return ", ".join(parts)
 
 

@@ -15,6 +15,11 @@ Order of things in a session:
    they produce the blocks that lifecycle and quality tests then read.
 4. ``pytest_terminal_summary`` prints the per-duration summary and the
    bundle path; ``pytest_sessionfinish`` writes ``verdict.json``.
+
+Under xdist the controller runs the whole schedule in ``pytest_sessionstart``
+(serially, under the device lock) and hands the bundle to the workers, which
+only read it; quality results come back to the controller on the test
+reports (``user_properties``), so the verdict covers every worker.
 """
 
 from __future__ import annotations
@@ -22,16 +27,11 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 import pytest
 
-from h3bench.campaign import Settings
+from h3bench.campaign import BlockFailed, Campaign, CandidateStopped, Settings
 from h3bench.errors import H3BenchError
 from h3bench.gates import assert_expected_duration, assert_quality_gates
-
-if TYPE_CHECKING:
-    from h3bench.campaign import Campaign
 
 __all__ = ["Settings", "assert_expected_duration", "assert_quality_gates"]
 
@@ -45,7 +45,7 @@ XDIST_NOTE = (
 )
 _BUNDLE_INPUT = "h3bench_bundle"
 _RECORD_PROPERTY = "h3bench"
-_CAMPAIGN_KEY = pytest.StashKey["Campaign"]()
+_CAMPAIGN_KEY = pytest.StashKey[Campaign]()
 _SETTINGS_KEY = pytest.StashKey["Settings"]()
 
 HELP_RUNSPEC = f"frozen RunSpec (TOML) of the campaign; default {DEFAULT_RUNSPEC} (env H3BENCH_RUNSPEC)"
@@ -111,8 +111,6 @@ def campaign_for(config: pytest.Config) -> Campaign:
     """
     campaign = config.stash.get(_CAMPAIGN_KEY, None)
     if campaign is None:
-        from h3bench.campaign import Campaign
-
         settings = config.stash[_SETTINGS_KEY]
         bundle = getattr(config, "workerinput", {}).get(_BUNDLE_INPUT)
         try:
@@ -215,8 +213,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
     """Stopped candidates become skips with the reason; failed blocks say what happened, without a traceback."""
-    from h3bench.campaign import BlockFailed, CandidateStopped
-
     try:
         return (yield)
     except CandidateStopped as exc:
