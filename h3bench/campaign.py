@@ -637,7 +637,11 @@ class Campaign:
                                      min_controls=gates_spec.min_control_pairs, independent_controls=processes,
                                      metrics=metrics)
             self._verdicts[case.id] = verdict
-            self._record({"kind": "lossless", "id": case.id, "result": verdict.to_dict()})
+            # Exact-equality diagnostics for every pair, controls included (decoded frames and PCM hashed).
+            bitwise = {f"control:{a.id}~{b.id}": self._digests_equal(a, b) for a, b in usable}
+            bitwise.update({f"candidate:{p.id}": equal for p, (_, equal) in zip(pairs, candidates)})
+            self._record({"kind": "lossless", "id": case.id,
+                          "result": {**verdict.to_dict(), "decoded_bitwise_equal": bitwise}})
         return self._verdicts[case.id]
 
     def _compare_outputs(self, baseline: OutputRef, candidate: OutputRef) -> gates.QualityReport:

@@ -179,3 +179,19 @@ def test_candidate_only_run_refuses_a_baseline_from_another_spec(pytester):
 
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*different frozen RunSpecs*"])
+
+
+def test_benchmark_compare_catches_a_slowed_down_arm(pytester):
+    storage = f"file://{pytester.path / 'benchmarks'}"
+    spec = write_campaign(pytester.path, candidates={"clean": {"time_scale": 0.0002}})
+    run(pytester, spec, "tests_perf", "--benchmark-autosave", f"--benchmark-storage={storage}").assert_outcomes(passed=4)
+    # The same blocks again, the candidate now ten times slower in its modelled latency.
+    spec = write_campaign(pytester.path, candidates={"clean": {"time_scale": 0.002}})
+
+    result = run(pytester, spec, "tests_perf", f"--benchmark-storage={storage}",
+                 "--benchmark-compare", "--benchmark-compare-fail=median:5%")
+
+    assert result.ret != 0
+    output = result.stdout.str() + result.stderr.str()
+    regressions = output[output.index("Performance has regressed"):]
+    assert "5s-clean-2B-clean" in regressions and "5s-clean-3B-clean" in regressions
