@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from h3bench import __version__, gates, lossless, media, stats
 from h3bench.client import (
@@ -56,8 +56,11 @@ from h3bench.errors import (
 from h3bench.evidence import Bundle
 from h3bench.outcome import Outcome
 from h3bench.runspec import RunSpec, load_runspec, parse_runspec, require_same_spec
-from h3bench.server import ServerProcess, find_free_port
+from h3bench.server import ExitReport, ServerProcess, find_free_port
 from h3bench.sim import PROFILE_ENV as SIM_PROFILE_ENV
+
+if TYPE_CHECKING:  # torch loads only when LPIPS is measured
+    from h3bench.metrics.lpips import LpipsWeights
 
 __all__ = ["Block", "BlockFailed", "BlockResult", "Campaign", "CandidateStopped", "MatchedPair", "OutputRef", "Sample", "Settings", "plan"]
 
@@ -156,10 +159,6 @@ class BlockResult:
     @property
     def measured(self) -> tuple[Sample, ...]:
         return tuple(s for s in self.samples if s.kind == "measured")
-
-    @property
-    def audit(self) -> tuple[Sample, ...]:
-        return tuple(s for s in self.samples if s.kind == "audit")
 
     @property
     def median_e2e_s(self) -> float | None:
@@ -267,6 +266,8 @@ class Campaign:
         self._new_records: list[dict[str, Any]] = []
         self._digests: dict[str, media.DecodedDigest] = {}
         self._scratch_dir: Path | None = None
+        self._lpips: LpipsStatus | None = None  # authenticated once, on first use
+        self._lpips_weights: LpipsWeights | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Campaign:
@@ -560,12 +561,12 @@ class Campaign:
         return measured[0]
 
     def thresholds(self) -> gates.Thresholds:
-        g = self.spec.gates
-        return gates.Thresholds(g.ssim_min, g.psnr_min_db, g.lpips_max, g.audio_cosine_min, g.rms_ratio_min, g.rms_ratio_max)
+        # The RunSpec's gates table names the six thresholds as gates.Thresholds does.
+        return gates.Thresholds(**{f.name: getattr(self.spec.gates, f.name) for f in fields(gates.Thresholds)})
 
     def lpips_status(self) -> LpipsStatus:
         """Authenticate the LPIPS weights once; the reason travels into every report."""
-        if not hasattr(self, "_lpips"):
+        if self._lpips is None:
             from h3bench.metrics.lpips import authenticate_weights
 
             required = self.spec.gates.lpips_required
@@ -573,7 +574,6 @@ class Campaign:
                 self._lpips_weights = authenticate_weights(self.settings.lpips_dir)
                 self._lpips = LpipsStatus(required, True, f"weights authenticated in {self._lpips_weights.directory}")
             except H3BenchError as exc:
-                self._lpips_weights = None
                 how = ("Put alexnet-owt-7be5be79.pth (and alex.pth) in a directory and pass "
                        "--lpips-dir DIR or set H3BENCH_LPIPS_DIR; they are hash-checked against fixtures/lpips_pins.toml.")
                 self._lpips = LpipsStatus(required, False, f"{exc} {how}")
@@ -679,9 +679,11 @@ class Campaign:
                 f"{self.bundle.path} is already validated with {gates.VALIDATOR_VERSION}; its result is frozen, "
                 "and only a newer validator version writes a new one beside it"
             )
-        for pair in self.cases("matched_pair"):
-            if self._available(pair.baseline) and self._available(pair.candidate):
-                self.compare(pair)
+        pairs = [p for p in self.cases("matched_pair") if self._available(p.baseline) and self._available(p.candidate)]
+        if not pairs:
+            raise UsageError(f"{self.bundle.path} holds no matched baseline and candidate outputs: nothing to validate")
+        for pair in pairs:
+            self.compare(pair)
         if self.lossless_enabled:
             for case in self.cases("candidate_workload"):
                 self.lossless(case)
@@ -978,7 +980,7 @@ def _headline(failure: str) -> str:
     return f"{lines[0].rstrip(':. ')} … {errors[-1]}" if errors else lines[0]
 
 
-def _exit_dict(report: Any) -> dict[str, Any]:
+def _exit_dict(report: ExitReport | None) -> dict[str, Any]:
     if report is None:
         return {"pids_seen": [], "survivors": [], "port_free": None, "port_holder": None, "verified": False}
     return {

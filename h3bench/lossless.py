@@ -60,7 +60,7 @@ from h3bench.gates import QualityReport
 
 __all__ = ["DEVIATIONS", "Envelope", "LosslessVerdict", "deviations", "envelope", "judge"]
 
-def _ssim(v: float) -> float:
+def _one_minus(v: float) -> float:
     return max(0.0, 1.0 - v)  # float32 rounding can put a similarity a hair above 1
 
 
@@ -77,10 +77,10 @@ def _rms(v: float) -> float:
 
 
 DEVIATIONS = {
-    "ssim": _ssim,
+    "ssim": _one_minus,
     "psnr_db": _psnr,
     "lpips": _lpips,
-    "audio_spectral_cosine": _ssim,
+    "audio_spectral_cosine": _one_minus,
     "audio_rms_ratio": _rms,
 }
 

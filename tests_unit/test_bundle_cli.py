@@ -231,3 +231,19 @@ def test_validate_lossless_adds_the_control_envelope_judgement(copy, capsys, new
     assert all(set(d) == {"video_sha256", "pcm_sha256"} for d in digests.values())
     assert (copy / "quality" / f"{ORIGINAL}.json").read_bytes() == old
     assert run_cli(capsys, "verify", str(copy))[0] == 0
+
+
+def test_validate_refuses_a_bundle_without_matched_outputs(tmp_path, capsys):
+    from h3bench.evidence import Bundle
+    from h3bench.runspec import load_runspec
+
+    spec = load_runspec(Path(__file__).resolve().parents[1] / "fixtures" / "runspecs" / "sim.toml")
+    with Bundle.create(tmp_path, spec_id=spec.spec_id, spec=spec.model_dump(mode="json"),
+                       inputs={}, source={}, model={}) as empty:
+        path = empty.path
+
+    code, out, err = run_cli(capsys, "validate", str(path))
+
+    assert code == 2 and out == ""
+    assert "holds no matched baseline and candidate outputs: nothing to validate" in err
+    assert not any((path / "quality").iterdir())
