@@ -44,7 +44,8 @@ import psutil
 
 from h3bench import media
 from h3bench.client import GenerationRequest, Reference, VideoClient
-from h3bench.sim.content import ContentSpec, audio_sample_count, content_key, frame_count, render
+from h3bench.h3 import audio_sample_count, frame_count
+from h3bench.sim.content import ContentSpec, content_key, render
 
 BARE_APP = (
     "import sys, uvicorn, fastapi\n"

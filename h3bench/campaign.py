@@ -34,15 +34,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from h3bench import __version__, gates, lossless, media, stats
-from h3bench.client import (
-    TOP_LEVEL_STAGES,
-    GenerationRequest,
-    GenerationResult,
-    Reference,
-    VideoClient,
-    mux_and_transfer_s,
-)
+from h3bench import __version__, lossless, media, quality, stats
+from h3bench import quality as gates
+from h3bench.client import GenerationRequest, GenerationResult, Reference, VideoClient
+from h3bench.h3 import TOP_LEVEL_STAGES, mux_and_transfer_s
 from h3bench.devices import DEFAULT_LOCK_PATH, DeviceLock, NpuSmiCheck
 from h3bench.errors import (
     CleanupError,
@@ -56,7 +51,8 @@ from h3bench.errors import (
 from h3bench.evidence import Bundle
 from h3bench.outcome import Outcome
 from h3bench.runspec import RunSpec, load_runspec, parse_runspec, require_same_spec
-from h3bench.server import ExitReport, ServerProcess, find_free_port
+from h3bench.ports import find_free_port
+from h3bench.server import ExitReport, ServerProcess
 from h3bench.sim import PROFILE_ENV as SIM_PROFILE_ENV
 
 if TYPE_CHECKING:  # torch loads only when LPIPS is measured

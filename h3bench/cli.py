@@ -29,9 +29,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from h3bench import __version__, gates, media
+from h3bench import __version__, media, quality
 from h3bench.errors import H3BenchError, RunSpecError, UsageError, WeightIntegrityError
-from h3bench.gates import QualityReport, compare, expected_shape, format_value, json_safe, require_readable
+from h3bench.h3 import expected_shape
+from h3bench.quality import QualityReport, compare, format_value, json_safe, require_readable
 from h3bench.outcome import Outcome
 
 __all__ = ["EXIT_CODES", "SUBCOMMANDS", "Passthrough", "Subcommand", "build_parser", "exit_code", "main"]
@@ -234,7 +235,7 @@ def _run_validate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(json_safe({"written": written, "verdict": str(outcome), "candidates": verdicts}), indent=2))
     else:
-        print(f"validated with {gates.VALIDATOR_VERSION}: {written}")
+        print(f"validated with {quality.VALIDATOR_VERSION}: {written}")
         for line in campaign.summary_lines():
             print(line)
     return EXIT_CODES[outcome]

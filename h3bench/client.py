@@ -38,20 +38,16 @@ from typing import Any
 import httpx
 
 from h3bench.errors import RequestError, UsageError
+from h3bench.h3 import mux_and_transfer_s
 
 __all__ = [
-    "TOP_LEVEL_STAGES",
     "GenerationRequest",
     "GenerationResult",
     "Reference",
     "VideoClient",
-    "mux_and_transfer_s",
     "parse_stage_durations",
 ]
 
-# Profiler methods that do not nest inside one another (REFERENCE §5): denoise_step
-# runs inside diffuse, and the video/audio VAE decode_latent calls inside decode.
-TOP_LEVEL_STAGES = ("encode_prompt", "_encode_local_media", "diffuse", "decode", "post_decode")
 _POLL_FIRST_S = 0.005
 _POLL_MAX_S = 0.1
 _CHUNK = 1 << 20
@@ -143,7 +139,7 @@ class GenerationResult:
 
     @property
     def mux_and_transfer_s(self) -> float | None:
-        """Derived, not measured: E2E minus the top-level profiler stages (REFERENCE §5)."""
+        """Derived, not measured: E2E minus the top-level profiler stages (MP4 muxing has no key)."""
         return mux_and_transfer_s(self.e2e_s, self.stage_durations)
 
     def to_dict(self) -> dict[str, Any]:
@@ -174,16 +170,6 @@ def parse_stage_durations(value: str | Mapping[str, Any] | None) -> dict[str, fl
         return {str(k): float(v) for k, v in dict(data).items()}
     except (ValueError, TypeError) as exc:
         raise RequestError(f"stage durations are not a JSON object of numbers: {str(value)[:200]!r}") from exc
-
-
-def mux_and_transfer_s(e2e_s: float, stage_durations: Mapping[str, float]) -> float | None:
-    """E2E minus the sum of the top-level stages; None when the server reported no stages.
-
-    Keys are ``"<Class>.<method>"``; nested ones (``.denoise_step``,
-    ``.video_vae.decode_latent``) are already inside a top-level stage.
-    """
-    top = [v for k, v in stage_durations.items() if k.count(".") <= 1 and k.rpartition(".")[2] in TOP_LEVEL_STAGES]
-    return e2e_s - sum(top) if top else None
 
 
 def _error_detail(response: httpx.Response) -> str:

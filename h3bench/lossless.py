@@ -56,7 +56,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from h3bench.gates import QualityReport
+from h3bench.quality.checks import QualityReport
 
 __all__ = ["DEVIATIONS", "Envelope", "LosslessVerdict", "deviations", "envelope", "judge"]
 

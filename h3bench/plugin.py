@@ -31,7 +31,7 @@ import pytest
 
 from h3bench.campaign import BlockFailed, Campaign, CandidateStopped, Settings
 from h3bench.errors import H3BenchError
-from h3bench.gates import assert_expected_duration, assert_quality_gates
+from h3bench.quality.assertions import assert_expected_duration, assert_quality_gates
 
 __all__ = ["Settings", "assert_expected_duration", "assert_quality_gates"]
 

@@ -43,6 +43,7 @@ import json
 import os
 import re
 import sys
+import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -63,11 +64,8 @@ from pydantic import (
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from h3bench.errors import RunSpecError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from h3bench.hashing import sha256_file
+from h3bench.quality.checks import Thresholds
 
 __all__ = [
     "BASELINE",
@@ -284,31 +282,43 @@ class Protocol(_Frozen):
         return value
 
 
-class Gates(_Frozen):
-    """Quality thresholds (REFERENCE §7), the lossless mode and the speed margin.
+class Gates(Thresholds):
+    """Quality thresholds, the lossless mode and the speed margin.
 
-    The six metric thresholds carry the names of :class:`h3bench.gates.Thresholds`.
-    ``speed_margin``: "candidate faster" is PASS only when the ratio's whole
-    95 % interval lies below ``1 - speed_margin`` (:func:`h3bench.stats.speed_verdict`).
-    ``control_envelope_tolerance`` is the relative slack on the worst
-    baseline-vs-baseline (control) deviation that a candidate's deviation may
-    reach in lossless mode (1.0: up to twice the worst control; see
-    :mod:`h3bench.lossless` for why the worst of a few controls alone is too
-    tight), and ``min_control_pairs`` the fewest pairs of distinct baseline
-    server processes from which an envelope is built; fewer gives INCONCLUSIVE.
+    The six metric thresholds are :class:`h3bench.quality.Thresholds`' own
+    fields, names and defaults; a RunSpec adds their ranges (similarities in
+    (0, 1], every other threshold above 0, ``rms_ratio_min`` below
+    ``rms_ratio_max``). ``speed_margin``: "candidate faster" is PASS only when
+    the ratio's whole 95 % interval lies below ``1 - speed_margin``
+    (:func:`h3bench.stats.speed_verdict`). ``control_envelope_tolerance`` is
+    the relative slack on the worst baseline-vs-baseline (control) deviation
+    that a candidate's deviation may reach in lossless mode (1.0: up to twice
+    the worst control; see :mod:`h3bench.lossless` for why the worst of a few
+    controls alone is too tight), and ``min_control_pairs`` the fewest pairs
+    of distinct baseline server processes from which an envelope is built;
+    fewer gives INCONCLUSIVE.
     """
 
-    ssim_min: _Fraction = 0.97
-    psnr_min_db: _Positive = 34.0
-    lpips_max: _Positive = 0.20
-    audio_cosine_min: _Fraction = 0.80
-    rms_ratio_min: _Positive = 0.50
-    rms_ratio_max: _Positive = 2.00
     lpips_required: StrictBool = True
     lossless: StrictBool = False
     speed_margin: Annotated[StrictFloat, Field(ge=0, lt=1)] = 0.02
     control_envelope_tolerance: Annotated[StrictFloat, Field(ge=0)] = 1.0
     min_control_pairs: Annotated[StrictInt, Field(ge=1)] = 2
+
+    @model_validator(mode="after")
+    def _ranges(self) -> Gates:
+        problems: list[tuple[tuple[str, ...], str, Any]] = []
+        for name in Thresholds.names():
+            value = getattr(self, name)
+            if value <= 0:
+                problems.append(((name,), "Input should be greater than 0", value))
+            elif name in ("ssim_min", "audio_cosine_min") and value > 1:
+                problems.append(((name,), "Input should be less than or equal to 1", value))
+        _raise_at(problems, "Gates")
+        return self
+
+    def _rms_problem(self) -> str | None:
+        return None  # _rms_range reports it at its field
 
     @model_validator(mode="after")
     def _rms_range(self) -> Gates:
@@ -435,7 +445,7 @@ class RunSpec(_Frozen):
             field_path = f"inputs.{name}"
             expected = getattr(self.inputs, name).sha256
             try:
-                actual = _sha256_file(path)
+                actual = sha256_file(path).hexdigest
             except OSError as exc:
                 raise RunSpecError(
                     f"{self._source}: {field_path}: cannot read {path} ({exc.strerror}); "
@@ -451,14 +461,6 @@ class RunSpec(_Frozen):
                     source=self._source,
                 )
         return self.input_files()
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:

@@ -1,20 +1,12 @@
 """Server lifecycle: launch, readiness, logs, graceful stop and the process-tree exit check.
 
-One ``ServerProcess`` is one server process of one block (DESIGN.md): it is
-started once, stopped once, and then proven gone. The stop follows upstream's
-harness (vllm-omni tests/helpers/runtime.py, REFERENCE §6: SIGTERM to the
-parent, wait, then kill the children and the parent) with three changes made
-so that the check can be trusted:
-
-- the server runs in its own session, so SIGTERM and SIGKILL reach the whole
-  process group at once;
-- every process of the server's life is recorded (PID plus create time, so a
-  reused PID is never mistaken for a survivor), including workers that escaped
-  the tree by re-parenting or by starting their own session: the server's
-  environment carries a marker (``H3BENCH_SERVER_ID``) that workers inherit;
-- the calling process becomes a child subreaper (Linux), so orphaned workers
-  are re-parented to it and reaped here, instead of lingering as zombies under
-  an init that does not reap (containers without ``--init``).
+One ``ServerProcess`` is one server process of one block: it is started
+once, stopped once, and then proven gone. The stop follows upstream's harness
+(vLLM-Omni's ``tests/helpers/runtime.py``: SIGTERM to the parent, wait, then
+kill the children and the parent) with changes made so that the check can be
+trusted: the server runs in its own session, so SIGTERM and SIGKILL reach the
+whole process group at once, and every process of its life is recorded and
+proven gone (:mod:`h3bench.proctree`).
 
 Typical use::
 
@@ -27,16 +19,11 @@ Typical use::
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import dataclasses
 import enum
-import errno
 import os
 import signal
-import socket
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -46,9 +33,10 @@ from types import TracebackType
 from typing import Any, Protocol
 
 import httpx
-import psutil
 
 from h3bench.errors import CleanupError, InterferenceError, ServerStartError, UsageError
+from h3bench.ports import port_free, port_holder
+from h3bench.proctree import SERVER_ID_ENV, ProcessInfo, ProcessTree, become_subreaper, describe_exit
 
 __all__ = [
     "LOG_TAIL_LINES",
@@ -59,16 +47,12 @@ __all__ = [
     "ProcessInfo",
     "ServerProcess",
     "ServerState",
-    "find_free_port",
-    "port_holder",
 ]
 
-SERVER_ID_ENV = "H3BENCH_SERVER_ID"
 LOG_TAIL_LINES = 50
 # After SIGKILL the kernel needs a moment to tear a process down; this bounds it.
 _KILL_WAIT_S = 5.0
 _TAIL_BYTES = 256 * 1024
-_PR_SET_CHILD_SUBREAPER = 36
 
 
 class ServerState(enum.Enum):
@@ -85,22 +69,6 @@ class DeviceCheck(Protocol):
 
     def after_stop(self) -> tuple[str, ...]:
         """Describe what the stopped server left on the devices; empty when clean."""
-
-
-@dataclass(frozen=True)
-class ProcessInfo:
-    """One process seen in the server's tree, identified by PID and create time."""
-
-    pid: int
-    ppid: int
-    create_time: float
-    name: str
-    cmdline: tuple[str, ...]
-    found_by: str  # "tree" (descendant of the server), "session" or "marker"
-
-    def describe(self) -> str:
-        command = " ".join(self.cmdline) or self.name
-        return f"pid {self.pid} ({self.name}: {command[:200]})"
 
 
 @dataclass(frozen=True)
@@ -164,62 +132,6 @@ class LifecycleRecord:
         return dataclasses.asdict(self)
 
 
-def find_free_port(host: str = "127.0.0.1") -> int:
-    """A port that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
-
-
-def port_holder(port: int) -> str | None:
-    """Name the process that holds a TCP port, e.g. ``"pid 812 (python3)"``, if it can be found."""
-    try:
-        conns = [(c.pid, c) for c in psutil.net_connections(kind="inet")]
-    except psutil.AccessDenied:  # not root on some systems: ask each process we may inspect
-        conns = []
-        for proc in psutil.process_iter():
-            with contextlib.suppress(psutil.Error):
-                conns.extend((proc.pid, c) for c in proc.net_connections(kind="inet"))
-    # A listener is the holder; any other socket bound to the port comes second.
-    pids = [pid for pid, c in sorted(conns, key=lambda pc: pc[1].status != psutil.CONN_LISTEN)
-            if pid and c.laddr and c.laddr.port == port]
-    if not pids:
-        return None
-    try:
-        return f"pid {pids[0]} ({psutil.Process(pids[0]).name()})"
-    except psutil.Error:
-        return f"pid {pids[0]}"
-
-
-def _port_free(host: str, port: int) -> bool:
-    # SO_REUSEADDR as servers (uvicorn) set it: TIME_WAIT leftovers do not count.
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return False
-            raise
-    return True
-
-
-def _become_subreaper() -> None:
-    # Orphans of the server tree are re-parented to us and reaped here (see module doc).
-    if not sys.platform.startswith("linux"):
-        return
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "exit code None (still running; killed)"
-    if code < 0:
-        with contextlib.suppress(ValueError):
-            return f"exit code {code} (killed by {signal.Signals(-code).name})"
-    return f"exit code {code}"
-
-
 def _read_tail(path: Path, lines: int) -> str:
     try:
         with path.open("rb") as fh:
@@ -236,8 +148,6 @@ _HINTS = {
     ServerState.RUNNING: "call stop() first",
     ServerState.STOPPED: "it has stopped, and a ServerProcess runs only once",
 }
-
-_Key = tuple[int, float]  # (pid, create_time): a process's identity across PID reuse
 
 
 class ServerProcess:
@@ -292,11 +202,8 @@ class ServerProcess:
         self.server_id = uuid.uuid4().hex  # the SERVER_ID_ENV marker that its processes inherit
         self._state = ServerState.NEW
         self._proc: subprocess.Popen[bytes] | None = None
+        self._tree: ProcessTree | None = None
         self._t_launch = 0.0
-        self._root: psutil.Process | None = None
-        self._procs: dict[_Key, psutil.Process] = {}
-        self._seen: dict[_Key, ProcessInfo] = {}
-        self._escaped: set[_Key] = set()
         self.startup_s: float | None = None
         self.warmup_s: float | None = None
         self.shutdown_s: float | None = None
@@ -327,12 +234,18 @@ class ServerProcess:
                 + _HINTS[self._state]
             )
 
+    @property
+    def _running(self) -> tuple[subprocess.Popen[bytes], ProcessTree]:
+        """The launched process and its tree; only called once the server was launched."""
+        assert self._proc is not None and self._tree is not None, "the server was never launched"
+        return self._proc, self._tree
+
     # -- start ---------------------------------------------------------------
 
     def start(self) -> ServerProcess:
         """Launch the server and wait for readiness; raises ServerStartError or InterferenceError."""
         self._require(ServerState.NEW, "start()")
-        if not _port_free(self.host, self.port):
+        if not port_free(self.host, self.port):
             holder = port_holder(self.port)
             raise InterferenceError(
                 f"port {self.port} on {self.host} is already taken by {holder or 'an unknown process'}; "
@@ -353,7 +266,7 @@ class ServerProcess:
             raise UsageError(
                 f"server log {self.log_path} already exists; each server process needs its own log file"
             ) from exc
-        _become_subreaper()
+        become_subreaper()
         env = {**os.environ, **self.env, SERVER_ID_ENV: self.server_id}
         self._t_launch = time.perf_counter()
         with log:
@@ -373,16 +286,16 @@ class ServerProcess:
                     f"cannot launch {self.argv[0]!r}: {exc}", log_path=str(self.log_path)
                 ) from exc
         self._state = ServerState.RUNNING
-        with contextlib.suppress(psutil.NoSuchProcess):
-            self._root = psutil.Process(self._proc.pid)
-        self._sample()
+        self._tree = ProcessTree(self._proc, self.server_id)
+        self._tree.scan()
 
     def _wait_ready(self) -> None:
+        proc, tree = self._running
         deadline = self._t_launch + self.startup_budget_s
         delay = 0.005
         with httpx.Client(trust_env=False) as http:
             while True:
-                code = self._proc.poll()
+                code = proc.poll()
                 if code is not None:
                     self._fail_start(code, f"exited before it was ready, {self._since_launch():.1f} s after launch")
                 now = time.perf_counter()
@@ -392,7 +305,7 @@ class ServerProcess:
                     ok = False
                 if ok:
                     self.startup_s = self._since_launch()
-                    self._sample()
+                    tree.scan()
                     return
                 if time.perf_counter() >= deadline:
                     budget = f"the startup budget of {self.startup_budget_s:g} s"
@@ -404,9 +317,9 @@ class ServerProcess:
         # A dead parent can leave workers behind; a live one is killed outright.
         self._terminate(0.0)
         tail = self.log_tail()
+        exit_text = describe_exit(code) + (" when it was killed" if code is None else "")
         raise ServerStartError(
-            f"server {self.argv[0]!r} {why}; {_describe_exit(code)}. "
-            f"Last {LOG_TAIL_LINES} lines of {self.log_path}:\n{tail}",
+            f"server {self.argv[0]!r} {why}; {exit_text}. Last {LOG_TAIL_LINES} lines of {self.log_path}:\n{tail}",
             exit_code=code,
             log_tail=tail,
             log_path=str(self.log_path),
@@ -428,7 +341,8 @@ class ServerProcess:
     def snapshot(self) -> tuple[ProcessInfo, ...]:
         """Record the server's current process tree (call it after each request); return it."""
         self._require(ServerState.RUNNING, "snapshot()")
-        return tuple(self._seen[key] for key in self._sample())
+        tree = self._running[1]
+        return tuple(tree.info(key) for key in tree.scan())
 
     def record_warmup(self, seconds: float) -> None:
         """Record how long the warmup request took; it is kept apart from measured requests."""
@@ -436,54 +350,6 @@ class ServerProcess:
         if not seconds >= 0:
             raise UsageError(f"record_warmup(): the warmup time must be >= 0 s, got {seconds!r}")
         self.warmup_s = float(seconds)
-
-    def _sample(self) -> list[_Key]:
-        """Scan for the server's processes, record new ones, and return the keys found."""
-        # Running, not merely unreaped: a dead server's workers are orphans, not escapees.
-        root_alive = self._root is not None and self._proc.poll() is None
-        sid = self._proc.pid  # it leads its own session
-        procs = list(psutil.process_iter(["ppid", "name"]))
-        children: dict[int, list[psutil.Process]] = {}
-        for proc in procs:
-            children.setdefault(proc.info["ppid"], []).append(proc)
-        found: dict[int, tuple[psutil.Process, str]] = {}
-        if root_alive:
-            stack = [self._root]
-            while stack:
-                proc = stack.pop()
-                found[proc.pid] = (proc, "tree")
-                stack.extend(children.get(proc.pid, ()))
-        for proc in procs:
-            if proc.pid in found or proc.pid == os.getpid():
-                continue
-            try:
-                if os.getsid(proc.pid) == sid:
-                    found[proc.pid] = (proc, "session")
-                elif proc.environ().get(SERVER_ID_ENV) == self.server_id:
-                    found[proc.pid] = (proc, "marker")
-            except (OSError, psutil.Error):
-                continue  # gone, a zombie (no environ) or not ours to read
-        keys = []
-        for proc, how in found.values():
-            try:
-                key = (proc.pid, proc.create_time())
-                if key not in self._seen:
-                    with proc.oneshot():
-                        self._seen[key] = ProcessInfo(
-                            pid=proc.pid,
-                            ppid=proc.ppid(),
-                            create_time=key[1],
-                            name=proc.name(),
-                            cmdline=tuple(_cmdline(proc)),
-                            found_by=how,
-                        )
-                    self._procs[key] = proc
-            except psutil.NoSuchProcess:
-                continue
-            if how != "tree" and root_alive:
-                self._escaped.add(key)
-            keys.append(key)
-        return keys
 
     # -- stop ----------------------------------------------------------------
 
@@ -501,87 +367,39 @@ class ServerProcess:
         self._terminate(budget)
 
     def _terminate(self, budget: float) -> None:
-        self.exited_before_stop = self._proc.poll() is not None
-        self._sample()
+        proc, tree = self._running
+        self.exited_before_stop = proc.poll() is not None
+        tree.scan()
         self.stop_budget_used_s = budget
         t0 = time.perf_counter()
-        self._signal_group(signal.SIGTERM)
-        graceful = self._wait_exited(t0 + budget)
+        tree.signal_group(signal.SIGTERM)
+        graceful = tree.wait_exited(t0 + budget)
         if not graceful:
-            self._sample()
-            for key in self._census()[0]:
-                with contextlib.suppress(psutil.Error):
-                    self._procs[key].kill()
-            self._signal_group(signal.SIGKILL)
-            self._wait_exited(time.perf_counter() + _KILL_WAIT_S)
+            tree.kill_all()
+            tree.wait_exited(time.perf_counter() + _KILL_WAIT_S)
         self.shutdown_s = time.perf_counter() - t0
         self.graceful = graceful
-        self.exit_code = self._proc.poll()
+        self.exit_code = proc.poll()
         self._state = ServerState.STOPPED
-
-    def _signal_group(self, sig: signal.Signals) -> None:
-        # The server leads its own session, so its PID is the group id; the kernel
-        # never hands that id to a new process while a member of the group lives.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._proc.pid, sig)
-
-    def _census(self) -> tuple[list[_Key], list[_Key]]:
-        """Recorded processes that still exist: (running, zombies), after reaping ours."""
-        self._proc.poll()
-        running: list[_Key] = []
-        zombies: list[_Key] = []
-        for key, proc in self._procs.items():
-            try:
-                if not proc.is_running():
-                    continue
-                if proc.status() != psutil.STATUS_ZOMBIE:
-                    running.append(key)
-                    continue
-                if proc.ppid() == os.getpid() and proc.pid != self._proc.pid:
-                    os.waitpid(proc.pid, os.WNOHANG)  # an orphan re-parented to us: reap it
-                    if not proc.is_running():
-                        continue
-            except (psutil.NoSuchProcess, ChildProcessError):
-                continue
-            zombies.append(key)  # only its parent can reap it; verify_exited reports it
-        return running, zombies
-
-    def _wait_exited(self, deadline: float) -> bool:
-        delay = 0.002
-        while True:
-            # Exited means not running: a zombie has exited, and only its parent can reap it.
-            if not self._census()[0]:
-                self._sample()  # ...and a fresh scan finds nothing new running either
-                if not self._census()[0]:
-                    return True
-            if time.perf_counter() >= deadline:
-                return False
-            time.sleep(max(0.0, min(delay, deadline - time.perf_counter())))
-            delay = min(delay * 2, 0.05)
 
     # -- after the stop ------------------------------------------------------
 
     def verify_exited(self) -> ExitReport:
         """Check that every process seen is gone (no zombies), the port is free and the devices are released."""
         self._require(ServerState.STOPPED, "verify_exited()")
-        self._sample()  # anything that appeared after the stop
-        running, zombies = self._census()
-        survivors = [f"{self._seen[k].describe()} is still running" for k in running]
-        survivors += [f"{self._seen[k].describe()} is a zombie (parent pid {_ppid(self._procs[k])})" for k in zombies]
-        free = _port_free(self.host, self.port)
+        tree = self._running[1]
+        survivors = tree.survivors()
+        free = port_free(self.host, self.port)
         self._exit_report = ExitReport(
             port=self.port,
-            pids_seen=tuple(self._seen.values()),
-            escaped=self._escaped_infos(),
+            pids_seen=tree.seen,
+            escaped=tree.escaped,
             survivors=tuple(survivors),
             port_free=free,
             port_holder=None if free else port_holder(self.port),
             device_leftovers=tuple(item for check in self.device_checks for item in check.after_stop()),
         )
         return self._exit_report
-
-    def _escaped_infos(self) -> tuple[ProcessInfo, ...]:
-        return tuple(sorted((self._seen[k] for k in self._escaped), key=lambda p: p.create_time))
 
     def record(self) -> LifecycleRecord:
         """The lifecycle evidence so far; verification fields stay None until verify_exited()."""
@@ -601,8 +419,8 @@ class ServerProcess:
             graceful=self.graceful,
             exit_code=self.exit_code,
             exited_before_stop=self.exited_before_stop,
-            pids_seen=tuple(self._seen.values()),
-            escaped=self._escaped_infos(),
+            pids_seen=self._tree.seen if self._tree is not None else (),
+            escaped=self._tree.escaped if self._tree is not None else (),
             survivors=None if report is None else report.survivors,
             port_free=None if report is None else report.port_free,
             device_leftovers=None if report is None else report.device_leftovers,
@@ -623,17 +441,3 @@ class ServerProcess:
 
     def __repr__(self) -> str:
         return f"<ServerProcess {self._state.value} pid={self.pid} {self.base_url}>"
-
-
-def _ppid(proc: psutil.Process) -> int | str:
-    try:
-        return proc.ppid()
-    except psutil.Error:
-        return "unknown"
-
-
-def _cmdline(proc: psutil.Process) -> list[str]:
-    try:
-        return proc.cmdline()
-    except psutil.Error:  # zombies have no command line
-        return []

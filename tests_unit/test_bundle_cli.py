@@ -10,9 +10,8 @@ and a quality FAIL decides the verdict whatever the speed comparison says.
 With a clean candidate the verdict would hang on the speed interval of two
 AB/BA pairs, which noise alone can push to FAIL.
 
-A newer validator is simulated by patching ``VALIDATOR_VERSION``: in
-``h3bench.gates``, which the campaign reads when it writes a result, and in
-``h3bench.cli``, which imported the name and prints it.
+A newer validator is simulated by patching ``VALIDATOR_VERSION`` in
+``h3bench.quality``, where the campaign and the CLI read it when they use it.
 """
 
 from __future__ import annotations
@@ -27,15 +26,14 @@ from pathlib import Path
 
 import pytest
 
-import h3bench.cli
-import h3bench.gates
+import h3bench.quality
 from h3bench.cli import EXIT_CODES, main
 from h3bench.outcome import Outcome
 from tests_unit.campaign_project import write_campaign
 
 pytestmark = pytest.mark.slow
 
-ORIGINAL = h3bench.gates.VALIDATOR_VERSION  # read before any test patches it
+ORIGINAL = h3bench.quality.VALIDATOR_VERSION  # read before any test patches it
 NEWER = "h3bench-quality-2"
 CANDIDATE = "noisy"
 CONSOLE_SCRIPT = Path(sys.executable).with_name("h3bench")
@@ -70,7 +68,7 @@ def copy(bundle, tmp_path) -> Path:
 
 @pytest.fixture
 def newer_validator(monkeypatch) -> str:
-    monkeypatch.setattr(h3bench.gates, "VALIDATOR_VERSION", NEWER)
+    monkeypatch.setattr(h3bench.quality, "VALIDATOR_VERSION", NEWER)
     return NEWER
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from h3bench import gates, media
+from h3bench import h3, media, quality
 from h3bench.cli import main
 from tests_unit import mediagen
 
@@ -138,7 +138,7 @@ def test_human_output_names_the_failing_checks(small, capsys):
 
 
 def test_expect_seconds_runs_the_duration_checks_of_both_files(tmp_path, capsys):
-    shape = gates.expected_shape(4)
+    shape = h3.expected_shape(4)
     path = media.write_mp4(
         tmp_path / "four.mp4", mediagen.textured_frames(shape.frames, 64, 32), mediagen.tone(shape.audio_samples)
     )

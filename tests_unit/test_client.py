@@ -19,11 +19,12 @@ from h3bench.client import (
     GenerationRequest,
     Reference,
     VideoClient,
-    mux_and_transfer_s,
     parse_stage_durations,
 )
 from h3bench.errors import RequestError, UsageError
-from h3bench.server import ServerProcess, find_free_port
+from h3bench.h3 import mux_and_transfer_s
+from h3bench.ports import find_free_port
+from h3bench.server import ServerProcess
 from tests_unit import mediagen
 
 FAKE_VIDEOS = Path(__file__).parent / "fakes" / "fake_videos.py"

@@ -22,7 +22,8 @@ from h3bench.devices import (
     read_npu_smi,
 )
 from h3bench.errors import CleanupError, InterferenceError, ServerError, UsageError
-from h3bench.server import ServerProcess, find_free_port
+from h3bench.ports import find_free_port
+from h3bench.server import ServerProcess
 
 FAKES = Path(__file__).parent / "fakes"
 SAMPLES = FAKES / "npu-smi-samples"

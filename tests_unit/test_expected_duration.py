@@ -18,13 +18,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h3bench import gates, media
+from h3bench import h3, media, quality
 from h3bench.errors import UsageError
-from h3bench.gates import Status
+from h3bench.quality import Status
 from tests_unit import mediagen
 
 WIDTH, HEIGHT = 64, 32
-FIVE = gates.expected_shape(5)
+FIVE = h3.expected_shape(5)
 
 ALL_CHECKS = [
     "decodable",
@@ -43,7 +43,7 @@ ALL_CHECKS = [
 ]
 
 
-def _by_name(checks: list[gates.Check]) -> dict[str, gates.Check]:
+def _by_name(checks: list[quality.Check]) -> dict[str, quality.Check]:
     return {check.name: check for check in checks}
 
 
@@ -95,7 +95,7 @@ def _write_with_pts(path: Path, *, video_pts, audio_pts: int = 0) -> Path:
     ],
 )
 def test_expected_shape_follows_the_17n_plus_5_rule(seconds, frames, latents, samples):
-    shape = gates.expected_shape(seconds)
+    shape = h3.expected_shape(seconds)
     assert (shape.frames, shape.audio_latents, shape.audio_samples) == (frames, latents, samples)
     assert shape.audio_duration_s == samples / 32_000
     assert shape.video_duration_s == frames / 24
@@ -104,13 +104,13 @@ def test_expected_shape_follows_the_17n_plus_5_rule(seconds, frames, latents, sa
 @pytest.mark.parametrize("seconds", [3.99, 15.01, 0, -5, math.inf, math.nan, True, "5"])
 def test_expected_shape_refuses_durations_outside_h3s_range(seconds):
     with pytest.raises(UsageError, match="expected duration"):
-        gates.expected_shape(seconds)
+        h3.expected_shape(seconds)
 
 
 @settings(max_examples=60, deadline=None)
 @given(st.floats(min_value=4, max_value=15))
 def test_expected_shape_invariants(seconds):
-    shape = gates.expected_shape(seconds)
+    shape = h3.expected_shape(seconds)
     requested = round(seconds * 24)
     assert shape.frames % 17 == 5
     assert 0 <= shape.frames - requested < 17  # snapped up, to the nearest boundary
@@ -126,16 +126,16 @@ def test_expected_shape_invariants(seconds):
 
 @pytest.mark.parametrize("seconds", [4, 5, 15])
 def test_h3_output_passes_every_check(tmp_path, seconds):
-    shape = gates.expected_shape(seconds)
+    shape = h3.expected_shape(seconds)
     path = _write(tmp_path / "ok.mp4", frames=shape.frames, samples=shape.audio_samples)
-    checks = gates.assert_expected_duration(path, seconds)
+    checks = quality.assert_expected_duration(path, seconds)
     assert [check.name for check in checks] == ALL_CHECKS
     assert all(check.status is Status.PASS for check in checks)
 
 
 def test_decoded_pcm_carries_the_aac_padding_that_reference_measured(tmp_path):
     # REFERENCE §3: at 5 s PyAV decodes 165 888 samples (162 AAC frames), 288 past the waveform.
-    checks = _by_name(gates.expected_duration_checks(_write(tmp_path / "ok.mp4"), 5))
+    checks = _by_name(quality.expected_duration_checks(_write(tmp_path / "ok.mp4"), 5))
     assert checks["audio_not_short"].value == 165_888
     assert checks["audio_padding"].value == 288
     assert checks["audio_declared_duration"].value == pytest.approx(5.175)
@@ -169,44 +169,44 @@ VIOLATIONS = {
 def test_each_violation_fails_its_check_and_the_assertion(tmp_path, case):
     build, failing = VIOLATIONS[case]
     path = build(tmp_path / f"{case}.mp4")
-    checks = _by_name(gates.expected_duration_checks(path, 5))
+    checks = _by_name(quality.expected_duration_checks(path, 5))
     assert list(checks) == ALL_CHECKS
     assert checks[failing].status is Status.FAIL, checks[failing]
     with pytest.raises(AssertionError) as raised:
-        gates.assert_expected_duration(path, 5)
+        quality.assert_expected_duration(path, 5)
     message = str(raised.value)
     bad = [check for check in checks.values() if check.status is not Status.PASS]
     lines = message.splitlines()[1:]
     assert len(lines) == len(bad)
     for line, check in zip(lines, bad):  # every failing check, with its value and threshold
-        value, threshold = gates.format_value(check.value), check.threshold or "-"
+        value, threshold = quality.format_value(check.value), check.threshold or "-"
         assert line == f"  [{check.status}] {check.name}: {value} (threshold {threshold}) — {check.detail}"
 
 
 def test_violations_name_the_cause(tmp_path):
-    checks = _by_name(gates.expected_duration_checks(_write(tmp_path / "a.mp4", frames=120), 5))
+    checks = _by_name(quality.expected_duration_checks(_write(tmp_path / "a.mp4", frames=120), 5))
     assert checks["expected_frames"].value == 120
     assert checks["expected_frames"].threshold == "== 124"
     assert "not 17n+5" in checks["expected_frames"].detail
-    checks = _by_name(gates.expected_duration_checks(VIOLATIONS["skipped_timestamp"][0](tmp_path / "b.mp4"), 5))
+    checks = _by_name(quality.expected_duration_checks(VIOLATIONS["skipped_timestamp"][0](tmp_path / "b.mp4"), 5))
     assert checks["video_pts_steps"].value == 1
     assert "frame 59 → 60, 83.333 ms" in checks["video_pts_steps"].detail
-    checks = _by_name(gates.expected_duration_checks(_write(tmp_path / "c.mp4", fps=25), 5))
+    checks = _by_name(quality.expected_duration_checks(_write(tmp_path / "c.mp4", fps=25), 5))
     assert (checks["expected_fps"].value, checks["expected_fps"].threshold) == ("25/1", "== 24/1")
 
 
 def test_a_file_without_video_fails_has_video(make_audio_only_mp4):
     path = make_audio_only_mp4(samples=FIVE.audio_samples)
-    checks = _by_name(gates.expected_duration_checks(path, 5))
+    checks = _by_name(quality.expected_duration_checks(path, 5))
     assert checks["has_video"].status is Status.FAIL
     assert {checks[name].status for name in ALL_CHECKS[3:7]} == {Status.NOT_MEASURED}
     assert checks["audio_not_short"].status is Status.PASS
     with pytest.raises(AssertionError, match=r"\[fail\] has_video: no"):
-        gates.assert_expected_duration(path, 5)
+        quality.assert_expected_duration(path, 5)
 
 
 def test_missing_streams_leave_their_checks_not_measured(tmp_path):
-    checks = _by_name(gates.expected_duration_checks(_write(tmp_path / "silent.mp4", samples=None), 5))
+    checks = _by_name(quality.expected_duration_checks(_write(tmp_path / "silent.mp4", samples=None), 5))
     assert checks["expected_frames"].status is Status.PASS
     assert {checks[name].status for name in ALL_CHECKS[7:]} == {Status.NOT_MEASURED}
     assert "has no decodable audio stream" in checks["audio_padding"].detail
@@ -219,18 +219,18 @@ def test_missing_streams_leave_their_checks_not_measured(tmp_path):
 def test_a_file_that_does_not_decode_fails_decodable(tmp_path, content):
     path = tmp_path / "broken.mp4"
     path.write_bytes(content)
-    checks = _by_name(gates.expected_duration_checks(path, 5))
+    checks = _by_name(quality.expected_duration_checks(path, 5))
     assert checks["decodable"].status is Status.FAIL
     assert str(path) in checks["decodable"].detail
     assert {check.status for name, check in checks.items() if name != "decodable"} == {Status.NOT_MEASURED}
     with pytest.raises(AssertionError, match=r"\[fail\] decodable"):
-        gates.assert_expected_duration(path, 5)
+        quality.assert_expected_duration(path, 5)
 
 
 def test_paths_that_cannot_be_read_and_bad_durations_are_usage_errors(tmp_path):
     with pytest.raises(UsageError, match="cannot be read"):
-        gates.expected_duration_checks(tmp_path / "missing.mp4", 5)
+        quality.expected_duration_checks(tmp_path / "missing.mp4", 5)
     with pytest.raises(UsageError, match="is a directory"):
-        gates.expected_duration_checks(tmp_path, 5)
+        quality.expected_duration_checks(tmp_path, 5)
     with pytest.raises(UsageError, match=r"within \[4, 15\]"):
-        gates.expected_duration_checks(_write(tmp_path / "ok.mp4"), 16)
+        quality.expected_duration_checks(_write(tmp_path / "ok.mp4"), 16)

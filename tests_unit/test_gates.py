@@ -18,9 +18,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from h3bench import gates, media
+from h3bench import h3, media, quality
 from h3bench.errors import UsageError
-from h3bench.gates import Check, Status, Thresholds
+from h3bench.quality import Check, Status, Thresholds
 from h3bench.metrics import audio, ssim_psnr
 from h3bench.outcome import Outcome
 from tests_unit import mediagen
@@ -62,7 +62,7 @@ def _copy(path: Path, tmp_path: Path) -> Path:
     return Path(shutil.copy(path, tmp_path / "copy.mp4"))
 
 
-def _statuses(report: gates.QualityReport) -> dict[str, Status]:
+def _statuses(report: quality.QualityReport) -> dict[str, Status]:
     return {check.name: check.status for check in report.checks}
 
 
@@ -71,7 +71,7 @@ def _statuses(report: gates.QualityReport) -> dict[str, Status]:
 
 def test_identical_files_pass_every_gate(clip, tmp_path, weights):
     base = clip()
-    report = gates.compare(base, _copy(base, tmp_path), lpips_weights=weights)
+    report = quality.compare(base, _copy(base, tmp_path), lpips_weights=weights)
     assert [check.name for check in report.checks] == FORMAT + METRICS
     assert report.verdict is Outcome.PASS, report.failing() + report.not_measured()
     assert (report.ssim, report.psnr_db, report.lpips, report.audio_rms_ratio) == (1.0, math.inf, 0.0, 1.0)
@@ -81,7 +81,7 @@ def test_identical_files_pass_every_gate(clip, tmp_path, weights):
 
 def test_report_json_is_strict_json_with_inf_as_a_string(clip, tmp_path, weights):
     base = clip()
-    report = gates.compare(base, _copy(base, tmp_path), lpips_weights=weights)
+    report = quality.compare(base, _copy(base, tmp_path), lpips_weights=weights)
     data = json.loads(json.dumps(report.to_dict(), allow_nan=False))
     assert data["psnr_db"] == "inf"
     assert data["verdict"] == "PASS"
@@ -95,7 +95,7 @@ def test_report_json_is_strict_json_with_inf_as_a_string(clip, tmp_path, weights
 
 def test_report_values_are_the_metric_modules_values(clip, weights):
     base, cand = clip(), clip(noise=4.0)
-    report = gates.compare(base, cand, lpips_weights=weights)
+    report = quality.compare(base, cand, lpips_weights=weights)
     video = ssim_psnr.compare_video(base, cand)
     assert (report.ssim, report.psnr_db) == (video.ssim, video.psnr_db)
     assert report.lpips == report.lpips_result.mean > 0
@@ -109,7 +109,7 @@ def test_report_values_are_the_metric_modules_values(clip, weights):
 
 
 def test_noise_fails_ssim_and_psnr(clip, weights):
-    report = gates.compare(clip(), clip(noise=16.0), lpips_weights=weights)
+    report = quality.compare(clip(), clip(noise=16.0), lpips_weights=weights)
     assert report.ssim < 0.97 and report.psnr_db < 34
     assert report.check("ssim").status is report.check("psnr_db").status is Status.FAIL
     assert report.check("lpips").status is Status.PASS
@@ -118,14 +118,14 @@ def test_noise_fails_ssim_and_psnr(clip, weights):
 
 
 def test_inverted_colours_fail_lpips(clip, weights):
-    report = gates.compare(clip(), clip(invert=True), lpips_weights=weights)
+    report = quality.compare(clip(), clip(invert=True), lpips_weights=weights)
     assert report.lpips > 0.20
     check = report.check("lpips")
     assert (check.status, check.value, check.threshold) == (Status.FAIL, report.lpips, "<= 0.2")
 
 
 def test_a_3000_hz_tone_fails_the_spectral_cosine(clip, weights):
-    report = gates.compare(clip(), clip(freq=3000.0), lpips_weights=weights)
+    report = quality.compare(clip(), clip(freq=3000.0), lpips_weights=weights)
     assert report.check("audio_spectral_cosine").status is Status.FAIL
     assert report.audio_spectral_cosine < 0.80
     assert report.check("audio_rms_ratio").status is Status.PASS  # same loudness
@@ -134,7 +134,7 @@ def test_a_3000_hz_tone_fails_the_spectral_cosine(clip, weights):
 
 @pytest.mark.parametrize("gain", [0.3 * 0.4, 0.3 * 2.5])
 def test_a_gain_outside_half_to_double_fails_the_rms_ratio(clip, weights, gain):
-    report = gates.compare(clip(), clip(gain=gain), lpips_weights=weights)
+    report = quality.compare(clip(), clip(gain=gain), lpips_weights=weights)
     assert report.audio_rms_ratio == pytest.approx(gain / 0.3, rel=0.03)
     assert report.check("audio_rms_ratio").status is Status.FAIL
     assert report.check("audio_rms_ratio").threshold == "in [0.5, 2]"
@@ -145,7 +145,7 @@ def test_a_gain_outside_half_to_double_fails_the_rms_ratio(clip, weights, gain):
 def test_each_gate_is_inclusive_at_its_threshold(clip, weights):
     """A measured value equal to the threshold passes; the next float past it fails."""
     base, cand = clip(), clip(noise=4.0, gain=0.25)
-    first = gates.compare(base, cand, lpips_weights=weights)
+    first = quality.compare(base, cand, lpips_weights=weights)
     at = Thresholds(
         ssim_min=first.ssim,
         psnr_min_db=first.psnr_db,
@@ -154,7 +154,7 @@ def test_each_gate_is_inclusive_at_its_threshold(clip, weights):
         rms_ratio_min=first.audio_rms_ratio,
         rms_ratio_max=first.audio_rms_ratio,
     )
-    assert gates.compare(base, cand, thresholds=at, lpips_weights=weights).verdict is Outcome.PASS
+    assert quality.compare(base, cand, thresholds=at, lpips_weights=weights).verdict is Outcome.PASS
     past = {
         "ssim": {"ssim_min": np.nextafter(first.ssim, 2)},
         "psnr_db": {"psnr_min_db": np.nextafter(first.psnr_db, 99)},
@@ -164,7 +164,7 @@ def test_each_gate_is_inclusive_at_its_threshold(clip, weights):
     }
     for name, change in past.items():
         thresholds = Thresholds.from_mapping({**at.to_dict(), **change})
-        report = gates.compare(base, cand, thresholds=thresholds, lpips_weights=weights)
+        report = quality.compare(base, cand, thresholds=thresholds, lpips_weights=weights)
         assert [check.name for check in report.failing()] == [name]
 
 
@@ -174,7 +174,7 @@ def test_each_gate_is_inclusive_at_its_threshold(clip, weights):
 def test_missing_lpips_weights_make_identical_files_inconclusive(clip, tmp_path, monkeypatch):
     monkeypatch.delenv("H3BENCH_LPIPS_DIR", raising=False)
     base = clip()
-    report = gates.compare(base, _copy(base, tmp_path), lpips_dir=tmp_path / "no-weights")
+    report = quality.compare(base, _copy(base, tmp_path), lpips_dir=tmp_path / "no-weights")
     check = report.check("lpips")
     assert check.status is Status.NOT_MEASURED
     assert str(tmp_path / "no-weights" / "alexnet-owt-7be5be79.pth") in check.detail
@@ -196,7 +196,7 @@ def test_tampered_lpips_weights_are_refused_with_both_hashes(clip, tmp_path, lpi
         handle.write(bytes([byte[0] ^ 0xFF]))
     monkeypatch.setenv("H3BENCH_LPIPS_PINS", str(lpips_test_weights.pins))
     base = clip()
-    report = gates.compare(base, _copy(base, tmp_path), lpips_dir=directory)
+    report = quality.compare(base, _copy(base, tmp_path), lpips_dir=directory)
     check = report.check("lpips")
     assert check.status is Status.NOT_MEASURED
     assert f"expected sha256 {lpips_test_weights.weights.backbone_sha256}" in check.detail
@@ -207,14 +207,14 @@ def test_tampered_lpips_weights_are_refused_with_both_hashes(clip, tmp_path, lpi
 def test_weights_found_through_the_directory_and_pins_measure_lpips(clip, lpips_test_weights, monkeypatch):
     monkeypatch.setenv("H3BENCH_LPIPS_PINS", str(lpips_test_weights.pins))
     monkeypatch.setenv("H3BENCH_LPIPS_DIR", str(lpips_test_weights.directory))
-    report = gates.compare(clip(), clip(noise=4.0))
+    report = quality.compare(clip(), clip(noise=4.0))
     assert report.check("lpips").status is Status.PASS
     assert report.lpips_result.backbone_sha256 == lpips_test_weights.weights.backbone_sha256
 
 
 def test_no_lpips_leaves_it_not_measured(clip, tmp_path):
     base = clip()
-    report = gates.compare(base, _copy(base, tmp_path), measure_lpips=False)
+    report = quality.compare(base, _copy(base, tmp_path), measure_lpips=False)
     assert report.check("lpips").status is Status.NOT_MEASURED
     assert "--no-lpips" in report.check("lpips").detail
     assert report.verdict is Outcome.INCONCLUSIVE
@@ -239,7 +239,7 @@ FORMAT_FAILURES = {
 @pytest.mark.parametrize("failing", FORMAT_FAILURES)
 def test_each_format_check_fails_and_blocks_its_metrics(clip, weights, failing):
     content, blocked, reason = FORMAT_FAILURES[failing]
-    report = gates.compare(clip(), clip(**content), lpips_weights=weights)
+    report = quality.compare(clip(), clip(**content), lpips_weights=weights)
     check = report.check(failing)
     assert check.status is Status.FAIL
     assert reason in check.detail
@@ -255,7 +255,7 @@ def test_each_format_check_fails_and_blocks_its_metrics(clip, weights, failing):
 
 def test_a_file_without_video_fails_has_video(clip, weights, make_audio_only_mp4):
     audio_only = make_audio_only_mp4(samples=SAMPLES)
-    report = gates.compare(clip(), audio_only, lpips_weights=weights)
+    report = quality.compare(clip(), audio_only, lpips_weights=weights)
     assert report.check("has_video").status is Status.FAIL
     assert report.check("has_video").value == "baseline yes, candidate no"
     assert f"no video stream in {audio_only} (candidate)" == report.check("has_video").detail
@@ -276,7 +276,7 @@ def test_a_file_without_video_fails_has_video(clip, weights, make_audio_only_mp4
 def test_a_file_that_does_not_decode_fails_decodable_without_raising(clip, tmp_path, weights, make_broken):
     path, data = make_broken(clip, tmp_path)
     path.write_bytes(data)
-    report = gates.compare(clip(), path, lpips_weights=weights)
+    report = quality.compare(clip(), path, lpips_weights=weights)
     check = report.check("decodable")
     assert (check.status, check.value) == (Status.FAIL, "baseline yes, candidate no")
     assert str(path) in check.detail
@@ -288,33 +288,33 @@ def test_a_file_that_does_not_decode_fails_decodable_without_raising(clip, tmp_p
 def test_a_path_that_cannot_be_read_is_a_usage_error(clip, tmp_path, where):
     path = tmp_path / "missing.mp4" if where == "missing" else tmp_path
     with pytest.raises(UsageError, match=str(path)):
-        gates.compare(clip(), path)
+        quality.compare(clip(), path)
     with pytest.raises(UsageError, match=str(path)):
-        gates.compare(path, clip())
+        quality.compare(path, clip())
 
 
 def test_the_finite_check_counts_nan_and_inf_in_each_waveform():
     clean = mediagen.tone(4096)
-    assert gates.finite_check(clean, clean).status is Status.PASS
+    assert quality.finite_check(clean, clean).status is Status.PASS
     dirty = clean.copy()
     dirty[0, 10], dirty[1, 20], dirty[1, 30] = np.nan, np.inf, -np.inf
-    check = gates.finite_check(clean, dirty)
+    check = quality.finite_check(clean, dirty)
     assert (check.name, check.status, check.value) == ("audio_finite", Status.FAIL, 3)
     assert "candidate has 3 non-finite samples" in check.detail
-    check = gates.finite_check(dirty[:, :15], clean)
+    check = quality.finite_check(dirty[:, :15], clean)
     assert (check.status, check.value) == (Status.FAIL, 1)
     assert "baseline has 1 non-finite samples" in check.detail
 
 
 def test_expect_seconds_adds_each_files_checks_and_trims_audio_to_the_expected_count(tmp_path):
-    shape = gates.expected_shape(4)
+    shape = h3.expected_shape(4)
     # Both waveforms run 600 samples past what 4 s needs, so their declared durations are wrong.
     longer = shape.audio_samples + 600
     base = media.write_mp4(tmp_path / "b.mp4", mediagen.textured_frames(shape.frames, 64, 32), mediagen.tone(longer))
     cand = media.write_mp4(
         tmp_path / "c.mp4", mediagen.textured_frames(shape.frames, 64, 32, noise=2.0), mediagen.tone(longer, gain=0.25)
     )
-    report = gates.compare(base, cand, expect_seconds=4, measure_lpips=False)
+    report = quality.compare(base, cand, expect_seconds=4, measure_lpips=False)
     statuses = _statuses(report)
     assert statuses["baseline.expected_frames"] is statuses["candidate.expected_frames"] is Status.PASS
     assert statuses["baseline.audio_declared_duration"] is statuses["candidate.audio_declared_duration"] is Status.FAIL
@@ -326,10 +326,10 @@ def test_expect_seconds_adds_each_files_checks_and_trims_audio_to_the_expected_c
     # Without a duration, each waveform is trimmed to its declared duration instead.
     declared = round(media.probe(base).audio.duration_s * 32_000)
     assert declared > shape.audio_samples
-    plain = gates.compare(base, cand, measure_lpips=False)
+    plain = quality.compare(base, cand, measure_lpips=False)
     assert plain.audio_rms_ratio == audio.rms_ratio(*[audio.trim_to(x, declared) for x in pcm])
     with pytest.raises(UsageError, match="within"):
-        gates.compare(base, cand, expect_seconds=3)
+        quality.compare(base, cand, expect_seconds=3)
 
 
 # --- verdict, thresholds, assertion helpers -------------------------------------------
@@ -351,8 +351,8 @@ def _check(name: str, status: Status) -> Check:
 )
 def test_verdict_fail_beats_not_measured_beats_pass(statuses, expected):
     checks = [_check(f"c{i}", status) for i, status in enumerate(statuses)]
-    assert gates.verdict(checks) is expected
-    assert gates.verdict(reversed(checks)) is expected
+    assert quality.verdict(checks) is expected
+    assert quality.verdict(reversed(checks)) is expected
 
 
 def test_thresholds_load_from_a_gates_table():
@@ -373,15 +373,15 @@ def test_thresholds_load_from_a_gates_table():
 
 def test_thresholds_from_a_table_decide_the_verdict(clip, weights):
     base, cand = clip(), clip(noise=16.0)
-    assert gates.compare(base, cand, lpips_weights=weights).verdict is Outcome.FAIL
+    assert quality.compare(base, cand, lpips_weights=weights).verdict is Outcome.FAIL
     lenient = Thresholds.from_mapping({"ssim_min": 0.5, "psnr_min_db": 25.0})
-    assert gates.compare(base, cand, thresholds=lenient, lpips_weights=weights).verdict is Outcome.PASS
+    assert quality.compare(base, cand, thresholds=lenient, lpips_weights=weights).verdict is Outcome.PASS
 
 
 def test_assert_quality_gates_lists_every_failing_and_unmeasured_check(clip):
-    report = gates.compare(clip(), clip(noise=16.0, gain=0.1), measure_lpips=False)
+    report = quality.compare(clip(), clip(noise=16.0, gain=0.1), measure_lpips=False)
     with pytest.raises(AssertionError) as raised:
-        gates.assert_quality_gates(report)
+        quality.assert_quality_gates(report)
     lines = str(raised.value).splitlines()
     assert lines[0].startswith("quality gates: FAIL for ")
     assert lines[1] == "3 failing:"
@@ -398,19 +398,19 @@ def test_assert_quality_gates_fails_on_not_measured_unless_allowed(clip, tmp_pat
     base = clip()
     copy = _copy(base, tmp_path)
     with pytest.raises(AssertionError, match="INCONCLUSIVE(.|\n)*1 not measured:\n  lpips"):
-        gates.assert_quality_gates(base, copy, measure_lpips=False)
-    report = gates.assert_quality_gates(base, copy, measure_lpips=False, allow_not_measured=("lpips",))
+        quality.assert_quality_gates(base, copy, measure_lpips=False)
+    report = quality.assert_quality_gates(base, copy, measure_lpips=False, allow_not_measured=("lpips",))
     assert report.verdict is Outcome.INCONCLUSIVE
     # Allowing LPIPS to be missing does not excuse a failure.
     with pytest.raises(AssertionError, match="1 failing:\n  frame_count"):
-        gates.assert_quality_gates(base, clip(frames=FRAMES - 1), measure_lpips=False, allow_not_measured=("lpips",))
+        quality.assert_quality_gates(base, clip(frames=FRAMES - 1), measure_lpips=False, allow_not_measured=("lpips",))
 
 
 def test_assert_quality_gates_passes_a_pass(clip, tmp_path, weights):
     base = clip()
-    report = gates.assert_quality_gates(base, _copy(base, tmp_path), lpips_weights=weights)
+    report = quality.assert_quality_gates(base, _copy(base, tmp_path), lpips_weights=weights)
     assert report.verdict is Outcome.PASS
-    assert gates.assert_quality_gates(report) is report
+    assert quality.assert_quality_gates(report) is report
 
 
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -427,6 +427,6 @@ def test_identical_inputs_always_pass(tmp_path, weights, frames, width, height, 
         mediagen.textured_frames(frames, width, height, seed=seed),
         mediagen.tone(4096 + seed, freq),
     )
-    report = gates.compare(base, _copy(base, tmp_path), lpips_weights=weights)
+    report = quality.compare(base, _copy(base, tmp_path), lpips_weights=weights)
     assert report.verdict is Outcome.PASS, report.failing() + report.not_measured()
     assert (report.ssim, report.psnr_db, report.lpips, report.audio_rms_ratio) == (1.0, math.inf, 0.0, 1.0)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from h3bench import gates, lossless, media
+from h3bench import lossless, media, quality
 
 METRICS = ("ssim", "psnr_db", "audio_spectral_cosine", "audio_rms_ratio")
 
@@ -22,8 +22,8 @@ def outputs(make_mp4):
 
 
 def judge(outputs, candidate, *, independent=2, metrics=METRICS):
-    controls = [gates.compare(outputs["base"], outputs[name], measure_lpips=False) for name in ("rerun1", "rerun2")]
-    report = gates.compare(outputs["base"], outputs[candidate], measure_lpips=False)
+    controls = [quality.compare(outputs["base"], outputs[name], measure_lpips=False) for name in ("rerun1", "rerun2")]
+    report = quality.compare(outputs["base"], outputs[candidate], measure_lpips=False)
     equal = media.decoded_digest(outputs["base"]) == media.decoded_digest(outputs[candidate])
     return lossless.judge([(report, equal)], controls, tolerance=1.0, min_controls=2,
                           independent_controls=independent, metrics=metrics)
@@ -68,6 +68,6 @@ def test_an_unmeasured_required_metric_is_inconclusive_not_lossless(outputs):
 
 
 def test_deviations_are_zero_for_identical_media(outputs):
-    report = gates.compare(outputs["base"], outputs["base"], measure_lpips=False)
+    report = quality.compare(outputs["base"], outputs["base"], measure_lpips=False)
 
     assert {k: v for k, v in lossless.deviations(report).items() if k != "lpips"} == dict.fromkeys(METRICS, 0.0)

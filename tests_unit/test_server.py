@@ -15,13 +15,13 @@ import psutil
 import pytest
 
 from h3bench.errors import CleanupError, InterferenceError, ServerStartError, UsageError
+from h3bench.ports import find_free_port
 from h3bench.server import (
     LOG_TAIL_LINES,
     SERVER_ID_ENV,
     ExitReport,
     ServerProcess,
     ServerState,
-    find_free_port,
 )
 
 FAKE_SERVER = Path(__file__).parent / "fakes" / "fake_server.py"

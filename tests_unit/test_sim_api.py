@@ -27,8 +27,8 @@ import pytest
 from h3bench import media
 from h3bench.errors import RunSpecError, UsageError
 from h3bench.sim import parse_args
-from h3bench.sim.content import frame_count
-from h3bench.sim.profile import STAGE_KEYS, SimProfile, load_profile
+from h3bench.h3 import STAGE_KEYS, frame_count
+from h3bench.sim.profile import SimProfile, load_profile
 from tests_unit import mediagen
 
 FAST = ["--time-scale", "0.0005", "--compile-s", "0"]

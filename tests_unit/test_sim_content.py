@@ -18,17 +18,8 @@ from hypothesis import strategies as st
 from h3bench import media
 from h3bench.metrics.audio import rms_ratio, spectral_cosine, trim_to
 from h3bench.metrics.ssim_psnr import compare_video
-from h3bench.sim.content import (
-    ContentSpec,
-    Perturbation,
-    audio_sample_count,
-    audio_track,
-    content_key,
-    frame_count,
-    latent_frames,
-    render,
-    video_frames,
-)
+from h3bench.h3 import audio_sample_count, frame_count, latent_frames
+from h3bench.sim.content import ContentSpec, Perturbation, audio_track, content_key, render, video_frames
 
 SSIM_MIN, PSNR_MIN, COSINE_MIN, RMS_RANGE = 0.97, 34.0, 0.80, (0.5, 2.0)
 

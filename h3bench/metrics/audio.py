@@ -2,10 +2,10 @@
 
 Both reproduce ``_audio_quality_metrics`` of vLLM-Omni's
 tests/diffusion/models/minimax_h3/test_minimax_h3_quantization_quality.py
-(REFERENCE §7), whose gates are spectral cosine ≥ 0.80 and RMS ratio in
-[0.50, 2.00]. Inputs are float ``[channels, samples]`` PCM of equal shape;
-compare decoded AAC only after trimming both to the expected sample count
-(:func:`trim_to`, REFERENCE §3), since the decoder keeps the padding.
+whose gates are spectral cosine ≥ 0.80 and RMS ratio in [0.50, 2.00].
+Inputs are float ``[channels, samples]`` PCM of equal shape; compare decoded
+AAC only after trimming both to the expected sample count (:func:`trim_to`),
+since the decoder keeps the padding of the last AAC frame.
 
 Unlike upstream, a non-finite sample is not silently folded into a score:
 it raises :class:`~h3bench.errors.MediaShapeError`, which the gate layer
@@ -18,10 +18,10 @@ import numpy as np
 import torch
 
 from h3bench.errors import MediaShapeError, UsageError
+from h3bench.h3 import AUDIO_SAMPLE_RATE as SAMPLE_RATE
 
 __all__ = ["N_FFTS", "SAMPLE_RATE", "rms_ratio", "spectral_cosine", "trim_to"]
 
-SAMPLE_RATE = 32_000
 N_FFTS = (512, 1024, 2048)
 _COSINE_EPS = 1e-12
 _RMS_FLOOR = 1e-12
@@ -30,8 +30,8 @@ _RMS_FLOOR = 1e-12
 def trim_to(pcm: np.ndarray, samples: int) -> np.ndarray:
     """The first ``samples`` samples of each channel of ``[channels, samples]`` PCM.
 
-    Decoded AAC carries encoder padding at the end (REFERENCE §3), so it may
-    be longer than expected, never shorter.
+    Decoded AAC carries encoder padding at the end, so it may be longer than
+    expected, never shorter.
 
     Raises
     ------

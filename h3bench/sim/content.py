@@ -1,10 +1,9 @@
 """Deterministic Ref2VA content for the simulator: textured moving video, tonal audio.
 
-The shapes are H3's (REFERENCE §2, vllm-omni minimax_h3 time_request.py and
-encoder_processing.py): the requested frame count ``round(duration * 24)``
-snapped up to ``frames % 17 == 5``, and ``round(40 * frames / 24)`` audio
-latents of 800 stereo samples at 32 kHz each. The MP4 is muxed by
-:func:`h3bench.media.write_mp4`, as vLLM-Omni muxes (REFERENCE §3).
+The shapes are H3's (:mod:`h3bench.h3`): the frame count for the requested
+seconds and the audio latents of 800 stereo samples at 32 kHz each. The MP4 is
+muxed by :func:`h3bench.media.write_mp4`, as vLLM-Omni's ``media_utils.py``
+muxes.
 
 What is generated
 -----------------
@@ -37,56 +36,25 @@ from pathlib import Path
 
 import numpy as np
 
-from h3bench.gates import expected_shape
+from h3bench.h3 import AUDIO_SAMPLE_RATE as SAMPLE_RATE
+from h3bench.h3 import FPS
 from h3bench.media import write_mp4
 
 __all__ = [
-    "AUDIO_LATENT_SAMPLES",
-    "FPS",
-    "MAX_DURATION_S",
-    "MIN_DURATION_S",
-    "SAMPLE_RATE",
     "ContentSpec",
     "Perturbation",
     "RenderInfo",
-    "audio_sample_count",
     "audio_track",
     "content_key",
-    "frame_count",
-    "latent_frames",
     "render",
     "video_frames",
 ]
-
-FPS = 24
-SAMPLE_RATE = 32_000
-AUDIO_LATENT_SAMPLES = 800  # samples per channel per 40 Hz audio latent
-MIN_DURATION_S = 4.0
-MAX_DURATION_S = 15.0
 
 _OBJECTS = 3
 _SPECTRAL_SLOPE = 1.2  # amplitude ~ 1/f^1.2: natural images lie around 0.8-1.5
 _NOISE_BANK = 5  # distinct noise frames cycled by the video_noise perturbation
 _RUN_TO_RUN_VIDEO = 0.5  # std of the per-process field, in 8-bit levels
 _RUN_TO_RUN_AUDIO = 1e-4  # rms of the per-process audio noise (-80 dBFS)
-
-
-def frame_count(duration_s: float) -> int:
-    """Frames H3 generates for ``duration_s``: ``round(duration * 24)`` snapped up to ``17n + 5``.
-
-    4 s → 107, 5 s → 124, 8 s → 192, 10 s → 243, 15 s → 362 (REFERENCE §2).
-    """
-    return expected_shape(duration_s).frames
-
-
-def latent_frames(frames: int) -> int:
-    """The video latent's T for ``frames`` output frames: ``((frames - 5) // 17) * 5 + 2``."""
-    return ((frames - 5) // 17) * 5 + 2
-
-
-def audio_sample_count(frames: int) -> int:
-    """Samples per channel: ``round(40 * frames / 24)`` latents of 800 (5 s → 165 600, 15 s → 482 400)."""
-    return round(40 * frames / FPS) * AUDIO_LATENT_SAMPLES
 
 
 @dataclass(frozen=True)

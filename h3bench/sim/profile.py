@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import os
-import sys
+import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,35 +39,19 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
 
 from h3bench.errors import RunSpecError
-from h3bench.sim.content import Perturbation, latent_frames
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - Python 3.10
-    import tomli as tomllib
+from h3bench.h3 import frame_count, latent_frames
+from h3bench.sim.content import Perturbation
 
 __all__ = [
-    "STAGE_KEYS",
     "SimProfile",
     "StagePlan",
     "load_profile",
     "parse_profile",
 ]
 
-# Profiler keys (REFERENCE §5), in the order the pipeline runs them.
-STAGE_KEYS = (
-    "MiniMaxH3Pipeline.encode_prompt",
-    "MiniMaxH3Pipeline._encode_local_media",
-    "MiniMaxH3Pipeline.diffuse",
-    "MiniMaxH3Pipeline.denoise_step",
-    "MiniMaxH3Pipeline.decode",
-    "MiniMaxH3Pipeline.video_vae.decode_latent",
-    "MiniMaxH3Pipeline.audio_vae.decode_latent",
-    "MiniMaxH3Pipeline.post_decode",
-)
 
-_T5 = latent_frames(124)  # 37
-_T15 = latent_frames(362)  # 107
+_T5 = latent_frames(frame_count(5))  # 37
+_T15 = latent_frames(frame_count(15))  # 107
 # Not in the recipe table: the audio VAE's share of decode, and post_decode (the table's 0.001 s).
 _AUDIO_DECODE_SHARE = 0.05
 _POST_DECODE_S = 0.001

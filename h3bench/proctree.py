@@ -1,0 +1,214 @@
+"""The process tree of one server: every process of its life, found and stopped for certain.
+
+A process is identified by its PID and create time, so a reused PID is never
+mistaken for a survivor. A server's processes are found three ways:
+
+- ``tree``: descendants of the server process;
+- ``session``: members of its session (it leads its own, so one signal to the
+  group reaches all of them);
+- ``marker``: processes whose environment carries the server's marker
+  (``H3BENCH_SERVER_ID``), which workers inherit even after they re-parent or
+  start a session of their own.
+
+The caller also becomes a child subreaper (Linux), so orphaned workers are
+re-parented to it and reaped here, instead of lingering as zombies under an
+init that does not reap (containers without ``--init``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import psutil
+
+__all__ = ["SERVER_ID_ENV", "ProcessInfo", "ProcessTree", "become_subreaper", "describe_exit"]
+
+SERVER_ID_ENV = "H3BENCH_SERVER_ID"
+_PR_SET_CHILD_SUBREAPER = 36
+
+Key = tuple[int, float]  # (pid, create_time): a process's identity across PID reuse
+
+
+def describe_exit(code: int | None) -> str:
+    """A process exit code in words (Popen convention): ``exit code 1``, ``killed by SIGKILL``."""
+    if code is None:
+        return "still running"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def become_subreaper() -> None:
+    """Orphans of our children's trees are re-parented to this process, and reaped here (Linux only)."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """One process seen in the server's tree, identified by PID and create time."""
+
+    pid: int
+    ppid: int
+    create_time: float
+    name: str
+    cmdline: tuple[str, ...]
+    found_by: str  # "tree" (descendant of the server), "session" or "marker"
+
+    def describe(self) -> str:
+        command = " ".join(self.cmdline) or self.name
+        return f"pid {self.pid} ({self.name}: {command[:200]})"
+
+
+class ProcessTree:
+    """Every process that one server process and its workers ever had, from launch to proof of exit."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], marker: str) -> None:
+        self.popen = popen
+        self.marker = marker
+        self._seen: dict[Key, ProcessInfo] = {}
+        self._procs: dict[Key, psutil.Process] = {}
+        self._escaped: set[Key] = set()
+        self._root: psutil.Process | None = None
+        with contextlib.suppress(psutil.NoSuchProcess):
+            self._root = psutil.Process(popen.pid)
+
+    @property
+    def seen(self) -> tuple[ProcessInfo, ...]:
+        return tuple(self._seen.values())
+
+    @property
+    def escaped(self) -> tuple[ProcessInfo, ...]:
+        """Processes found outside the tree while the server ran (re-parented or detached workers)."""
+        return tuple(sorted((self._seen[k] for k in self._escaped), key=lambda p: p.create_time))
+
+    def info(self, key: Key) -> ProcessInfo:
+        return self._seen[key]
+
+    def scan(self) -> list[Key]:
+        """Find the server's processes now, record new ones, and return the keys found."""
+        # Running, not merely unreaped: a dead server's workers are orphans, not escapees.
+        root_alive = self._root is not None and self.popen.poll() is None
+        sid = self.popen.pid  # it leads its own session
+        procs = list(psutil.process_iter(["ppid", "name"]))
+        children: dict[int, list[psutil.Process]] = {}
+        for proc in procs:
+            children.setdefault(proc.info["ppid"], []).append(proc)
+        found: dict[int, tuple[psutil.Process, str]] = {}
+        if root_alive and self._root is not None:
+            stack = [self._root]
+            while stack:
+                proc = stack.pop()
+                found[proc.pid] = (proc, "tree")
+                stack.extend(children.get(proc.pid, ()))
+        for proc in procs:
+            if proc.pid in found or proc.pid == os.getpid():
+                continue
+            try:
+                if os.getsid(proc.pid) == sid:
+                    found[proc.pid] = (proc, "session")
+                elif proc.environ().get(SERVER_ID_ENV) == self.marker:
+                    found[proc.pid] = (proc, "marker")
+            except (OSError, psutil.Error):
+                continue  # gone, a zombie (no environ) or not ours to read
+        keys = []
+        for proc, how in found.values():
+            try:
+                key = (proc.pid, proc.create_time())
+                if key not in self._seen:
+                    with proc.oneshot():
+                        self._seen[key] = ProcessInfo(
+                            pid=proc.pid,
+                            ppid=proc.ppid(),
+                            create_time=key[1],
+                            name=proc.name(),
+                            cmdline=tuple(_cmdline(proc)),
+                            found_by=how,
+                        )
+                    self._procs[key] = proc
+            except psutil.NoSuchProcess:
+                continue
+            if how != "tree" and root_alive:
+                self._escaped.add(key)
+            keys.append(key)
+        return keys
+
+    def census(self) -> tuple[list[Key], list[Key]]:
+        """Recorded processes that still exist: (running, zombies), after reaping ours."""
+        self.popen.poll()
+        running: list[Key] = []
+        zombies: list[Key] = []
+        for key, proc in self._procs.items():
+            try:
+                if not proc.is_running():
+                    continue
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    running.append(key)
+                    continue
+                if proc.ppid() == os.getpid() and proc.pid != self.popen.pid:
+                    os.waitpid(proc.pid, os.WNOHANG)  # an orphan re-parented to us: reap it
+                    if not proc.is_running():
+                        continue
+            except (psutil.NoSuchProcess, ChildProcessError):
+                continue
+            zombies.append(key)  # only its parent can reap it; the exit check reports it
+        return running, zombies
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        # The server leads its own session, so its PID is the group id; the kernel
+        # never hands that id to a new process while a member of the group lives.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, sig)
+
+    def kill_all(self) -> None:
+        """SIGKILL every recorded process still running, and the whole group."""
+        self.scan()
+        for key in self.census()[0]:
+            with contextlib.suppress(psutil.Error):
+                self._procs[key].kill()
+        self.signal_group(signal.SIGKILL)
+
+    def wait_exited(self, deadline: float) -> bool:
+        """Wait until no recorded process is running (zombies have exited); False at the deadline."""
+        delay = 0.002
+        while True:
+            if not self.census()[0]:
+                self.scan()  # ...and a fresh scan finds nothing new running either
+                if not self.census()[0]:
+                    return True
+            if time.perf_counter() >= deadline:
+                return False
+            time.sleep(max(0.0, min(delay, deadline - time.perf_counter())))
+            delay = min(delay * 2, 0.05)
+
+    def survivors(self) -> list[str]:
+        """One line per recorded process still running, or a zombie nobody reaped."""
+        self.scan()  # anything that appeared after the stop
+        running, zombies = self.census()
+        lines = [f"{self._seen[k].describe()} is still running" for k in running]
+        lines += [f"{self._seen[k].describe()} is a zombie (parent pid {_ppid(self._procs[k])})" for k in zombies]
+        return lines
+
+
+def _ppid(proc: psutil.Process) -> int | str:
+    try:
+        return proc.ppid()
+    except psutil.Error:
+        return "unknown"
+
+
+def _cmdline(proc: psutil.Process) -> list[str]:
+    try:
+        return proc.cmdline()
+    except psutil.Error:  # zombies have no command line
+        return []

@@ -1,0 +1,41 @@
+"""Quality gates: a candidate MP4 against its baseline, and one output against its expected duration.
+
+The data flow is one module per step: :mod:`~h3bench.quality.files` (each
+file reads and decodes), :mod:`~h3bench.quality.formats` (the two files have
+the same format), :mod:`~h3bench.quality.expected` (each file has H3's shape
+for the requested seconds), :mod:`~h3bench.quality.compare` (the metric
+gates), into the :class:`~h3bench.quality.checks.QualityReport` of
+:mod:`~h3bench.quality.checks`. :mod:`~h3bench.quality.assertions` turns a
+report into one assertion message.
+"""
+
+from __future__ import annotations
+
+from h3bench.quality.assertions import assert_expected_duration, assert_quality_gates
+from h3bench.quality.checks import Check, QualityReport, Status, Thresholds, format_value, json_safe, verdict
+from h3bench.quality.compare import compare
+from h3bench.quality.expected import expected_duration_checks
+from h3bench.quality.files import require_readable
+from h3bench.quality.formats import finite_check
+
+__all__ = [
+    "VALIDATOR_VERSION",
+    "Check",
+    "QualityReport",
+    "Status",
+    "Thresholds",
+    "assert_expected_duration",
+    "assert_quality_gates",
+    "compare",
+    "expected_duration_checks",
+    "finite_check",
+    "format_value",
+    "json_safe",
+    "require_readable",
+    "verdict",
+]
+
+# Recorded with every quality result. Bump it when a check or metric changes, so
+# re-validating a bundle writes a new result beside the frozen old one. Read it
+# as ``quality.VALIDATOR_VERSION`` at the time of use.
+VALIDATOR_VERSION = "h3bench-quality-1"

@@ -1,0 +1,261 @@
+"""The pair comparison: every format check and quality gate of a candidate MP4 against its baseline.
+
+:func:`compare` runs, on a baseline and a candidate MP4:
+
+1. the format checks that the campaign requires before any metric
+   (:mod:`h3bench.quality.formats`);
+2. optionally, the expected-duration checks of each file for a requested
+   number of seconds (:mod:`h3bench.quality.expected`), prefixed
+   ``baseline.`` and ``candidate.``;
+3. the metric gates with upstream's definitions: SSIM ≥ 0.97 and PSNR ≥ 34 dB
+   (ffmpeg's filters, as vLLM-Omni's ``tests/e2e/accuracy/helpers.py`` runs
+   them), LPIPS ≤ 0.20 (alex, v0.1) and audio spectral cosine ≥ 0.80 and RMS
+   ratio in [0.50, 2.00] (``test_minimax_h3_quantization_quality.py``).
+
+A metric whose prerequisites failed is ``not_measured`` with the reason (the
+verdict is FAIL anyway, because a prerequisite failed). LPIPS weights that
+cannot be authenticated make the ``lpips`` check ``not_measured``, so the
+verdict cannot be PASS.
+
+Audio metrics compare PCM trimmed to an expected sample count, because the
+decoder keeps the AAC padding at the end: the count for ``expect_seconds``
+when given, otherwise each stream's declared duration times its rate, which
+is the waveform the muxer was given.
+
+The metric modules (numba, torch) are imported only when a metric is
+computed, so importing this module (the pytest plugin, ``h3bench probe``)
+stays light.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from h3bench import media
+from h3bench.errors import MediaDecodeError, MediaShapeError, WeightIntegrityError
+from h3bench.h3 import ExpectedShape, expected_shape
+from h3bench.quality.checks import (
+    Check,
+    QualityReport,
+    Status,
+    Thresholds,
+    at_least,
+    at_most,
+    blocked_by,
+    not_measured,
+    within,
+)
+from h3bench.quality.expected import duration_checks
+from h3bench.quality.files import Probed, decodable_check, probe_file, stream_check
+from h3bench.quality.formats import audio_format_checks, finite_check, video_format_checks
+
+if TYPE_CHECKING:
+    from h3bench.metrics.lpips import LpipsResult, LpipsWeights
+    from h3bench.metrics.ssim_psnr import VideoMetrics
+
+__all__ = ["compare"]
+
+
+def _audio_trim_count(sound: media.AudioInfo, shape: ExpectedShape | None) -> int:
+    if shape is not None:
+        return shape.audio_samples
+    if sound.duration_s is None:
+        return sound.samples
+    return round(sound.duration_s * sound.sample_rate)
+
+
+def _video_metric_checks(
+    base: Probed,
+    cand: Probed,
+    prerequisites: list[Check],
+    thresholds: Thresholds,
+) -> tuple[list[Check], VideoMetrics | None]:
+    ssim_rule, psnr_rule = f">= {thresholds.ssim_min:g}", f">= {thresholds.psnr_min_db:g}"
+    reason = blocked_by(prerequisites)
+    if reason:
+        return [not_measured("ssim", ssim_rule, reason), not_measured("psnr_db", psnr_rule, reason)], None
+    from h3bench.metrics import ssim_psnr
+
+    try:
+        metrics = ssim_psnr.compare_video(base.path, cand.path)
+    except (MediaShapeError, MediaDecodeError) as exc:
+        detail = f"ffmpeg-style SSIM/PSNR could not be computed: {exc}"
+        return [
+            Check("ssim", Status.FAIL, None, ssim_rule, detail),
+            Check("psnr_db", Status.FAIL, None, psnr_rule, detail),
+        ], None
+    return [
+        at_least("ssim", "SSIM (ffmpeg All)", metrics.ssim, thresholds.ssim_min),
+        at_least("psnr_db", "PSNR (ffmpeg average, dB)", metrics.psnr_db, thresholds.psnr_min_db),
+    ], metrics
+
+
+def _lpips_check(
+    base: Probed,
+    cand: Probed,
+    prerequisites: list[Check],
+    thresholds: Thresholds,
+    *,
+    measure: bool,
+    weights: LpipsWeights | None,
+    directory: str | os.PathLike[str] | None,
+    device: str,
+) -> tuple[Check, LpipsResult | None]:
+    rule = f"<= {thresholds.lpips_max:g}"
+    reason = blocked_by(prerequisites)
+    if reason:
+        return not_measured("lpips", rule, reason), None
+    if not measure:
+        return not_measured("lpips", rule, "LPIPS not measured (--no-lpips, measure_lpips=False)"), None
+    from h3bench.metrics import lpips
+
+    if weights is None:
+        try:
+            weights = lpips.authenticate_weights(directory)
+        except WeightIntegrityError as exc:
+            detail = (
+                f"LPIPS not measured: weights refused ({exc}); path {exc.path}, "
+                f"expected sha256 {exc.expected_sha256 or '-'}, actual {exc.actual_sha256 or '-'}"
+            )
+            return not_measured("lpips", rule, detail), None
+    try:
+        result = lpips.lpips_video(base.path, cand.path, weights=weights, device=device)
+    except (MediaShapeError, MediaDecodeError) as exc:
+        return Check("lpips", Status.FAIL, None, rule, f"LPIPS could not be computed: {exc}"), None
+    return at_most("lpips", "LPIPS (alex, v0.1, mean over frames)", result.mean, thresholds.lpips_max), result
+
+
+def _audio_metric_checks(
+    base: Probed,
+    cand: Probed,
+    pcm: tuple[np.ndarray, np.ndarray] | None,  # None only when a prerequisite failed
+    prerequisites: list[Check],
+    thresholds: Thresholds,
+    shape: ExpectedShape | None,
+) -> tuple[list[Check], float | None, float | None]:
+    cosine_rule = f">= {thresholds.audio_cosine_min:g}"
+    rms_rule = f"in [{thresholds.rms_ratio_min:g}, {thresholds.rms_ratio_max:g}]"
+    reason = blocked_by(prerequisites)
+    if reason:
+        return [
+            not_measured("audio_spectral_cosine", cosine_rule, reason),
+            not_measured("audio_rms_ratio", rms_rule, reason),
+        ], None, None
+    from h3bench.metrics import audio
+
+    try:
+        b = audio.trim_to(pcm[0], _audio_trim_count(base.audio, shape))
+        c = audio.trim_to(pcm[1], _audio_trim_count(cand.audio, shape))
+        cosine = audio.spectral_cosine(
+            b, c, baseline_rate=base.audio.sample_rate, candidate_rate=cand.audio.sample_rate
+        )
+        ratio = audio.rms_ratio(b, c)
+    except MediaShapeError as exc:
+        detail = f"audio metrics could not be computed: {exc}"
+        return [
+            Check("audio_spectral_cosine", Status.FAIL, None, cosine_rule, detail),
+            Check("audio_rms_ratio", Status.FAIL, None, rms_rule, detail),
+        ], None, None
+    return [
+        at_least("audio_spectral_cosine", "the multi-resolution spectral cosine", cosine, thresholds.audio_cosine_min),
+        within(
+            "audio_rms_ratio",
+            "the RMS ratio (candidate / baseline)",
+            ratio,
+            thresholds.rms_ratio_min,
+            thresholds.rms_ratio_max,
+        ),
+    ], cosine, ratio
+
+
+def compare(
+    baseline: str | os.PathLike[str],
+    candidate: str | os.PathLike[str],
+    *,
+    thresholds: Thresholds | None = None,
+    expect_seconds: float | None = None,
+    lpips_weights: LpipsWeights | None = None,
+    lpips_dir: str | os.PathLike[str] | None = None,
+    lpips_device: str = "cpu",
+    measure_lpips: bool = True,
+) -> QualityReport:
+    """Run every format check and quality gate of a candidate MP4 against its baseline.
+
+    Parameters
+    ----------
+    baseline, candidate
+        Paths to the two MP4s. A path that cannot be read raises UsageError;
+        a file that does not decode fails the ``decodable`` check.
+    thresholds
+        Gate thresholds (the campaign's by default).
+    expect_seconds
+        If given, also run the expected-duration checks on both files, and
+        trim the PCM to the expected sample count for the audio metrics.
+    lpips_weights, lpips_dir
+        Authenticated weights, or the directory to authenticate them from
+        (default: the ``H3BENCH_LPIPS_DIR`` environment variable).
+    lpips_device
+        Torch device for LPIPS (``cpu``, ``cuda``, ``npu``).
+    measure_lpips
+        False leaves the ``lpips`` check not measured, so the verdict is at
+        best INCONCLUSIVE.
+
+    Returns
+    -------
+    QualityReport
+        Checks in a fixed order: format checks, expected-duration checks, then
+        ``ssim``, ``psnr_db``, ``lpips``, ``audio_spectral_cosine``, ``audio_rms_ratio``.
+    """
+    thresholds = (thresholds or Thresholds()).thresholds
+    shape = expected_shape(expect_seconds) if expect_seconds is not None else None
+    base, cand = probe_file("baseline", baseline), probe_file("candidate", candidate)
+    files = (base, cand)
+    decodable = decodable_check(files)
+    has_video = stream_check(files, decodable, "video")
+    has_audio = stream_check(files, decodable, "audio")
+    video_format = video_format_checks(base, cand, has_video)
+    audio_format = audio_format_checks(base, cand, has_audio)
+    # Each file's PCM is decoded once, here, for the finite check and the metrics.
+    pcm = None
+    if has_audio.status is Status.PASS:
+        pcm = (media.read_pcm(base.path)[0], media.read_pcm(cand.path)[0])
+        finite = finite_check(*pcm)
+    else:
+        finite = not_measured("audio_finite", "== 0", blocked_by([has_audio]))
+    checks = [decodable, has_video, has_audio, *video_format, *audio_format, finite]
+    if shape is not None:
+        for f in files:
+            checks += [replace(check, name=f"{f.role}.{check.name}") for check in duration_checks(f, shape)]
+
+    video_prerequisites = [has_video, *video_format]
+    video_checks, video = _video_metric_checks(base, cand, video_prerequisites, thresholds)
+    lpips_check, lpips_result = _lpips_check(
+        base,
+        cand,
+        video_prerequisites,
+        thresholds,
+        measure=measure_lpips,
+        weights=lpips_weights,
+        directory=lpips_dir,
+        device=lpips_device,
+    )
+    audio_prerequisites = [has_audio, *audio_format, finite]
+    audio_checks, cosine, ratio = _audio_metric_checks(base, cand, pcm, audio_prerequisites, thresholds, shape)
+    checks += [*video_checks, lpips_check, *audio_checks]
+    return QualityReport(
+        baseline=base.path,
+        candidate=cand.path,
+        checks=tuple(checks),
+        ssim=video.ssim if video is not None else None,
+        psnr_db=video.psnr_db if video is not None else None,
+        lpips=lpips_result.mean if lpips_result is not None else None,
+        audio_spectral_cosine=cosine,
+        audio_rms_ratio=ratio,
+        thresholds=thresholds,
+        video=video,
+        lpips_result=lpips_result,
+    )

@@ -1,0 +1,180 @@
+"""The simulator's jobs and its engine: one request at a time on the worker pool.
+
+:class:`VideoJob` is upstream's ``VideoResponse`` (``protocol/videos.py``);
+:class:`Simulator` is the state the routes share: the engine, the job store
+and the tasks that run async jobs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, Field
+
+from h3bench.h3 import STAGE_PREFIX
+from h3bench.sim.forms import SimRequest
+from h3bench.sim.pool import WorkerPool
+from h3bench.sim.profile import SimProfile
+from h3bench.sim.worker import GenerationError, WorkerJob, WorkerResult
+
+__all__ = ["Engine", "VideoError", "VideoJob", "log_completed"]
+
+log = logging.getLogger("h3bench.sim")
+
+
+class VideoError(BaseModel):
+    code: int | str
+    message: str
+
+
+class VideoJob(BaseModel):
+    """One async job, as upstream's ``VideoResponse`` (protocol/videos.py)."""
+
+    model: str
+    prompt: str
+    id: str = Field(default_factory=lambda: f"video_gen_{uuid.uuid4().hex}")
+    object: Literal["video"] = "video"
+    status: Literal["queued", "in_progress", "completed", "failed"] = "queued"
+    size: str | None = None
+    progress: int = 0
+    seconds: str = "4"
+    quality: str = "default"
+    completed_at: int | None = None
+    created_at: int = Field(default_factory=lambda: int(time.time()))
+    remixed_from_video_id: str | None = None
+    error: VideoError | None = None
+    media_type: Literal["video/mp4"] = "video/mp4"
+    expires_at: int | None = None
+    file_name: str | None = None
+    inference_time_s: float | None = None
+    stage_durations: dict[str, float] = Field(default_factory=dict)
+    peak_memory_mb: float = 0.0
+    fps: float | None = None
+    num_frames: int | None = None
+    duration_s: float | None = None
+
+
+class Engine:
+    """Runs one request at a time on the worker pool, as H3 does (one request per diffusion batch)."""
+
+    def __init__(self, profile: SimProfile, pool: WorkerPool, storage: Path, process_seed: int) -> None:
+        self.profile = profile
+        self.pool = pool
+        self.storage = storage
+        self._rng = np.random.default_rng(process_seed)
+        self._lock = asyncio.Lock()
+        self._count = 0
+        self._cache: dict[bytes, tuple[Path, WorkerResult]] = {}
+
+    async def generate(self, request: SimRequest, request_id: str, output: Path) -> WorkerResult:
+        spec = request.content()
+        cached = self._cache.get(spec.key) if self.profile.cache_outputs else None
+        if cached is not None:
+            shutil.copyfile(cached[0], output)
+            log.warning("request %s: answered from the output cache (cache_outputs)", request_id)
+            return cached[1]
+        async with self._lock:
+            if self.pool.dead_reason is not None:
+                raise GenerationError(f"engine is dead: {self.pool.dead_reason}")
+            self._count += 1
+            nth = self._count
+            profile = self.profile
+            plan = profile.plan(
+                spec.frames, self._rng, num_inference_steps=request.form.num_inference_steps, first=nth == 1
+            )
+            job = WorkerJob(
+                request_id=request_id,
+                plan=plan,
+                content=spec,
+                output_path=str(output),
+                fail=nth == profile.fail_request,
+                crash_rank=profile.workers - 1 if nth == profile.crash_request else None,
+                hang=nth == profile.hang_request,
+            )
+            log.info("request %s: started (request %d; modelled %.3f s)", request_id, nth, plan.total_s)
+            future = self.pool.submit(job)
+            try:
+                result = await asyncio.shield(asyncio.wrap_future(future))
+            except asyncio.CancelledError:
+                # The workers finish anyway; nobody will fetch the file.
+                future.add_done_callback(lambda _: output.unlink(missing_ok=True))
+                raise
+        if profile.cache_outputs:
+            kept = self.storage / f"cache-{spec.key.hex()}.mp4"
+            shutil.copyfile(output, kept)
+            self._cache[spec.key] = (kept, result)
+        return result
+
+
+def log_completed(request_id: str, seconds: float, result: WorkerResult) -> None:
+    durations = result.stage_durations.items()
+    stages = ", ".join(f"{key.removeprefix(STAGE_PREFIX)} {value:.3f}" for key, value in durations)
+    log.info(
+        "request %s: completed in %.3f s (%d frames, %d audio samples, %.2f MB, rendered in %.3f s); "
+        "stages [s]: %s; peak memory %.1f MB",
+        request_id,
+        seconds,
+        result.frames,
+        result.audio_samples,
+        result.size_bytes / 1e6,
+        result.render_s,
+        stages,
+        result.peak_memory_mb,
+    )
+
+
+class Simulator:
+    """What the routes share: the arm's profile, the engine, the job store and the running job tasks."""
+
+    def __init__(
+        self, profile: SimProfile, pool: WorkerPool, storage: Path, *, process_seed: int, sync_timeout_s: float
+    ) -> None:
+        self.profile = profile
+        self.pool = pool
+        self.storage = storage
+        self.sync_timeout_s = sync_timeout_s
+        self.engine = Engine(profile, pool, storage, process_seed)
+        self.jobs: dict[str, VideoJob] = {}
+        self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.started = int(time.time())
+
+    def submit(self, job: VideoJob, request: SimRequest) -> None:
+        """Store the job and run it in the background."""
+        self.jobs[job.id] = job
+        self.tasks[job.id] = asyncio.create_task(self._run(job, request))
+
+    async def _run(self, job: VideoJob, request: SimRequest) -> None:
+        job.status = "in_progress"
+        start = time.perf_counter()
+        output = self.storage / f"{job.id}.mp4"
+        try:
+            result = await self.engine.generate(request, job.id, output)
+        except GenerationError as exc:
+            job.status, job.completed_at = "failed", int(time.time())
+            job.error = VideoError(code=exc.status_code, message=str(exc))
+            job.inference_time_s = time.perf_counter() - start
+            log.error("request %s: failed (%d) after %.3f s: %s", job.id, exc.status_code, job.inference_time_s, exc)
+            return
+        except asyncio.CancelledError:
+            output.unlink(missing_ok=True)
+            raise
+        finally:
+            self.tasks.pop(job.id, None)
+        job.inference_time_s = time.perf_counter() - start
+        job.status, job.progress, job.completed_at = "completed", 100, int(time.time())
+        job.file_name = output.name
+        job.stage_durations = result.stage_durations
+        job.peak_memory_mb = result.peak_memory_mb
+        job.fps, job.num_frames, job.duration_s = 24.0, result.frames, result.frames / 24
+        log_completed(job.id, job.inference_time_s, result)
+
+    def cancel_all(self) -> None:
+        for task in self.tasks.values():
+            task.cancel()
