@@ -224,19 +224,20 @@ def _configure_validate(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_validate(args: argparse.Namespace) -> int:
-    from h3bench.campaign import Campaign, Settings
+    from h3bench.review import Review
+    from h3bench.settings import Settings
 
     path = _bundle_dir(args.bundle)
     settings = Settings.for_bundle(path, lossless=args.lossless, lpips_dir=args.lpips_dir, lpips_device=args.lpips_device)
-    campaign = Campaign.from_bundle(path, settings)
-    outcome = campaign.validate()
-    written = campaign.write_quality()
-    verdicts = campaign.verdicts()
+    review = Review.from_bundle(path, settings)
+    outcome = review.validate()
+    written = review.write_quality()
+    verdicts = {candidate: verdict.to_dict() for candidate, verdict in review.verdicts().items()}
     if args.json:
         print(json.dumps(json_safe({"written": written, "verdict": str(outcome), "candidates": verdicts}), indent=2))
     else:
         print(f"validated with {quality.VALIDATOR_VERSION}: {written}")
-        for line in campaign.summary_lines():
+        for line in review.summary_lines():
             print(line)
     return EXIT_CODES[outcome]
 

@@ -1,59 +1,81 @@
 """The h3bench pytest plugin: options, hooks, fixtures and assertion helpers.
 
 It is glue. The campaign (schedule, servers, requests, evidence) lives in
-``h3bench.campaign``; the tests in ``tests_perf``, ``tests_lifecycle`` and
+:mod:`h3bench.campaign`; the tests in ``tests_perf``, ``tests_lifecycle`` and
 ``tests_quality`` ask it for blocks, lifecycle records and matched outputs.
 
 Order of things in a session:
 
-1. ``pytest_configure`` resolves the options once into ``Settings`` and loads
-   the frozen RunSpec (a bad spec is a usage error, not a traceback).
+1. ``pytest_configure`` resolves the options once into :class:`Settings`,
+   registers the markers and, when the command line names campaign tests,
+   loads the frozen RunSpec (a bad spec is a usage error, not a traceback).
 2. ``pytest_generate_tests`` parametrizes the campaign tests by the spec's
    schedule, so test ids are stable across runs and ``--benchmark-compare``
-   lines them up.
-3. ``pytest_collection_modifyitems`` runs perf tests first, in schedule order:
-   they produce the blocks that lifecycle and quality tests then read.
-4. ``pytest_terminal_summary`` prints the per-duration summary and the
-   bundle path; ``pytest_sessionfinish`` writes ``verdict.json``.
+   lines them up; each perf test carries its duration's benchmark group.
+3. ``pytest_collection_modifyitems`` (last) puts perf tests first, then
+   lifecycle, then quality, each in schedule order, whatever plugins such as
+   pytest-randomly did before: the perf tests produce what the others read.
+4. ``pytest_collection_finish`` tells the campaign which blocks the selected
+   tests read (``-k``, ``-m``): exactly those run.
+5. ``pytest_terminal_summary`` prints the per-duration summary and the bundle
+   path; ``pytest_sessionfinish`` writes ``verdict.json`` and seals the
+   bundle, as interrupted if the session did not run to its end.
 
-Under xdist the controller runs the whole schedule in ``pytest_sessionstart``
-(serially, under the device lock) and hands the bundle to the workers, which
-only read it; quality results come back to the controller on the test
-reports (``user_properties``), so the verdict covers every worker.
+Under xdist the controller runs the selected blocks (serially, under the
+device lock) once the workers have collected, before any test starts; the
+workers only read the bundle, and quality results come back to the
+controller on the test reports (``user_properties``), so the verdict covers
+every worker.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
+from typing import Any
+
 import pytest
 
-from h3bench.campaign import BlockFailed, Campaign, CandidateStopped, Settings
+from h3bench.campaign import Campaign
 from h3bench.errors import H3BenchError
+from h3bench.h3 import expected_shape, workload_marker
 from h3bench.quality.assertions import assert_expected_duration, assert_quality_gates
+from h3bench.records import BlockFailed, CandidateStopped
+from h3bench.review import Review
+from h3bench.runspec import load_runspec
+from h3bench.schedule import CASE_FIXTURES
+from h3bench.settings import ARMS, LPIPS_DIR_ENV, Settings
 
-__all__ = ["Settings", "assert_expected_duration", "assert_quality_gates"]
+__all__ = ["Settings", "assert_expected_duration", "assert_quality_gates", "timed_by"]
 
-ARMS = ("baseline", "candidate", "all")
 DEFAULT_RUNSPEC = "fixtures/runspecs/sim.toml"
 CAMPAIGN_DIRS = ("tests_perf", "tests_lifecycle", "tests_quality")
+CATEGORIES = {
+    "perf": "E2E latency per AB/BA block, through pytest-benchmark; never concurrent",
+    "lifecycle": "server startup, warmup, shutdown and worker exits per block",
+    "quality": "candidate outputs against matched baseline outputs, through every gate",
+}
 XDIST_NOTE = (
-    "h3bench: under xdist the controller runs every block first, one at a time under the device lock; "
+    "h3bench: under xdist the controller runs every block first (those the selected tests read), one at a time "
+    "under the device lock; "
     "the workers then only read the evidence bundle. pytest-benchmark disables itself under xdist, so "
     "latency comes from the client's E2E in the bundle; use -n 0 for --benchmark-autosave/--benchmark-compare."
 )
 _BUNDLE_INPUT = "h3bench_bundle"
+_SESSION_INPUT = "h3bench_session"
 _RECORD_PROPERTY = "h3bench"
-_CAMPAIGN_KEY = pytest.StashKey[Campaign]()
-_SETTINGS_KEY = pytest.StashKey["Settings"]()
+_CAMPAIGN_KEY = pytest.StashKey[Review]()
+_SETTINGS_KEY = pytest.StashKey[Settings]()
+_RAN_KEY = pytest.StashKey[bool]()
 
 HELP_RUNSPEC = f"frozen RunSpec (TOML) of the campaign; default {DEFAULT_RUNSPEC} (env H3BENCH_RUNSPEC)"
 HELP_ARM = "which arms to run: baseline, candidate or all (default all)"
 HELP_EVIDENCE = "directory that receives the evidence bundle of this run (default h3bench-evidence/)"
 HELP_BASELINE = "evidence bundle whose baseline outputs and samples a candidate-only run compares against"
 HELP_LOSSLESS = "judge the candidate against the baseline's own run-to-run variability (lossless mode)"
-HELP_LPIPS_DIR = "directory holding the LPIPS weights (env H3BENCH_LPIPS_DIR)"
+HELP_LPIPS_DIR = f"directory holding the LPIPS weights (env {LPIPS_DIR_ENV})"
 HELP_LPIPS_DEVICE = "device for LPIPS: cpu, cuda or npu (default cpu)"
 
 
@@ -75,7 +97,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--runspec", dest="h3_runspec", default=None, help=HELP_RUNSPEC)
     group.addoption("--arm", dest="h3_arm", type=_arm, default="all", help=HELP_ARM)
     group.addoption("--evidence-dir", dest="h3_evidence_dir", default="h3bench-evidence", help=HELP_EVIDENCE)
-    group.addoption("--baseline-evidence", dest="h3_baseline_evidence", type=_existing_path, default=None, help=HELP_BASELINE)
+    group.addoption("--baseline-evidence", dest="h3_baseline_evidence", type=_existing_path, default=None,
+                    help=HELP_BASELINE)
     group.addoption("--lossless", dest="h3_lossless", action="store_true", default=False, help=HELP_LOSSLESS)
     group.addoption("--lpips-dir", dest="h3_lpips_dir", default=None, help=HELP_LPIPS_DIR)
     group.addoption("--lpips-device", dest="h3_lpips_device", default="cpu", help=HELP_LPIPS_DEVICE)
@@ -85,7 +108,7 @@ def _resolve(config: pytest.Config) -> Settings:
     """Options, then environment, then defaults; relative paths are against the rootdir."""
     root = Path(config.rootpath)
     runspec = config.getoption("h3_runspec") or os.environ.get("H3BENCH_RUNSPEC") or DEFAULT_RUNSPEC
-    lpips_dir = config.getoption("h3_lpips_dir") or os.environ.get("H3BENCH_LPIPS_DIR")
+    lpips_dir = config.getoption("h3_lpips_dir") or os.environ.get(LPIPS_DIR_ENV)
     return Settings(
         runspec=(root / runspec) if not Path(runspec).is_absolute() else Path(runspec),
         arm=config.getoption("h3_arm"),
@@ -97,99 +120,127 @@ def _resolve(config: pytest.Config) -> Settings:
     )
 
 
+def _register_markers(config: pytest.Config, durations: tuple[float, ...] = (5.0, 15.0)) -> None:
+    for seconds in durations:
+        shape = expected_shape(seconds)
+        config.addinivalue_line(
+            "markers", f"{workload_marker(seconds)}: the {seconds:g} s Ref2VA workload ({shape.frames} frames at 24 FPS)"
+        )
+    for name, text in CATEGORIES.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SETTINGS_KEY] = _resolve(config)
+    _register_markers(config)
     config.pluginmanager.register(_RecordCollector(config), "h3bench-records")
-    if _campaign_requested(config):
+    if _names_campaign_tests(config):
         campaign_for(config)  # a bad RunSpec or baseline bundle is a usage error before anything runs
 
 
-def campaign_for(config: pytest.Config) -> Campaign:
-    """The session's campaign, created on first use (so tests_unit never loads a spec).
+def _worker_input(config: pytest.Config) -> dict[str, Any] | None:
+    workerinput: dict[str, Any] | None = getattr(config, "workerinput", None)
+    return workerinput
 
-    An xdist worker reads the bundle that the controller's campaign wrote and never starts a server.
+
+def campaign_for(config: pytest.Config) -> Review:
+    """The session's campaign, created on first use (so a run of tests_unit never loads a spec).
+
+    An xdist worker gets a reader of the bundle that the controller writes; it never starts a server.
     """
     campaign = config.stash.get(_CAMPAIGN_KEY, None)
     if campaign is None:
         settings = config.stash[_SETTINGS_KEY]
-        bundle = getattr(config, "workerinput", {}).get(_BUNDLE_INPUT)
+        workerinput = _worker_input(config)
         try:
-            campaign = Campaign.from_bundle(bundle, settings) if bundle else Campaign.from_settings(settings)
+            if workerinput is not None:
+                campaign = _worker_reader(settings, workerinput)
+            else:
+                campaign = Campaign.from_settings(settings)
         except H3BenchError as exc:
             raise pytest.UsageError(f"h3bench: {exc}") from exc
+        _register_markers(config, campaign.spec.workload.durations)
         config.stash[_CAMPAIGN_KEY] = campaign
     return campaign
 
 
+def _worker_reader(settings: Settings, workerinput: Mapping[str, Any]) -> Review:
+    """What an xdist worker sees: the controller's bundle, read when a test first needs it."""
+    assert settings.runspec is not None
+    spec = load_runspec(settings.runspec)
+    planned, session = workerinput.get(_BUNDLE_INPUT), workerinput.get(_SESSION_INPUT)
+    if planned is None or session is None:
+        raise H3BenchError("the xdist controller could not load the RunSpec, so no campaign runs")
+    reader = Review(spec, settings, bundle_path=Path(planned), session=session)
+    if settings.baseline_evidence is not None:
+        reader.attach_baseline(settings.baseline_evidence)
+    return reader
+
+
 def _xdist_controller(config: pytest.Config) -> bool:
-    return bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+    return bool(getattr(config.option, "numprocesses", None)) and _worker_input(config) is None
 
 
-def _campaign_requested(config: pytest.Config) -> bool:
-    """Whether the command line selects campaign tests (no arguments means the testpaths)."""
+def _names_campaign_tests(config: pytest.Config) -> bool:
+    """Whether the command line names campaign tests (no arguments means the testpaths), for early validation."""
     if any(getattr(config.option, name, False) for name in ("help", "version", "markers", "showfixtures")):
         return False
     return any(set(Path(arg.split("::")[0]).parts) & set(CAMPAIGN_DIRS) for arg in config.args)
 
 
-def _selected_durations(config: pytest.Config, campaign: Campaign) -> set[float]:
-    """The durations that ``-m`` selects for some campaign test category."""
-    expression = config.getoption("markexpr")
-    if not expression:
-        return set(campaign.spec.workload.durations)
-    from _pytest.mark.expression import Expression
-
-    compiled = Expression.compile(expression)
-    return {
-        duration
-        for duration in campaign.spec.workload.durations
-        for category in ("perf", "lifecycle", "quality")
-        if compiled.evaluate(lambda name, **_: name in {_WORKLOAD_MARKERS.get(float(duration)), category})
-    }
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_sessionstart(session: pytest.Session) -> None:
-    """Under xdist the controller runs the whole schedule first, serially; workers then read the bundle."""
-    config = session.config
-    if not (_xdist_controller(config) and _campaign_requested(config)):
-        return
-    campaign = campaign_for(config)
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    write = reporter.write_line if reporter else print
-    write(XDIST_NOTE)
-    campaign.run_schedule(_selected_durations(config, campaign), write)
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Tell each xdist worker where the controller's bundle will be."""
+    try:
+        campaign = campaign_for(node.config)
+    except pytest.UsageError:
+        return  # the worker reports the spec's problem if it collects campaign tests
+    assert isinstance(campaign, Campaign)
+    node.workerinput[_BUNDLE_INPUT] = str(campaign.bundle_path)
+    node.workerinput[_SESSION_INPUT] = campaign.session
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_configure_node(node) -> None:
-    campaign = node.config.stash.get(_CAMPAIGN_KEY, None)
-    if campaign is not None:
-        node.workerinput[_BUNDLE_INPUT] = str(campaign.bundle.path)
+def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
+    """The controller runs the blocks that the collected tests read, before any test is scheduled."""
+    config = node.config
+    if config.stash.get(_RAN_KEY, False) or config.option.collectonly:
+        return
+    config.stash[_RAN_KEY] = True
+    campaign = config.stash.get(_CAMPAIGN_KEY, None)
+    if not isinstance(campaign, Campaign):
+        return
+    cases = campaign.schedule.case_by_id()
+    selected = [cases[param] for nodeid in ids if (param := _param_id(nodeid)) in cases]
+    if not selected:
+        return
+    campaign.select(selected)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    write: Callable[[str], None] = reporter.write_line if reporter else print
+    write(XDIST_NOTE)
+    campaign.run_selected(write)
 
 
-_CAMPAIGN_FIXTURES = ("block", "arm_workload", "candidate_workload", "matched_pair", "baseline_output")
-_WORKLOAD_MARKERS = {5.0: "ref2va_5s", 15.0: "ref2va_15s"}
-
-
-def _uses_campaign(metafunc: pytest.Metafunc) -> bool:
-    return any(name in metafunc.fixturenames for name in _CAMPAIGN_FIXTURES)
+def _param_id(nodeid: str) -> str | None:
+    """``tests_perf/x.py::test_y[5s-clean-1A-baseline]`` → ``5s-clean-1A-baseline``."""
+    return nodeid[nodeid.index("[") + 1 : -1] if nodeid.endswith("]") and "[" in nodeid else None
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if not _uses_campaign(metafunc):
+    name = next((n for n in CASE_FIXTURES if n in metafunc.fixturenames), None)
+    if name is None:
         return
-    campaign = campaign_for(metafunc.config)
-    for name in _CAMPAIGN_FIXTURES:
-        if name in metafunc.fixturenames:
-            cases = campaign.cases(name)
-            metafunc.parametrize(name, [pytest.param(case, id=case.id, marks=_workload_marks(case)) for case in cases])
-            return
-
-
-def _workload_marks(case) -> list[pytest.MarkDecorator]:
-    marker = _WORKLOAD_MARKERS.get(float(case.duration))
-    return [getattr(pytest.mark, marker)] if marker else []
+    try:
+        campaign = campaign_for(metafunc.config)
+    except pytest.UsageError as exc:
+        raise pytest.Collector.CollectError(str(exc)) from None
+    params = []
+    for case in campaign.schedule.cases(name):
+        marks = [getattr(pytest.mark, workload_marker(case.duration))]
+        if "benchmark" in metafunc.fixturenames:
+            marks.append(pytest.mark.benchmark(group=workload_marker(case.duration)))
+        params.append(pytest.param(case, id=case.id, marks=marks))
+    metafunc.parametrize(name, params)
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
@@ -199,20 +250,75 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if settings.baseline_evidence:
         line += f" --baseline-evidence {settings.baseline_evidence}"
     campaign = config.stash.get(_CAMPAIGN_KEY, None)
-    return [line, *campaign.report_header()] if campaign is not None else [line]
+    return [line, *campaign.report_header()] if isinstance(campaign, Campaign) else [line]
 
 
+def _case_of(item: pytest.Item) -> Any:
+    callspec = getattr(item, "callspec", None)
+    return next((callspec.params[n] for n in CASE_FIXTURES if callspec and n in callspec.params), None)
+
+
+def _is_campaign_test(item: pytest.Item) -> bool:
+    return "campaign" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Perf tests first, in schedule order: they produce what the others read."""
-    def rank(item: pytest.Item) -> int:
-        return 0 if item.get_closest_marker("perf") else 1
+    """Campaign tests first, perf before lifecycle before quality, each in schedule order (last, after shuffles)."""
+    campaign = config.stash.get(_CAMPAIGN_KEY, None)
+    order: dict[str, int] = {}
+    if campaign is not None:
+        for fixture in CASE_FIXTURES:
+            order.update({case.id: i for i, case in enumerate(campaign.schedule.cases(fixture))})
+    categories = list(CATEGORIES)
 
-    items.sort(key=rank)  # stable: schedule order within each group is kept
+    def rank(item: pytest.Item) -> tuple[int, str, int, int]:
+        if not _is_campaign_test(item):
+            return (len(categories), "", 0, 0)
+        category = next((i for i, name in enumerate(categories) if item.get_closest_marker(name)), len(categories))
+        case = _case_of(item)
+        line = item.reportinfo()[1] or 0
+        return (category, str(item.path), line, order.get(case.id, -1) if case is not None else -1)
+
+    items.sort(key=rank)  # stable: items outside the campaign keep their order
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Exactly the blocks that the selected tests read will run."""
+    campaign = session.config.stash.get(_CAMPAIGN_KEY, None)
+    if isinstance(campaign, Campaign):
+        campaign.select(case for item in session.items if (case := _case_of(item)) is not None)
+
+
+class _BenchmarkMeasure:
+    """pytest-benchmark times each measured request (pedantic, one request per round)."""
+
+    def __init__(self, benchmark: Any) -> None:
+        self.benchmark = benchmark
+
+    def time(self, request: Callable[[], None], after: Callable[[], None], rounds: int) -> None:
+        if getattr(self.benchmark, "disabled", False):
+            for _ in range(rounds):
+                request()
+                after()
+            return
+        # Only the request is timed; storing its evidence happens in teardown.
+        self.benchmark.pedantic(request, teardown=after, rounds=rounds, iterations=1, warmup_rounds=0)
+
+    def annotate(self, info: Mapping[str, Any]) -> None:
+        self.benchmark.extra_info.update(info)
+
+
+def timed_by(benchmark: Any) -> _BenchmarkMeasure:
+    """A block's measured requests timed by pytest-benchmark's fixture; the block's details go to ``extra_info``."""
+    return _BenchmarkMeasure(benchmark)
 
 
 @pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item: pytest.Item):
-    """Stopped candidates become skips with the reason; failed blocks say what happened, without a traceback."""
+def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
+    """In campaign tests, stopped candidates are skips with the reason; failed blocks say what happened."""
+    if not _is_campaign_test(item):
+        return (yield)
     try:
         return (yield)
     except CandidateStopped as exc:
@@ -233,7 +339,7 @@ def pytest_runtest_call(item: pytest.Item):
 
 
 @pytest.fixture(scope="session")
-def campaign(request: pytest.FixtureRequest) -> Campaign:
+def campaign(request: pytest.FixtureRequest) -> Review:
     """The session's campaign: its spec, schedule, bundle and block results."""
     return campaign_for(request.config)
 
@@ -246,22 +352,41 @@ class _RecordCollector:
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         records = [value for name, value in report.user_properties if name == _RECORD_PROPERTY]
-        if records:
+        if records and _worker_input(self.config) is None:
             campaign = campaign_for(self.config)
             for record in records:
                 campaign.absorb(record)
 
 
-def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+def _interruption(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> str | None:
+    """Why the session did not run its campaign to the end, or None when it did."""
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        return "interrupted (KeyboardInterrupt)"
+    if exitstatus == pytest.ExitCode.INTERNAL_ERROR:
+        return "pytest internal error"
+    if exitstatus == pytest.ExitCode.USAGE_ERROR:
+        return "pytest usage error"
+    campaign = session.config.stash.get(_CAMPAIGN_KEY, None)
+    if isinstance(campaign, Campaign) and campaign.unfinished:
+        left = ", ".join(b.id for b in campaign.unfinished)
+        stopped = session.shouldstop or session.shouldfail
+        why = f"stopped early ({stopped})" if stopped else "the session ended"
+        return f"{why} before {len(campaign.unfinished)} selected block(s) ran: {left}"
+    return None
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     campaign = config.stash.get(_CAMPAIGN_KEY, None)
-    if campaign is None or not campaign.ran_anything:
+    if not isinstance(campaign, Campaign) or not campaign.wrote_anything:
         return
     terminalreporter.section("h3bench campaign summary")
     for line in campaign.summary_lines():
         terminalreporter.write_line(line)
+    if campaign.interrupted:
+        terminalreporter.write_line(f"the bundle is sealed as INTERRUPTED: {campaign.interrupted}")
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> None:
     campaign = session.config.stash.get(_CAMPAIGN_KEY, None)
-    if campaign is not None:
-        campaign.finish()
+    if isinstance(campaign, Campaign):
+        campaign.finish(_interruption(session, exitstatus))

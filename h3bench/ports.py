@@ -8,10 +8,12 @@ import socket
 
 import psutil
 
-__all__ = ["find_free_port", "port_free", "port_holder"]
+__all__ = ["LOCALHOST", "find_free_port", "port_free", "port_holder"]
+
+LOCALHOST = "127.0.0.1"  # servers under test listen on loopback only
 
 
-def find_free_port(host: str = "127.0.0.1") -> int:
+def find_free_port(host: str = LOCALHOST) -> int:
     """A port that was free a moment ago (the OS picks it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))

@@ -90,8 +90,9 @@ def test_verify_passes_the_untouched_bundle(bundle):
 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     files = len(snapshot(bundle))
-    # Every file is hashed except final.json and addenda.jsonl, which hold the hashes.
-    assert proc.stdout == f"{bundle}: OK ({files - 2} files checked)\n"
+    # Every file is hashed except final.json, which holds the hashes (the run listed everything, so no addenda).
+    assert not (bundle / "addenda.jsonl").exists()
+    assert proc.stdout == f"{bundle}: OK ({files - 1} files checked)\n"
     assert proc.stderr == ""
 
 
@@ -189,11 +190,11 @@ def test_newer_validator_writes_its_result_beside_the_frozen_one(copy, capsys, n
     assert "lossless" not in data["candidates"][CANDIDATE]["durations"]["5s"]
 
     after = snapshot(copy)
-    # One new file; every old file byte-identical except addenda.jsonl, which only grew by the new file's line.
-    assert set(after) - set(before) == {written}
-    assert {rel for rel in before if after[rel] != before[rel]} == {"addenda.jsonl"}
-    assert after["addenda.jsonl"].startswith(before["addenda.jsonl"])
-    (line,) = after["addenda.jsonl"][len(before["addenda.jsonl"]):].splitlines()
+    # One new file, and addenda.jsonl to list it (the run's own files are all in final.json); every old file
+    # is byte-identical.
+    assert set(after) - set(before) == {written, "addenda.jsonl"}
+    assert {rel for rel in before if after[rel] != before[rel]} == set()
+    (line,) = after["addenda.jsonl"].splitlines()
     addendum = json.loads(line)
     assert addendum["path"] == written
     assert addendum["sha256"] == hashlib.sha256(after[written]).hexdigest()

@@ -29,8 +29,8 @@ def test_clean_campaign_passes_every_test_and_writes_a_verifiable_bundle(pyteste
 
     result = run(pytester, spec)
 
-    # 4 blocks; lifecycle 5 tests x 2 arms; 2 baseline blocks x 3 outputs; 2 x 3 pairs; lossless; LPIPS skipped
-    result.assert_outcomes(passed=4 + 10 + 6 + 6 + 1, skipped=1)
+    # 4 blocks; lifecycle 5 tests x 4 blocks; 2 baseline blocks x 3 outputs; 2 x 3 pairs; lossless; LPIPS skipped
+    result.assert_outcomes(passed=4 + 20 + 6 + 6 + 1, skipped=1)
     result.stdout.fnmatch_lines([
         "*h3bench campaign summary*",
         "ref2va 5s, clean against baseline:",
@@ -143,7 +143,7 @@ def test_under_xdist_the_controller_runs_the_blocks_and_workers_check_quality(py
 
     result = run(pytester, spec, "-n", "2")
 
-    result.assert_outcomes(passed=4 + 10 + 6 + 6, skipped=2)
+    result.assert_outcomes(passed=4 + 20 + 6 + 6, skipped=2)
     result.stdout.fnmatch_lines(["*under xdist the controller runs every block first*", "*quality PASS over 6 matched pairs*"])
     verdict = json.loads((bundle_of(pytester) / "verdict.json").read_text())
     assert verdict["candidates"]["clean"]["durations"]["5s"]["quality_pairs"] == 6
@@ -161,8 +161,8 @@ def test_candidate_only_run_compares_with_a_stored_baseline_and_says_it_is_not_i
         "--arm", "candidate", "--baseline-evidence", str(baseline), "--benchmark-disable", timeout=600,
     )
 
-    # 2 candidate blocks; lifecycle for the candidate; the stored baseline's outputs; 2 x 3 matched pairs.
-    result.assert_outcomes(passed=2 + 5 + 6 + 6, skipped=2)
+    # 2 candidate blocks; lifecycle 5 tests x 2 candidate blocks; the stored baseline's outputs; 2 x 3 matched pairs.
+    result.assert_outcomes(passed=2 + 10 + 6 + 6, skipped=2)
     result.stdout.fnmatch_lines([
         "*over 2 candidate blocks against stored baseline blocks, NOT AB/BA-interleaved*",
         f"*latency comparison is NOT AB/BA-interleaved: baseline samples from {baseline}*",

@@ -123,8 +123,8 @@ def test_idle_npus_let_every_block_run_with_eight_workers_that_release_the_devic
 
     result = run_campaign(pytester, spec, "tests_perf", "tests_lifecycle", "--benchmark-disable")
 
-    # 4 blocks (ABBA); 5 lifecycle tests x 2 arms.
-    result.assert_outcomes(passed=4 + 10)
+    # 4 blocks (ABBA); 5 lifecycle tests x 4 blocks.
+    result.assert_outcomes(passed=4 + 20)
     # npu-smi was asked before each of the four starts and after each of the four stops.
     assert npu_smi.calls == 8
     events = lifecycle_of(pytester)

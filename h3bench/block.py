@@ -1,0 +1,289 @@
+"""Running one block: one fresh server process of one arm, from launch to proof of exit.
+
+::
+
+    start → ready → warmup request(s) → k measured requests → audit request
+          → stop (shared budget) → verify every worker exited → evidence
+
+Everything a block produces goes into the evidence bundle as it happens: each
+sample when its request ends, the server log and the lifecycle record when
+the block ends, so a failure later never loses what was already measured.
+
+Only the measured requests are timed, by a :class:`Measure`: pytest-benchmark
+in the perf tests (the plugin's :func:`~h3bench.plugin.timed_by`), or
+:class:`PlainMeasure` for the CLI, xdist's controller and a resumed run.
+Storing a request's evidence happens outside the timed part.
+
+Failures are recorded, not raised: the returned :class:`BlockResult` says
+what happened (a failed start with the log tail, a failed request, an
+incomplete cleanup, a shutdown beyond the shared budget, a failed
+anti-shortcut audit). A broken baseline block, or resource interference,
+invalidates the comparison (INCONCLUSIVE); the candidate's own failure is a
+FAIL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from h3bench.client import GenerationRequest, GenerationResult, Reference, VideoClient
+from h3bench.devices import DEFAULT_LOCK_PATH, DeviceLock, NpuSmiCheck
+from h3bench.errors import CleanupError, H3BenchError, InterferenceError, RequestError, ServerStartError
+from h3bench.evidence import Bundle
+from h3bench.outcome import Outcome
+from h3bench.ports import LOCALHOST, find_free_port
+from h3bench.records import BlockResult, Sample
+from h3bench.runspec import BASELINE, RunSpec
+from h3bench.schedule import Block
+from h3bench.server import ExitReport, ServerProcess
+from h3bench.sim import PROFILE_ENV as SIM_PROFILE_ENV
+
+__all__ = ["AUDIT_SLACK_S", "DEVICE_LOCK_ENV", "Measure", "PlainMeasure", "audit_problem", "run_block"]
+
+# Perf blocks on one host never overlap: every campaign takes this file lock (its path can be moved).
+DEVICE_LOCK_ENV = "H3BENCH_DEVICE_LOCK"
+AUDIT_SLACK_S = 0.25
+
+
+class Measure(Protocol):
+    """Times a block's measured requests: ``request()`` is timed, ``after()`` (storing evidence) is not."""
+
+    def time(self, request: Callable[[], None], after: Callable[[], None], rounds: int) -> None: ...
+
+    def annotate(self, info: Mapping[str, Any]) -> None:
+        """Receive the block's details once it ended (pytest-benchmark keeps them in ``extra_info``)."""
+
+
+class PlainMeasure:
+    """No timing library: the client's own E2E is the measurement."""
+
+    def time(self, request: Callable[[], None], after: Callable[[], None], rounds: int) -> None:
+        for _ in range(rounds):
+            request()
+            after()
+
+    def annotate(self, info: Mapping[str, Any]) -> None:
+        pass
+
+
+class _Recorder:
+    """Sends a block's requests and writes each one's evidence outside the timed part."""
+
+    def __init__(self, spec: RunSpec, block: Block, bundle: Bundle, inputs: Mapping[str, Path], scratch: Path) -> None:
+        self.spec = spec
+        self.block = block
+        self.bundle = bundle
+        self.scratch = scratch
+        self.references = tuple(Reference.from_path(p) for p in inputs.values())
+        self.samples: list[Sample] = []
+        self._pending: tuple[str, int, int, GenerationResult] | None = None
+
+    def _request(self, seed: int) -> GenerationRequest:
+        w = self.spec.workload
+        return GenerationRequest(
+            prompt=self.spec.inputs.prompt,
+            duration_s=self.block.duration,
+            size=w.size,
+            fps=w.fps,
+            seed=seed,
+            num_inference_steps=w.steps,
+            flow_shift=w.flow_shift,
+            audio_flow_shift=w.audio_flow_shift,
+            references=self.references,
+        )
+
+    def send(self, client: VideoClient, kind: str, index: int, seed: int) -> None:
+        """The timed part: one request, its MP4 streamed to a scratch file."""
+        output = self.scratch / f"{self.block.id}-{kind}{index}.mp4"
+        try:
+            result = client.generate_sync(self._request(seed), output)
+        except H3BenchError as exc:
+            self._record(Sample(self.block.id, kind, index, seed, ok=False, error=str(exc)))
+            raise
+        self._pending = (kind, index, seed, result)
+
+    def flush(self, *_: Any) -> None:
+        """The untimed part: store the output and append the sample."""
+        if self._pending is None:
+            return
+        kind, index, seed, result = self._pending
+        self._pending = None
+        sha, _ = self.bundle.store_output(result.output_path, move=True)
+        self._record(Sample(
+            self.block.id, kind, index, seed, ok=True,
+            e2e_s=result.e2e_s,
+            request_id=result.request_id,
+            inference_time_s=result.inference_time_s,
+            stage_durations=dict(result.stage_durations),
+            peak_memory_mb=result.peak_memory_mb,
+            output_sha256=sha,
+        ))
+
+    def request(self, client: VideoClient, kind: str, index: int, seed: int) -> None:
+        self.send(client, kind, index, seed)
+        self.flush()
+
+    def _record(self, sample: Sample) -> None:
+        self.samples.append(sample)
+        block = self.block
+        self.bundle.append_sample({
+            **sample.to_dict(),
+            "warmup": sample.kind == "warmup",
+            "arm": block.arm,
+            "candidate": block.candidate,
+            "duration": block.duration,
+            "position": block.position,
+        })
+
+
+_FAILURE_KINDS = {
+    InterferenceError: "resource interference",
+    ServerStartError: "server did not start",
+    CleanupError: "incomplete process cleanup",
+    RequestError: "request failed",
+}
+_CLEANUP = _FAILURE_KINDS[CleanupError]
+
+
+def _describe_failure(exc: H3BenchError) -> str:
+    """One paragraph that says what happened, with the context the error carries."""
+    kind = next((label for cls, label in _FAILURE_KINDS.items() if isinstance(exc, cls)), type(exc).__name__)
+    text = str(exc) if str(exc).startswith(kind) else f"{kind}: {exc}"
+    tail = getattr(exc, "log_tail", "")
+    if tail and tail not in text:
+        text += "\nlast log lines:\n" + tail
+    return text
+
+
+def audit_problem(samples: list[Sample], tolerance: float) -> str | None:
+    """The anti-shortcut audit (MLPerf TEST04, adapted); None when the block passes it.
+
+    Every measured request repeats the same seed and inputs, so a server that
+    caches outputs would look fast and perfect. The block's audit request uses
+    another seed: its output must differ from every measured output, and its
+    E2E must lie within ``tolerance`` (relative) of the block's median, or
+    within ``AUDIT_SLACK_S`` of it, which absorbs scheduling noise when a
+    simulated request takes well under a second.
+    """
+    measured = [s for s in samples if s.kind == "measured" and s.ok and s.e2e_s is not None]
+    audit = [s for s in samples if s.kind == "audit" and s.ok and s.e2e_s is not None]
+    if not audit or not measured:
+        return None
+    probe = audit[0]
+    if probe.output_sha256 in {s.output_sha256 for s in measured}:
+        return "anti-shortcut audit: the output for another seed equals a measured output (cached outputs?)"
+    median = statistics.median(s.e2e_s for s in measured if s.e2e_s is not None)
+    assert probe.e2e_s is not None
+    if abs(probe.e2e_s - median) > max(tolerance * median, AUDIT_SLACK_S):
+        return (f"anti-shortcut audit: the audit request took {probe.e2e_s:.3f} s against a block median of "
+                f"{median:.3f} s, outside ±{tolerance:.0%} (are repeated requests served from a cache?)")
+    return None
+
+
+def _exit_dict(report: ExitReport | None) -> dict[str, Any]:
+    if report is None:
+        return {"pids_seen": [], "survivors": [], "port_free": None, "port_holder": None, "verified": False}
+    return {
+        "pids_seen": [p.pid for p in report.pids_seen],
+        "escaped": [p.describe() for p in report.escaped],
+        "survivors": list(report.survivors),
+        "port_free": report.port_free,
+        "port_holder": report.port_holder,
+        "device_leftovers": list(report.device_leftovers),
+        "verified": True,
+    }
+
+
+def _device_checks(spec: RunSpec) -> tuple[NpuSmiCheck, ...]:
+    """On NPU hosts, npu-smi must show the spec's devices healthy and free before, and released after."""
+    hardware = spec.hardware
+    return () if hardware.kind == "sim" else (NpuSmiCheck(hardware.device_ids),)
+
+
+def _server(spec: RunSpec, block: Block, log_path: Path) -> ServerProcess:
+    arm, protocol = spec.arms[block.arm], spec.protocol
+    port = find_free_port(LOCALHOST)
+    env = dict(arm.env)
+    if arm.sim is not None:
+        env[SIM_PROFILE_ENV] = json.dumps(arm.sim)
+    return ServerProcess(
+        arm.command(LOCALHOST, port, spec.model.path),
+        port=port,
+        host=LOCALHOST,
+        log_path=log_path,
+        env=env,
+        startup_budget_s=protocol.startup_budget_s,
+        stop_budget_s=protocol.shutdown_budget_s,
+        device_checks=_device_checks(spec),
+    )
+
+
+def run_block(
+    spec: RunSpec,
+    block: Block,
+    *,
+    bundle: Bundle,
+    inputs: Mapping[str, Path],
+    scratch: Path,
+    measure: Measure | None = None,
+) -> BlockResult:
+    """Run one block and record everything it produced; a failure is in the result, not raised."""
+    measure = measure or PlainMeasure()
+    protocol, seed = spec.protocol, spec.workload.seed
+    log_path = scratch / f"{block.id}.log"
+    server = _server(spec, block, log_path)
+    recorder = _Recorder(spec, block, bundle, inputs, scratch)
+    failure: str | None = None
+    try:
+        with DeviceLock(os.environ.get(DEVICE_LOCK_ENV, DEFAULT_LOCK_PATH)), server:
+            with VideoClient(server.base_url, model=spec.model.path, timeout=protocol.request_timeout_s) as client:
+                t0 = time.perf_counter()
+                for i in range(protocol.warmups_per_block):
+                    recorder.request(client, "warmup", i, seed)
+                server.record_warmup(time.perf_counter() - t0)
+                server.snapshot()
+                counter = iter(range(protocol.requests_per_block))
+                measure.time(lambda: recorder.send(client, "measured", next(counter), seed), recorder.flush,
+                             protocol.requests_per_block)
+                server.snapshot()
+                if protocol.audit:
+                    recorder.request(client, "audit", 0, protocol.audit_seed)
+                server.snapshot()
+    except H3BenchError as exc:
+        failure = _describe_failure(exc)
+    exit_report = None
+    if server.pid is not None:
+        exit_report = server.verify_exited()
+        if failure is None and not exit_report.ok:
+            failure = f"{_CLEANUP}: " + "; ".join(exit_report.problems)
+        if failure is None and server.graceful is False:
+            failure = (f"{_CLEANUP}: the server did not exit within the shared shutdown "
+                       f"budget of {protocol.shutdown_budget_s:g} s after SIGTERM and was killed")
+    if failure is None and protocol.audit:
+        failure = audit_problem(recorder.samples, protocol.audit_latency_tolerance)
+    # A broken baseline or a foreign process invalidates the comparison; it does not fail the candidate.
+    invalid = block.arm == BASELINE or (failure or "").startswith(_FAILURE_KINDS[InterferenceError])
+    failure_outcome = Outcome.INCONCLUSIVE if invalid else Outcome.FAIL
+    log_rel = bundle.store_log(log_path, f"{block.id}.log") if log_path.exists() else ""
+    if failure is not None and log_rel:
+        failure += f"\n(the server log is kept in the bundle: {bundle.path / log_rel})"
+    lifecycle = {
+        "block": block.id,
+        "arm": block.arm,
+        "duration": block.duration,
+        "position": block.position,
+        **server.record().to_dict(),
+        "shutdown_budget_s": protocol.shutdown_budget_s,
+        "exit": _exit_dict(exit_report),
+        "log_relpath": log_rel,
+        "failure": failure,
+        "failure_outcome": str(failure_outcome),
+    }
+    bundle.append_lifecycle(lifecycle)
+    return BlockResult(block, server.pid, tuple(recorder.samples), lifecycle, log_rel, failure, failure_outcome)

@@ -1,0 +1,187 @@
+"""The write primitives of an evidence bundle: write-once files, appended lines, strict JSON.
+
+Write-once files are staged in a temporary file in the same directory,
+flushed and fsynced, then given their name with ``os.link``, which, unlike
+``os.replace``, refuses to replace an existing name; the directory is fsynced
+after. A crash at any point leaves the name either absent or complete. JSONL
+records are appended as one complete line with ``O_APPEND`` and fsynced; a
+reader ignores an unterminated last line, so a line is either wholly there or
+not.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import secrets
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from h3bench.errors import EvidenceError
+from h3bench.hashing import CHUNK, Digest
+
+TMP_PREFIX = ".tmp-"
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
+# Names that callers choose (log names, validator versions) become file names.
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def check_json(value: Any, where: str, at: str = "$") -> None:
+    """Refuse anything that would not read back as the same value from strict JSON.
+
+    ``json.dumps`` would otherwise turn ``{1: x}`` into ``{"1": x}`` and write NaN as a
+    bare token that other JSON readers reject. Tuples are accepted and read back as lists.
+    """
+    if value is None or isinstance(value, (str, bool, int)):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise EvidenceError(f"{where}: {at} is {value!r}; JSON has no NaN or infinity (use null)", path=where)
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise EvidenceError(f"{where}: {at} has the key {key!r}; JSON keys must be strings", path=where)
+            check_json(item, where, f"{at}[{key!r}]")
+        return
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            check_json(item, where, f"{at}[{index}]")
+        return
+    raise EvidenceError(f"{where}: {at} is a {type(value).__name__}, not a JSON value", path=where)
+
+
+def json_document(value: Any, where: Path) -> bytes:
+    check_json(value, str(where))
+    return (json.dumps(value, indent=2, sort_keys=True, ensure_ascii=True) + "\n").encode("ascii")
+
+
+def json_line(value: Any, where: Path) -> bytes:
+    if not isinstance(value, dict):
+        raise EvidenceError(f"{where}: a record must be a dict, not {type(value).__name__}", path=str(where))
+    check_json(value, str(where))
+    # ensure_ascii escapes every newline and separator, so the record is exactly one line.
+    return (json.dumps(value, separators=(",", ":"), ensure_ascii=True) + "\n").encode("ascii")
+
+
+def safe_name(name: str, what: str, bundle: Path) -> str:
+    if not isinstance(name, str) or not _SAFE_NAME.fullmatch(name):
+        raise EvidenceError(
+            f"{bundle}: {what} {name!r} is not a safe file name (letters, digits and ._+-, at most 128, "
+            "not starting with a dot)",
+            path=str(bundle),
+        )
+    return name
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def read_chunks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            yield chunk
+
+
+def stage(directory: Path, chunks: Iterable[bytes]) -> tuple[Path, Digest]:
+    """Write ``chunks`` to a new temporary file in ``directory``, fsynced, and hash them."""
+    tmp = directory / f"{TMP_PREFIX}{secrets.token_hex(8)}"
+    digest = Digest()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        try:
+            for chunk in chunks:
+                write_all(fd, chunk)
+                digest.update(chunk)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp, digest
+
+
+def commit(tmp: Path, target: Path) -> bool:
+    """Give the staged ``tmp`` the name ``target``; False when the name is taken.
+
+    ``os.link`` is atomic and never replaces an existing name. ``tmp`` is removed either way.
+    """
+    try:
+        os.link(tmp, target)
+        created = True
+    except FileExistsError:
+        created = False
+    finally:
+        tmp.unlink(missing_ok=True)
+    fsync_dir(target.parent)
+    return created
+
+
+def append_line(path: Path, line: bytes) -> None:
+    """Append one complete line with O_APPEND and fsync it; on failure the file is left as it was."""
+    created = not path.exists()
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    except OSError as exc:
+        raise EvidenceError(f"{path}: cannot open for append ({exc})", path=str(path)) from exc
+    try:
+        end = os.fstat(fd).st_size
+        try:
+            write_all(fd, line)
+            os.fsync(fd)
+        except OSError as exc:
+            # Drop only our own partial bytes, so the file still ends on a complete line.
+            os.ftruncate(fd, end)
+            raise EvidenceError(f"{path}: append failed, line not written ({exc})", path=str(path)) from exc
+    finally:
+        os.close(fd)
+    if created:
+        fsync_dir(path.parent)
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Yield (line number, record); an unterminated last line is an unfinished append and is skipped."""
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
+        return
+    with f:
+        for number, raw in enumerate(f, start=1):
+            if not raw.endswith(b"\n"):
+                return
+            try:
+                record = json.loads(raw)
+            except ValueError as exc:
+                raise EvidenceError(f"{path}: line {number} is not JSON ({exc})", path=str(path)) from exc
+            if not isinstance(record, dict):
+                raise EvidenceError(f"{path}: line {number} is not a JSON object", path=str(path))
+            yield number, record
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_bytes())
+    except FileNotFoundError as exc:
+        raise EvidenceError(f"{path}: no such file", path=str(path)) from exc
+    except ValueError as exc:
+        raise EvidenceError(f"{path}: not valid JSON ({exc})", path=str(path)) from exc

@@ -1,0 +1,172 @@
+"""Verifying a bundle: every file re-hashed against what the run recorded that it wrote."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from h3bench.errors import EvidenceError
+from h3bench.evidence import files
+from h3bench.evidence.bundle import ADDENDA, FINAL, LIFECYCLE, MANIFEST, OUTPUT_NAME, OUTPUTS, SAMPLES
+from h3bench.hashing import Digest, sha256_file
+
+__all__ = ["VerifyReport", "verify"]
+
+_PathLike = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What :func:`verify` found. ``problems`` has one human-readable line per finding."""
+
+    path: str
+    complete: bool  # final.json was there
+    outcome: str | None  # "completed" or "aborted" from final.json
+    files_checked: int  # files whose hash was compared
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "ok": self.ok,
+            "complete": self.complete,
+            "outcome": self.outcome,
+            "files_checked": self.files_checked,
+            "problems": list(self.problems),
+        }
+
+
+def _listing(value: Any, source: str, problems: list[str]) -> dict[str, tuple[str, int]]:
+    """Validate ``{relpath: {"sha256", "size"}}`` entries, dropping (and reporting) bad ones."""
+    listed: dict[str, tuple[str, int]] = {}
+    if not isinstance(value, dict):
+        problems.append(f"{source}: no file list")
+        return listed
+    for rel, entry in value.items():
+        parts = Path(rel).parts
+        sha = entry.get("sha256") if isinstance(entry, dict) else None
+        size = entry.get("size") if isinstance(entry, dict) else None
+        if Path(rel).is_absolute() or ".." in parts or not parts:
+            problems.append(f"{source}: listed path {rel!r} is outside the bundle")
+        elif not (isinstance(sha, str) and files.SHA256_HEX.fullmatch(sha) and isinstance(size, int)):
+            problems.append(f"{source}: entry for {rel} has no valid sha256 and size")
+        else:
+            listed[rel] = (sha, size)
+    return listed
+
+
+def verify(path: _PathLike) -> VerifyReport:
+    """Re-hash a bundle and name every file that changed, went missing or appeared unlisted.
+
+    Files are checked against ``final.json`` and ``addenda.jsonl``. A bundle without
+    ``final.json`` (an interrupted run) is reported as incomplete; its outputs, which
+    are named by their hash, and its addenda are still checked, and its JSONL files
+    are still parsed.
+    """
+    root = Path(path)
+    if not root.is_dir():
+        raise EvidenceError(f"{root}: no such bundle directory", path=str(root))
+    problems: list[str] = []
+    hashes: dict[str, Digest] = {}
+
+    def digest_of(rel: str) -> Digest:
+        if rel not in hashes:
+            hashes[rel] = sha256_file(root / rel)
+        return hashes[rel]
+
+    present = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() or p.is_symlink())
+
+    try:
+        manifest = files.read_json(root / MANIFEST)
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("spec_id"), str):
+            problems.append(f"{MANIFEST}: no spec_id")
+    except EvidenceError as exc:
+        problems.append(f"{MANIFEST}: {exc}")
+
+    final: Any = None
+    if (root / FINAL).is_file():
+        try:
+            final = files.read_json(root / FINAL)
+        except EvidenceError as exc:
+            problems.append(f"{FINAL}: {exc}")
+            final = {}
+    else:
+        problems.append(f"incomplete: no {FINAL} (the run did not close); only outputs and addenda were verified")
+    complete = final is not None
+    listed = _listing(final.get("files") if isinstance(final, dict) else None, FINAL, problems) if complete else {}
+
+    addenda: dict[str, tuple[str, int]] = {}
+    try:
+        for number, record in files.iter_jsonl(root / ADDENDA):
+            rel = record.get("path")
+            entry = _listing({rel: record} if isinstance(rel, str) else None, f"{ADDENDA} line {number}", problems)
+            for rel_, value in entry.items():
+                if rel_ in listed or rel_ in addenda:
+                    problems.append(f"{rel_}: listed twice ({ADDENDA} line {number})")
+                addenda[rel_] = value
+    except EvidenceError:
+        pass  # a malformed line is reported with the other JSONL files below
+
+    expected = {**listed, **addenda}
+    for rel, (sha, size) in sorted(expected.items()):
+        if not (root / rel).is_file():
+            problems.append(f"{rel}: missing")
+            continue
+        digest = digest_of(rel)
+        if (digest.hexdigest, digest.size) != (sha, size):
+            problems.append(
+                f"{rel}: changed (sha256 {digest.hexdigest}, {digest.size} bytes; recorded {sha}, {size} bytes)"
+            )
+
+    for rel in present:
+        name = Path(rel).name
+        if name.startswith(files.TMP_PREFIX):
+            problems.append(f"{rel}: leftover temporary file from an interrupted write")
+            continue
+        if rel.startswith(f"{OUTPUTS}/"):
+            match = OUTPUT_NAME.fullmatch(name) if rel.count("/") == 1 else None
+            if match is None:
+                problems.append(f"{rel}: output not named <sha256>.mp4")
+            # A listed output was checked above; an unlisted one can still be checked against its name.
+            elif rel not in expected and digest_of(rel).hexdigest != match.group(1):
+                problems.append(f"{rel}: changed (content sha256 {digest_of(rel).hexdigest} differs from its name)")
+        if complete and rel not in expected and rel not in (FINAL, ADDENDA):
+            problems.append(f"{rel}: not listed in {FINAL} or {ADDENDA}")
+
+    for rel in (SAMPLES, LIFECYCLE, ADDENDA):
+        if rel in present:
+            problems.extend(_jsonl_problems(root / rel, rel))
+
+    return VerifyReport(
+        path=str(root),
+        complete=complete,
+        outcome=final.get("outcome") if isinstance(final, dict) else None,
+        files_checked=len(hashes),
+        problems=tuple(problems),
+    )
+
+
+def _jsonl_problems(path: Path, rel: str) -> list[str]:
+    problems: list[str] = []
+    try:
+        for _ in files.iter_jsonl(path):
+            pass
+    except EvidenceError as exc:
+        problems.append(str(exc))
+    if _unterminated(path):
+        problems.append(f"{rel}: unterminated last line (an append that did not finish); readers ignore it")
+    return problems
+
+
+def _unterminated(path: Path) -> bool:
+    with path.open("rb") as f:
+        if f.seek(0, os.SEEK_END) == 0:
+            return False
+        f.seek(-1, os.SEEK_END)
+        return f.read(1) != b"\n"

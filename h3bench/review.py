@@ -1,0 +1,272 @@
+"""A campaign's results and what follows from them, for a live run and for a stored bundle alike.
+
+A :class:`Review` holds the blocks that ran (their :class:`BlockResult`), the
+stop rules that fired, and the :class:`~h3bench.judging.Judge` of their
+outputs; from those it gives the latency comparison, the verdict and the
+summary. A stored bundle is reviewed as it is (``h3bench validate``, an
+xdist worker, the baseline of a candidate-only run); the live campaign
+(:class:`h3bench.campaign.Campaign`) extends it by running what is missing.
+Nothing here starts a server.
+
+Stop rules: a failed request, a failed quality gate, resource interference,
+an incomplete cleanup (a shutdown beyond the shared budget included) or a
+failed anti-shortcut audit stops the candidate; the rest of its series is
+skipped with the reason, and the verdict says why (FAIL for the candidate's
+own failures, INCONCLUSIVE when the comparison itself is invalid: a broken
+baseline or interference).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from h3bench import lossless, quality, stats
+from h3bench.errors import EvidenceError, UsageError
+from h3bench.evidence import Bundle
+from h3bench.judging import Judge, LpipsStatus
+from h3bench.outcome import Outcome, combine
+from h3bench.quality import QualityReport
+from h3bench.records import BlockFailed, BlockResult, CandidateStopped, Sample, Stop, headline, load_results
+from h3bench.runspec import BASELINE, RunSpec, parse_runspec, require_same_spec
+from h3bench.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule
+from h3bench.settings import Settings
+from h3bench.summary import summary_lines
+from h3bench.verdict import CandidateVerdict, DurationVerdict
+
+__all__ = ["Review"]
+
+
+class Review:
+    """The blocks of one campaign that ran, the stop rules that fired, and the judgement of the outputs."""
+
+    def __init__(
+        self, spec: RunSpec, settings: Settings, *, bundle_path: Path | None = None, session: str | None = None
+    ) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.schedule = Schedule(spec, settings.arm)
+        self.stored_baseline: Review | None = None  # set for a candidate-only run
+        self._bundle_path = bundle_path
+        self._session = session  # a run's own id: its bundle is found by it, even under another name
+        self._bundle: Bundle | None = None
+        self._results: dict[str, BlockResult] | None = None  # loaded from the bundle on first use
+        self._stopped: dict[str, Stop] = {}  # candidate → the stop rule that fired
+        self.judge = Judge(spec, self.schedule, locate=self.output_path, available=self.available, stop=self.stop,
+                           lpips_dir=settings.lpips_dir, lpips_device=settings.lpips_device,
+                           lossless_flag=settings.lossless)
+
+    @classmethod
+    def from_bundle(cls, path: str | Path, settings: Settings) -> Review:
+        """Review a stored bundle under its own spec."""
+        bundle = Bundle.open(path)
+        spec = parse_runspec(bundle.manifest["spec"], source=f"{path}/manifest.json")
+        review = cls(spec, settings, bundle_path=bundle.path)
+        review._bundle = bundle
+        return review
+
+    def attach_baseline(self, path: Path) -> None:
+        """A candidate-only run: baseline outputs and samples come from a stored bundle of the same spec."""
+        if self.settings.arm != "candidate":
+            raise UsageError("--baseline-evidence runs only the candidate's blocks: add --arm candidate")
+        stored = Review.from_bundle(path, dataclasses.replace(self.settings, arm="all", baseline_evidence=None))
+        require_same_spec(stored.spec.spec_id, self.spec.spec_id)
+        if not any(r.block.arm == BASELINE and r.failure is None for r in stored.results.values()):
+            raise EvidenceError(f"{path} holds no successful baseline block", path=str(path))
+        self.stored_baseline = stored
+
+    # -- the bundle and its blocks ------------------------------------------------
+
+    @property
+    def bundle(self) -> Bundle:
+        if self._bundle is None:
+            path = self._bundle_path
+            if path is not None and self._session is not None:
+                path = Bundle.locate(path, self._session)
+            if path is None or not (path / "manifest.json").is_file():
+                raise EvidenceError(f"{self._bundle_path}: no evidence bundle was written; no block ran",
+                                    path=str(self._bundle_path))
+            self._bundle = Bundle.open(path)
+            require_same_spec(self._bundle.spec_id, self.spec.spec_id)
+        return self._bundle
+
+    @property
+    def bundle_path(self) -> Path | None:
+        return self._bundle.path if self._bundle is not None else self._bundle_path
+
+    @property
+    def results(self) -> dict[str, BlockResult]:
+        if self._results is None:
+            self._results = {}
+            for result in load_results(self.bundle, self.schedule.blocks).values():
+                self.take(result)
+        return self._results
+
+    @property
+    def ran_anything(self) -> bool:
+        return self._results is not None and bool(self._results)
+
+    def take(self, result: BlockResult) -> None:
+        """Keep a block's result; a failed block stops its candidate's series."""
+        if self._results is None:
+            self._results = {}
+        self._results[result.block.id] = result
+        if result.failure is not None:
+            block = result.block
+            self.stop(block.candidate, Stop(f"{block.id}: {headline(result.failure)}", result.failure_outcome))
+
+    def stop(self, candidate: str, stop: Stop) -> None:
+        """Apply a stop rule: the first reason stays, later blocks of the candidate are skipped."""
+        self._stopped.setdefault(candidate, stop)
+
+    def stopped(self, candidate: str) -> Stop | None:
+        return self._stopped.get(candidate)
+
+    def source(self, block: Block) -> Review:
+        """The review that holds a block: the stored baseline's for baseline blocks of a candidate-only run."""
+        return self.stored_baseline if block.arm == BASELINE and self.stored_baseline else self
+
+    def ensure(self, block: Block) -> BlockResult:
+        """The block's result (BlockFailed for a failed block, CandidateStopped for one a stop rule skipped)."""
+        result = self.results.get(block.id)
+        if result is None:
+            stop = self.stopped(block.candidate)
+            if stop is not None:
+                raise CandidateStopped(f"candidate {block.candidate!r} was stopped: {stop.reason}")
+            raise EvidenceError(f"{block.id}: the bundle holds no such block", path=str(self.bundle_path))
+        if result.failure is not None:
+            raise BlockFailed(result)
+        return result
+
+    def run_block(self, block: Block, measure: object = None) -> BlockResult:
+        """What the block produced when it ran; a review never runs one (``measure`` is not used)."""
+        return self.ensure(block)
+
+    def lifecycle(self, block: Block) -> BlockResult:
+        """The block's result, failed or not; CandidateStopped if a stop rule skipped it."""
+        try:
+            return self.ensure(block)
+        except BlockFailed as exc:
+            return exc.result
+
+    def _sample_for(self, ref: OutputRef) -> Sample:
+        result = self.source(ref.block).ensure(ref.block)
+        measured = [s for s in result.measured if s.index == ref.index]
+        if not measured or measured[0].output_sha256 is None:
+            raise EvidenceError(f"{ref.id}: the block has no output for measured request {ref.index}")
+        return measured[0]
+
+    def output_path(self, ref: OutputRef) -> Path:
+        sha = self._sample_for(ref).output_sha256
+        assert sha is not None
+        return self.source(ref.block).bundle.output_path(sha)
+
+    def available(self, ref: OutputRef) -> bool:
+        """Whether an output can be had: a stored review has only the blocks that its bundle holds."""
+        result = self.source(ref.block).results.get(ref.block.id)
+        return result is not None and result.failure is None
+
+    # -- judging --------------------------------------------------------------------
+
+    def lpips_status(self) -> LpipsStatus:
+        return self.judge.lpips_status()
+
+    def optional_checks(self) -> tuple[str, ...]:
+        return self.judge.optional_checks()
+
+    @property
+    def lossless_enabled(self) -> bool:
+        return self.judge.lossless_enabled
+
+    def compare(self, pair: MatchedPair) -> QualityReport:
+        return self.judge.compare(pair)
+
+    def lossless(self, case: CandidateWorkload) -> lossless.LosslessVerdict:
+        return self.judge.lossless(case)
+
+    def absorb(self, record: dict[str, Any]) -> None:
+        """A quality or lossless result from an xdist worker's test report."""
+        self.judge.absorb(record)
+
+    def drain_records(self) -> list[dict[str, Any]]:
+        return self.judge.drain_records()
+
+    # -- latency and the verdict -------------------------------------------------------
+
+    def series(self, duration: float, candidate: str) -> list[BlockResult]:
+        """The blocks of one candidate's series that ran (stored baseline blocks first in a candidate-only run)."""
+        blocks = (list(self.schedule.baseline_blocks) if self.stored_baseline else []) + list(self.schedule.blocks)
+        found = []
+        for b in blocks:
+            if b.duration == duration and b.candidate == candidate:
+                result = self.source(b).results.get(b.id)
+                if result is not None:
+                    found.append(result)
+        return found
+
+    def speed(self, duration: float, candidate: str) -> stats.SpeedReport | None:
+        """The latency estimate for one candidate at one duration; None without both arms.
+
+        Paired AB/BA ratios normally; in a candidate-only run, an unpaired
+        comparison with the stored baseline blocks, which the report says is
+        not interleaved.
+        """
+        blocks = [stats.BlockSamples(r.block.letter, r.latencies)
+                  for r in self.series(duration, candidate) if r.failure is None]
+        if {b.role for b in blocks} != {"A", "B"}:
+            return None
+        margin = self.spec.gates.speed_margin
+        if self.stored_baseline is not None:
+            return stats.unpaired_speed_report(blocks, margin=margin,
+                                               baseline_source=str(self.stored_baseline.bundle_path))
+        return stats.speed_report(blocks, margin=margin)
+
+    def verdicts(self) -> dict[str, CandidateVerdict]:
+        """Per candidate: speed, quality and lossless at each duration, and the stop rule that fired."""
+        out = {}
+        for candidate in self.spec.candidates:
+            durations = {
+                f"{d:g}s": DurationVerdict.of(
+                    self.speed(d, candidate), self.judge.pairs_of(candidate, d), self.optional_checks(),
+                    lossless_enabled=self.lossless_enabled,
+                    lossless=self.judge.lossless_results.get(CandidateWorkload(candidate, d).id),
+                )
+                for d in self.spec.workload.durations
+            }
+            out[candidate] = CandidateVerdict(durations, self.stopped(candidate))
+        return out
+
+    def outcome(self) -> Outcome:
+        return combine(v.outcome for v in self.verdicts().values())
+
+    def summary_lines(self) -> list[str]:
+        return summary_lines(self)
+
+    # -- re-validation -------------------------------------------------------------------
+
+    def write_quality(self) -> str | None:
+        """Record every quality result under this validator's version, beside any older one."""
+        if not self.judge.pairs and not self.judge.lossless_results:
+            return None
+        return self.bundle.write_quality(quality.VALIDATOR_VERSION, self.judge.quality_document())
+
+    def validate(self) -> Outcome:
+        """Run every quality comparison (and the lossless judgement) over stored outputs; the overall outcome."""
+        version = quality.VALIDATOR_VERSION
+        if version in self.bundle.quality_versions():
+            raise UsageError(
+                f"{self.bundle.path} is already validated with {version}; its result is frozen, "
+                "and only a newer validator version writes a new one beside it"
+            )
+        pairs = [p for p in self.schedule.cases("matched_pair")
+                 if isinstance(p, MatchedPair) and self.available(p.baseline) and self.available(p.candidate)]
+        if not pairs:
+            raise UsageError(f"{self.bundle.path} holds no matched baseline and candidate outputs: nothing to validate")
+        for pair in pairs:
+            self.compare(pair)
+        if self.lossless_enabled:
+            for case in self.schedule.cases("candidate_workload"):
+                assert isinstance(case, CandidateWorkload)
+                self.lossless(case)
+        return self.outcome()

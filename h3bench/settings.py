@@ -1,0 +1,31 @@
+"""A session's options, resolved once (by the pytest plugin or the CLI) into one frozen object."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ARMS", "LPIPS_DIR_ENV", "Settings"]
+
+ARMS = ("baseline", "candidate", "all")
+LPIPS_DIR_ENV = "H3BENCH_LPIPS_DIR"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Which spec and arms to run, where the evidence goes, and how the outputs are judged."""
+
+    runspec: Path | None
+    arm: str = "all"
+    evidence_root: Path = Path("h3bench-evidence")
+    baseline_evidence: Path | None = None
+    lossless: bool = False
+    lpips_dir: Path | None = None
+    lpips_device: str = "cpu"
+
+    @classmethod
+    def for_bundle(cls, bundle: Path, *, lossless: bool, lpips_dir: str | None, lpips_device: str) -> Settings:
+        """Settings to re-validate a stored bundle: its own spec, every arm."""
+        lpips = lpips_dir or os.environ.get(LPIPS_DIR_ENV)
+        return cls(None, "all", bundle.parent, None, lossless, Path(lpips) if lpips else None, lpips_device)

@@ -1,0 +1,114 @@
+"""What a campaign says about itself: the report header, the terminal summary, pytest-benchmark's extra_info.
+
+The header says what is needed to repeat the run (spec id, arms, server
+commands, where the evidence goes); the summary gives, per duration and
+candidate, each arm's samples and stage medians, the paired ratio, and the
+speed, quality and lossless outcomes, then every verdict.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from h3bench.h3 import TOP_LEVEL_STAGES, mux_and_transfer_s
+from h3bench.ports import LOCALHOST
+from h3bench.records import BlockResult, Sample
+from h3bench.runspec import RunSpec
+
+if TYPE_CHECKING:
+    from h3bench.review import Review
+
+__all__ = ["extra_info", "report_header", "stage_medians", "summary_lines"]
+
+
+def report_header(review: Review, arms: str, evidence: str) -> list[str]:
+    spec = review.spec
+    lines = [
+        f"h3bench runspec: {spec.name}, id {spec.spec_id[:16]}",
+        f"h3bench arms: {arms}; order {spec.protocol.order}; "
+        f"{spec.protocol.warmups_per_block} warmup + {spec.protocol.requests_per_block} measured per block; "
+        f"shutdown budget {spec.protocol.shutdown_budget_s:g} s for every arm",
+    ]
+    for name, arm in spec.arms.items():
+        lines.append(f"h3bench {name}: {' '.join(arm.command(LOCALHOST, 0, spec.model.path))}")
+    lines.append(f"h3bench evidence: {evidence}")
+    if review.stored_baseline is not None:
+        lines.append(f"h3bench baseline evidence: {review.stored_baseline.bundle_path} (latency NOT interleaved)")
+    return lines
+
+
+def stage_medians(samples: Iterable[Sample]) -> str:
+    """Median seconds of each top-level stage, and the derived mux-and-transfer remainder."""
+    samples = list(samples)
+    parts = []
+    for stage in TOP_LEVEL_STAGES:
+        values = [v for s in samples for k, v in s.stage_durations.items()
+                  if k.count(".") <= 1 and k.rpartition(".")[2] == stage]
+        if values:
+            parts.append(f"{stage} {statistics.median(values):.3f}")
+    rest = [r for s in samples if s.e2e_s is not None
+            if (r := mux_and_transfer_s(s.e2e_s, s.stage_durations)) is not None]
+    if rest:
+        parts.append(f"mux+transfer (derived) {statistics.median(rest):.3f}")
+    return ", ".join(parts)
+
+
+def summary_lines(review: Review) -> list[str]:
+    spec = review.spec
+    lines = [f"runspec {spec.name} (id {spec.spec_id[:16]}), order {spec.protocol.order}, "
+             f"shutdown budget {spec.protocol.shutdown_budget_s:g} s for every arm"]
+    verdicts = review.verdicts()
+    for duration in spec.workload.durations:
+        for candidate in spec.candidates:
+            series = review.series(duration, candidate)
+            if not series:
+                continue
+            lines.append(f"ref2va {duration:g}s, {candidate} against baseline:")
+            for arm in ("baseline", candidate):
+                samples = [s for r in series if r.block.arm == arm for s in r.measured if s.ok and s.e2e_s is not None]
+                if samples:
+                    median = statistics.median(s.e2e_s for s in samples if s.e2e_s is not None)
+                    lines.append(f"  {arm:<12} n={len(samples):<3} median E2E {median:8.3f} s   "
+                                 f"{stage_medians(samples)}")
+            speed = review.speed(duration, candidate)
+            if speed is not None:
+                est = speed.estimate
+                interval = f"[{est.ci_low:.4f}, {est.ci_high:.4f}]" if est.ci_low is not None else "no interval"
+                lines.append(f"  ratio {est.geomean:.4f} {interval} over {est.k} {est.design}")
+                if review.stored_baseline is not None:
+                    lines.append(f"  latency comparison is NOT AB/BA-interleaved: baseline samples from "
+                                 f"{review.stored_baseline.bundle_path}")
+            d = verdicts[candidate].durations[f"{duration:g}s"]
+            lines.append(f"  speed {d.speed}: {d.speed_reasons[0]}")
+            lines.append(f"  quality {d.to_dict()['quality']} over {d.quality_pairs} matched pairs")
+            if d.lossless is not None:
+                lines.append(f"  lossless {d.lossless.outcome}: {d.lossless.reasons[0]}")
+    for candidate, verdict in verdicts.items():
+        stopped = f" (stopped: {verdict.stopped.reason})" if verdict.stopped else ""
+        lines.append(f"verdict {candidate}: {verdict.outcome}{stopped}")
+    if not spec.gates.lpips_required:
+        lines.append("LPIPS is not required by this RunSpec: quality verdicts do not include it.")
+    lines.append(f"evidence bundle: {review.bundle_path}")
+    return lines
+
+
+def extra_info(spec: RunSpec, result: BlockResult) -> dict[str, Any]:
+    """What pytest-benchmark records with a block's timings (``extra_info``)."""
+    block = result.block
+    return {
+        "arm": block.arm,
+        "candidate": block.candidate,
+        "block_index": block.position,
+        "order_position": f"{block.position}/{len(spec.protocol.order)} ({spec.protocol.order})",
+        "server_pid": result.server_pid,
+        "client_e2e_s": [s.e2e_s for s in result.measured],
+        "server_inference_time_s": [s.inference_time_s for s in result.measured],
+        "stage_durations": [s.stage_durations for s in result.measured],
+        "output_sha256": [s.output_sha256 for s in result.measured],
+        "startup_s": result.lifecycle.get("startup_s"),
+        "warmup_s": result.lifecycle.get("warmup_s"),
+        "shutdown_s": result.lifecycle.get("shutdown_s"),
+        "spec_id": spec.spec_id,
+    }
