@@ -168,7 +168,7 @@ def ffmpeg_runs(ffmpeg: str, pair: list[str]) -> list[Run]:
     """Upstream's accuracy test: one ffmpeg run with the ssim filter, then one with psnr."""
     return [
         run_timed([ffmpeg, "-hide_banner", "-nostats", "-i", pair[0], "-i", pair[1],
-                   "-lavfi", f"[0:v][1:v]{name}", "-f", "null", "-"])  # fmt: skip
+                   "-lavfi", f"[0:v][1:v]{name}", "-f", "null", "-"])
         for name in ("ssim", "psnr")
     ]
 
@@ -253,7 +253,7 @@ def benchmark(workdir: Path, rounds: int) -> int:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         # Labels and targets read left to right; numbers line up on the right.
-        cells = [cell.ljust(w) if i in (0, 4) else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths))]
+        cells = [cell.ljust(w) if i in (0, 4) else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))]
         print("  ".join(cells))
     print(f"\nSSIM/PSNR values {'agree with ffmpeg' if agree else 'DISAGREE WITH FFMPEG'}")
     return 0 if agree else 1

@@ -37,9 +37,9 @@ import torchvision
 # Run as a script, the repository root is not on sys.path; the frame generator lives there.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from h3bench import media  # noqa: E402
-from h3bench.metrics import lpips as h3lpips  # noqa: E402
-from tests_unit import mediagen  # noqa: E402
+from h3bench import media
+from h3bench.metrics import lpips as h3lpips
+from tests_unit import mediagen
 
 WIDTH, HEIGHT = 1344, 768
 UNIQUE_FRAMES = 24  # longer clips cycle these; LPIPS cost does not depend on content

@@ -28,14 +28,15 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from h3bench.client import GenerationRequest, GenerationResult, Reference, VideoClient
 from h3bench.devices import DEFAULT_LOCK_PATH, DeviceLock, NpuSmiCheck
 from h3bench.errors import CleanupError, H3BenchError, InterferenceError, RequestError, ServerStartError
 from h3bench.evidence import Bundle
+from h3bench.measure import Measure, PlainMeasure
 from h3bench.outcome import Outcome
 from h3bench.ports import LOCALHOST, find_free_port
 from h3bench.records import BlockResult, Sample
@@ -44,32 +45,11 @@ from h3bench.schedule import Block
 from h3bench.server import ExitReport, ServerProcess
 from h3bench.sim import PROFILE_ENV as SIM_PROFILE_ENV
 
-__all__ = ["AUDIT_SLACK_S", "DEVICE_LOCK_ENV", "Measure", "PlainMeasure", "audit_problem", "run_block"]
+__all__ = ["AUDIT_SLACK_S", "DEVICE_LOCK_ENV", "audit_problem", "run_block"]
 
 # Perf blocks on one host never overlap: every campaign takes this file lock (its path can be moved).
 DEVICE_LOCK_ENV = "H3BENCH_DEVICE_LOCK"
 AUDIT_SLACK_S = 0.25
-
-
-class Measure(Protocol):
-    """Times a block's measured requests: ``request()`` is timed, ``after()`` (storing evidence) is not."""
-
-    def time(self, request: Callable[[], None], after: Callable[[], None], rounds: int) -> None: ...
-
-    def annotate(self, info: Mapping[str, Any]) -> None:
-        """Receive the block's details once it ended (pytest-benchmark keeps them in ``extra_info``)."""
-
-
-class PlainMeasure:
-    """No timing library: the client's own E2E is the measurement."""
-
-    def time(self, request: Callable[[], None], after: Callable[[], None], rounds: int) -> None:
-        for _ in range(rounds):
-            request()
-            after()
-
-    def annotate(self, info: Mapping[str, Any]) -> None:
-        pass
 
 
 class _Recorder:
@@ -114,7 +94,7 @@ class _Recorder:
             return
         kind, index, seed, result = self._pending
         self._pending = None
-        sha, _ = self.bundle.store_output(result.output_path, move=True)
+        sha = self.bundle.store_output(result.output_path, move=True)[0]
         self._record(Sample(
             self.block.id, kind, index, seed, ok=True,
             e2e_s=result.e2e_s,

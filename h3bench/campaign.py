@@ -26,9 +26,10 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from h3bench import __version__
-from h3bench.block import Measure, PlainMeasure, run_block
+from h3bench.block import run_block
 from h3bench.evidence import Bundle
 from h3bench.evidence.files import now
+from h3bench.measure import Measure, PlainMeasure
 from h3bench.records import BlockFailed, BlockResult, CandidateStopped, headline
 from h3bench.review import Review
 from h3bench.runspec import RunSpec, load_runspec

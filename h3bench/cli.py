@@ -32,8 +32,8 @@ from pathlib import Path
 from h3bench import __version__, media, quality
 from h3bench.errors import H3BenchError, RunSpecError, UsageError, WeightIntegrityError
 from h3bench.h3 import expected_shape
-from h3bench.quality import QualityReport, compare, format_value, json_safe, require_readable
 from h3bench.outcome import Outcome
+from h3bench.quality import QualityReport, compare, format_value, json_safe, require_readable
 
 __all__ = ["EXIT_CODES", "SUBCOMMANDS", "Passthrough", "Subcommand", "build_parser", "exit_code", "main"]
 
@@ -156,7 +156,7 @@ def _print_report(report: QualityReport) -> None:
     rows += [(c.name, c.status.value, format_value(c.value), c.threshold or "-", c.detail) for c in report.checks]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for row in rows:
-        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths)) + "  " + row[4])
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=False)) + "  " + row[4])
     names = {
         "failing": [c.name for c in report.failing()],
         "not measured": [c.name for c in report.not_measured()],
@@ -281,7 +281,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             # argparse would reject the subcommand's own options, so it never sees them.
             return command.run(argv[1:])
         args = build_parser().parse_args(argv)
-        return SUBCOMMANDS[args.command].run(args)
+        chosen = SUBCOMMANDS[args.command]
+        assert isinstance(chosen, Subcommand)
+        return chosen.run(args)
     except SystemExit as exc:  # --help, --version, or a usage error argparse already printed
         if exc.code is None:
             return 0

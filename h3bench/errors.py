@@ -24,18 +24,18 @@ Foreign exceptions are translated at the boundary with ``raise ... from exc``.
 from __future__ import annotations
 
 __all__ = [
+    "CleanupError",
+    "EvidenceError",
     "H3BenchError",
-    "UsageError",
+    "InterferenceError",
     "MediaDecodeError",
     "MediaShapeError",
-    "WeightIntegrityError",
+    "RequestError",
     "RunSpecError",
     "ServerError",
     "ServerStartError",
-    "InterferenceError",
-    "CleanupError",
-    "RequestError",
-    "EvidenceError",
+    "UsageError",
+    "WeightIntegrityError",
 ]
 
 

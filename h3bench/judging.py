@@ -187,7 +187,7 @@ class Judge:
             self._verdicts[case.id] = verdict
             # Exact-equality diagnostics for every pair, controls included (decoded frames and PCM hashed).
             bitwise = {f"control:{a.id}~{b.id}": self._digests_equal(a, b) for a, b in usable}
-            bitwise.update({f"candidate:{p.id}": equal for p, (_, equal) in zip(pairs, candidates)})
+            bitwise.update({f"candidate:{p.id}": equal for p, (_, equal) in zip(pairs, candidates, strict=True)})
             self._record({"kind": "lossless", "id": case.id, "candidate": case.candidate, "duration": case.duration,
                           "result": {**verdict.to_dict(), "decoded_bitwise_equal": bitwise}})
         return self._verdicts[case.id]

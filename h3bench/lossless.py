@@ -106,7 +106,7 @@ def envelope(controls: Sequence[QualityReport], tolerance: float, metrics: Itera
     """Per metric, the worst control deviation widened by ``tolerance``; metrics without controls are left out."""
     result = {}
     for metric in metrics:
-        values = [d[metric] for d in map(deviations, controls) if d[metric] is not None]
+        values = [v for d in map(deviations, controls) if (v := d[metric]) is not None]
         if values:
             worst = max(values)
             result[metric] = Envelope(metric, worst, worst * (1.0 + tolerance), len(values))
@@ -175,7 +175,7 @@ def judge(
     outside = []
     for report, _ in candidates:
         for metric, value in deviations(report).items():
-            if metric in envelopes and value > envelopes[metric].limit:
+            if metric in envelopes and value is not None and value > envelopes[metric].limit:
                 env = envelopes[metric]
                 outside.append(
                     f"{report.candidate}: {metric} deviation {value:.3g} outside the control envelope "

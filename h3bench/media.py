@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -175,7 +175,7 @@ def _plane(plane, width: int, height: int) -> np.ndarray:
     return buf[:height, :width]
 
 
-def iter_yuv_frames(path: _PathLike) -> Iterator[YuvFrame]:
+def iter_yuv_frames(path: _PathLike) -> Generator[YuvFrame, None, None]:
     """Yield each video frame's yuv420p planes, one frame at a time.
 
     Frames in another pixel format are converted to yuv420p first, as
@@ -192,7 +192,7 @@ def iter_yuv_frames(path: _PathLike) -> Iterator[YuvFrame]:
         )
 
 
-def _video_frames(path: _PathLike) -> Iterator[av.VideoFrame]:
+def _video_frames(path: _PathLike) -> Generator[av.VideoFrame, None, None]:
     """Decode the first video stream frame by frame, with threads; errors become MediaDecodeError."""
     with _open(path) as container:
         if not container.streams.video:
@@ -205,7 +205,7 @@ def _video_frames(path: _PathLike) -> Iterator[av.VideoFrame]:
             raise _decode_error(path, "the video stream", exc) from exc
 
 
-def iter_rgb_frames(path: _PathLike) -> Iterator[np.ndarray]:
+def iter_rgb_frames(path: _PathLike) -> Generator[np.ndarray, None, None]:
     """Yield each video frame as an ``[H, W, 3]`` uint8 RGB array.
 
     The conversion is libswscale's default yuv420p → rgb24 (BT.601), which is

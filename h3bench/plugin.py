@@ -41,6 +41,7 @@ import pytest
 from h3bench.campaign import Campaign
 from h3bench.errors import H3BenchError
 from h3bench.h3 import expected_shape, workload_marker
+from h3bench.measure import PlainMeasure
 from h3bench.quality.assertions import assert_expected_duration, assert_quality_gates
 from h3bench.records import BlockFailed, CandidateStopped
 from h3bench.review import Review
@@ -298,9 +299,7 @@ class _BenchmarkMeasure:
 
     def time(self, request: Callable[[], None], after: Callable[[], None], rounds: int) -> None:
         if getattr(self.benchmark, "disabled", False):
-            for _ in range(rounds):
-                request()
-                after()
+            PlainMeasure().time(request, after, rounds)
             return
         # Only the request is timed; storing its evidence happens in teardown.
         self.benchmark.pedantic(request, teardown=after, rounds=rounds, iterations=1, warmup_rounds=0)
@@ -355,6 +354,7 @@ class _RecordCollector:
         if records and _worker_input(self.config) is None:
             campaign = campaign_for(self.config)
             for record in records:
+                assert isinstance(record, dict)
                 campaign.absorb(record)
 
 

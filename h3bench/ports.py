@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import socket
+from typing import Any
 
 import psutil
 
@@ -35,6 +36,7 @@ def port_free(host: str, port: int) -> bool:
 
 def port_holder(port: int) -> str | None:
     """Name the process that holds a TCP port, e.g. ``"pid 812 (python3)"``, if it can be found."""
+    conns: list[tuple[int | None, Any]]
     try:
         conns = [(c.pid, c) for c in psutil.net_connections(kind="inet")]
     except psutil.AccessDenied:  # not root on some systems: ask each process we may inspect

@@ -26,6 +26,7 @@ from h3bench import lossless, quality, stats
 from h3bench.errors import EvidenceError, UsageError
 from h3bench.evidence import Bundle
 from h3bench.judging import Judge, LpipsStatus
+from h3bench.measure import Measure
 from h3bench.outcome import Outcome, combine
 from h3bench.quality import QualityReport
 from h3bench.records import BlockFailed, BlockResult, CandidateStopped, Sample, Stop, headline, load_results
@@ -139,7 +140,7 @@ class Review:
             raise BlockFailed(result)
         return result
 
-    def run_block(self, block: Block, measure: object = None) -> BlockResult:
+    def run_block(self, block: Block, measure: Measure | None = None) -> BlockResult:
         """What the block produced when it ran; a review never runs one (``measure`` is not used)."""
         return self.ensure(block)
 

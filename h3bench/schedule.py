@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 from h3bench.runspec import BASELINE, RunSpec
 
-__all__ = ["CASE_FIXTURES", "Block", "Case", "CandidateWorkload", "MatchedPair", "OutputRef", "Schedule", "plan"]
+__all__ = ["CASE_FIXTURES", "Block", "CandidateWorkload", "Case", "MatchedPair", "OutputRef", "Schedule", "plan"]
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ class MatchedPair:
         return f"{b.duration:g}s-{b.candidate}-pair{b.pair}-r{self.candidate.index}"
 
 
-Case = Union[Block, OutputRef, MatchedPair, CandidateWorkload]
+Case = Block | OutputRef | MatchedPair | CandidateWorkload
 CASE_FIXTURES = ("block", "baseline_output", "matched_pair", "candidate_workload")
 
 

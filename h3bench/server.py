@@ -85,7 +85,7 @@ class ExitReport:
 
     @property
     def problems(self) -> tuple[str, ...]:
-        port = ()
+        port: tuple[str, ...] = ()
         if not self.port_free:
             port = (f"port {self.port} still taken by {self.port_holder or 'an unknown process'}",)
         return self.survivors + port + self.device_leftovers

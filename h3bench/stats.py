@@ -200,9 +200,9 @@ def paired_block_ratios(blocks: Sequence[BlockSamples]) -> tuple[PairedRatio, ..
     pairs = []
     for index in range(len(blocks) // 2):
         first, second = blocks[2 * index], blocks[2 * index + 1]
-        order = first.role + second.role
-        if order not in ("AB", "BA"):
-            raise UsageError(f"blocks {2 * index + 1} and {2 * index + 2} are {order}, not an AB or BA pair")
+        if first.role == second.role:
+            raise UsageError(f"blocks {2 * index + 1} and {2 * index + 2} are {first.role * 2}, not an AB or BA pair")
+        order: Literal["AB", "BA"] = "AB" if first.role == "A" else "BA"
         baseline, candidate = (first, second) if order == "AB" else (second, first)
         pairs.append(
             PairedRatio(index, order, baseline.median, candidate.median, candidate.median / baseline.median)
@@ -291,6 +291,7 @@ def speed_verdict(estimate: RatioEstimate, margin: float) -> SpeedVerdict:
     elif estimate.ci_low > 1:
         outcome, reason = Outcome.FAIL, f"candidate slower: {interval} lies above 1"
     else:
+        assert estimate.mde_ratio is not None  # an interval gives one
         outcome = Outcome.INCONCLUSIVE
         reason = (
             f"{interval} is neither below 1 - margin = {bound:.4f} nor above 1; at this variance only an "

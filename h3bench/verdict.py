@@ -46,9 +46,9 @@ class DurationVerdict:
     @classmethod
     def of(cls, speed: SpeedReport | None, pairs: Sequence[PairOutcome], optional: tuple[str, ...], *,
            lossless_enabled: bool, lossless: LosslessOutcome | None) -> DurationVerdict:
-        if speed is None:
-            outcome, reasons = Outcome.INCONCLUSIVE, ("no complete AB/BA pair was measured",)
-        else:
+        reasons: tuple[str, ...] = ("no complete AB/BA pair was measured",)
+        outcome = Outcome.INCONCLUSIVE
+        if speed is not None:
             outcome, reasons = speed.verdict.outcome, speed.verdict.reasons
         return cls(outcome, tuple(reasons), quality_outcome(pairs, optional), len(pairs), lossless_enabled,
                    lossless if lossless_enabled else None)

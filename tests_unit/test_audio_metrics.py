@@ -51,13 +51,13 @@ def numpy_definition(baseline: np.ndarray, candidate: np.ndarray) -> tuple[float
         hop = n_fft // 4
         window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)
 
-        def magnitude(x: np.ndarray) -> np.ndarray:
+        def magnitude(x: np.ndarray, n_fft: int = n_fft, hop: int = hop, window: np.ndarray = window) -> np.ndarray:
             padded = np.pad(x.astype(np.float64), ((0, 0), (n_fft // 2, n_fft // 2)), mode="reflect")
             starts = hop * np.arange(1 + x.shape[1] // hop)
             frames = padded[:, starts[:, None] + np.arange(n_fft)]
             return np.abs(np.fft.rfft(frames * window, axis=-1))
 
-        for b, c in zip(magnitude(baseline), magnitude(candidate)):
+        for b, c in zip(magnitude(baseline), magnitude(candidate), strict=True):
             b, c = b.ravel(), c.ravel()
             similarities.append(b @ c / (max(np.linalg.norm(b), 1e-12) * max(np.linalg.norm(c), 1e-12)))
     rms = [np.sqrt(np.mean(np.square(x.astype(np.float64)))) for x in (baseline, candidate)]

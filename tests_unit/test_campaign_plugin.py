@@ -9,10 +9,12 @@ of the simulator must end in a test failure (or skip) that names its cause.
 from __future__ import annotations
 
 import json
+
 import pytest
 
 from h3bench import evidence
-from tests_unit.campaign_project import bundle_of, run_campaign as run, write_campaign
+from tests_unit.campaign_project import bundle_of, write_campaign
+from tests_unit.campaign_project import run_campaign as run
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from h3bench import h3, media, quality
+from h3bench import h3, media
 from h3bench.cli import main
 from tests_unit import mediagen
 

@@ -178,7 +178,7 @@ def test_each_violation_fails_its_check_and_the_assertion(tmp_path, case):
     bad = [check for check in checks.values() if check.status is not Status.PASS]
     lines = message.splitlines()[1:]
     assert len(lines) == len(bad)
-    for line, check in zip(lines, bad):  # every failing check, with its value and threshold
+    for line, check in zip(lines, bad, strict=True):  # every failing check, with its value and threshold
         value, threshold = quality.format_value(check.value), check.threshold or "-"
         assert line == f"  [{check.status}] {check.name}: {value} (threshold {threshold}) — {check.detail}"
 

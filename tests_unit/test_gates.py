@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from h3bench import h3, media, quality
 from h3bench.errors import UsageError
-from h3bench.quality import Check, Status, Thresholds
 from h3bench.metrics import audio, ssim_psnr
 from h3bench.outcome import Outcome
+from h3bench.quality import Check, Status, Thresholds
 from tests_unit import mediagen
 
 FRAMES, WIDTH, HEIGHT, SAMPLES = 8, 96, 64, 16_000

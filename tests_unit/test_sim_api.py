@@ -26,8 +26,8 @@ import pytest
 
 from h3bench import media
 from h3bench.errors import RunSpecError, UsageError
-from h3bench.sim import parse_args
 from h3bench.h3 import STAGE_KEYS, frame_count
+from h3bench.sim import parse_args
 from h3bench.sim.profile import SimProfile, load_profile
 from tests_unit import mediagen
 

@@ -238,5 +238,5 @@ def test_more_noise_scores_worse(size, seed, offset, contrast, sigma, factor):
 
     ssim_small, ssim_large = ssim_planes(a, b_small), ssim_planes(a, b_large)
     psnr_small, psnr_large = psnr_planes(a, b_small), psnr_planes(a, b_large)
-    assert all(s > l for s, l in zip(ssim_small, ssim_large, strict=True)), (ssim_small, ssim_large)
-    assert all(s > l for s, l in zip(psnr_small, psnr_large, strict=True)), (psnr_small, psnr_large)
+    assert all(s > big for s, big in zip(ssim_small, ssim_large, strict=True)), (ssim_small, ssim_large)
+    assert all(s > big for s, big in zip(psnr_small, psnr_large, strict=True)), (psnr_small, psnr_large)

@@ -1,6 +1,6 @@
 """SSIM and PSNR of two videos, exactly as ffmpeg's ``ssim`` and ``psnr`` filters compute them.
 
-Upstream's accuracy gate (vllm-omni tests/e2e/accuracy/helpers.py, REFERENCE §7)
+Upstream's accuracy gate (vLLM-Omni's ``tests/e2e/accuracy/helpers.py``)
 runs ``ffmpeg -i A -i B -lavfi "[0:v][1:v]ssim"`` and the same with ``psnr``, and
 reads the ``All:`` and ``average:`` figures. This module reproduces both on
 yuv420p frames, from one streaming decode of each file.
@@ -57,9 +57,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import queue
-import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numba
@@ -67,6 +64,7 @@ import numpy as np
 
 from h3bench.errors import MediaShapeError
 from h3bench.media import YuvFrame, iter_yuv_frames
+from h3bench.prefetch import prefetch
 
 __all__ = ["VideoMetrics", "compare_video", "psnr_planes", "ssim_planes"]
 
@@ -112,11 +110,11 @@ def _plane_stats(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
     col12 = np.zeros(cw, np.int32)
     prev = np.zeros((4, bw), np.int32)
     cur = np.zeros((4, bw), np.int32)
-    ssim = 0.0
-    sse = 0
+    ssim = np.float64(0.0)
+    sse = np.int64(0)
     for y in range(h):
         ra, rb = a[y], b[y]
-        row_sse = 0
+        row_sse = np.int64(0)
         for x in range(w):
             d = np.int32(ra[x]) - np.int32(rb[x])
             row_sse += d * d
@@ -153,7 +151,7 @@ def _plane_stats(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
                 den = np.float32(s1 * s1 + s2 * s2 + _C1) * np.float32(var + _C2)
                 ssim += num / den
         prev, cur = cur, prev
-    return ssim / ((bw - 1) * (bh - 1)), sse
+    return float(ssim / ((bw - 1) * (bh - 1))), int(sse)
 
 
 def _planes(frame: YuvFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -229,52 +227,6 @@ def psnr_planes(a: YuvFrame, b: YuvFrame) -> tuple[float, float, float]:
     return y, u, v
 
 
-class _Prefetcher:
-    """Decode one file on a background thread, a few frames ahead of the consumer.
-
-    PyAV and the compiled kernel both release the GIL, so the two files decode
-    on their own threads while the metrics of earlier frames are computed.
-    """
-
-    _END = object()
-
-    def __init__(self, path: _PathLike) -> None:
-        self._queue: queue.Queue[object] = queue.Queue(maxsize=_PREFETCH)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, args=(path,), name=f"decode {os.fspath(path)}", daemon=True)
-        self._thread.start()
-
-    def _run(self, path: _PathLike) -> None:
-        try:
-            with contextlib.closing(iter_yuv_frames(path)) as frames:
-                for frame in frames:
-                    if not self._put(frame):
-                        return
-        except Exception as exc:  # handed to the consumer, which raises it
-            self._put(exc)
-        else:
-            self._put(self._END)
-
-    def _put(self, item: object) -> bool:
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.05)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def frames(self) -> Iterator[YuvFrame]:
-        while (item := self._queue.get()) is not self._END:
-            if isinstance(item, Exception):
-                raise item
-            yield item  # type: ignore[misc]
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
 def compare_video(baseline: _PathLike, candidate: _PathLike) -> VideoMetrics:
     """ffmpeg's SSIM ``All`` and PSNR ``average`` of ``candidate`` against ``baseline``.
 
@@ -295,12 +247,9 @@ def compare_video(baseline: _PathLike, candidate: _PathLike) -> VideoMetrics:
     ssim_rows: list[list[float]] = []
     sse_rows: list[list[int]] = []
     shapes: tuple[tuple[int, ...], ...] | None = None
-    with contextlib.ExitStack() as stack:
-        base_reader = _Prefetcher(baseline)
-        stack.callback(base_reader.close)
-        cand_reader = _Prefetcher(candidate)
-        stack.callback(cand_reader.close)
-        base_frames, cand_frames = base_reader.frames(), cand_reader.frames()
+    base_frames = prefetch(iter_yuv_frames(baseline), _PREFETCH, name=f"decode {base_name}")
+    cand_frames = prefetch(iter_yuv_frames(candidate), _PREFETCH, name=f"decode {cand_name}")
+    with contextlib.closing(base_frames), contextlib.closing(cand_frames):
         for index, (a, b) in enumerate(itertools.zip_longest(base_frames, cand_frames)):
             if a is None or b is None:
                 longer = base_frames if b is None else cand_frames

@@ -147,6 +147,7 @@ def _audio_metric_checks(
         ], None, None
     from h3bench.metrics import audio
 
+    assert pcm is not None and base.audio is not None and cand.audio is not None  # the prerequisites passed
     try:
         b = audio.trim_to(pcm[0], _audio_trim_count(base.audio, shape))
         c = audio.trim_to(pcm[1], _audio_trim_count(cand.audio, shape))
@@ -225,7 +226,7 @@ def compare(
         pcm = (media.read_pcm(base.path)[0], media.read_pcm(cand.path)[0])
         finite = finite_check(*pcm)
     else:
-        finite = not_measured("audio_finite", "== 0", blocked_by([has_audio]))
+        finite = not_measured("audio_finite", "== 0", blocked_by([has_audio]) or "not measured")
     checks = [decodable, has_video, has_audio, *video_format, *audio_format, finite]
     if shape is not None:
         for f in files:

@@ -20,7 +20,8 @@ def video_format_checks(base: Probed, cand: Probed, has_video: Check) -> list[Ch
     reason = blocked_by([has_video])
     if reason:
         return [not_measured(name, "equal to the baseline", reason) for name in names]
-    b, c = base.info.video, cand.info.video
+    b, c = base.video, cand.video
+    assert b is not None and c is not None  # has_video passed
     return [
         equal("frame_count", "frame counts", b.frames, c.frames),
         equal("frame_size", "frame sizes", f"{b.width}x{b.height}", f"{c.width}x{c.height}"),
@@ -33,7 +34,8 @@ def audio_format_checks(base: Probed, cand: Probed, has_audio: Check) -> list[Ch
     reason = blocked_by([has_audio])
     if reason:
         return [not_measured(name, "equal to the baseline", reason) for name in names]
-    b, c = base.info.audio, cand.info.audio
+    b, c = base.audio, cand.audio
+    assert b is not None and c is not None  # has_audio passed
     return [
         equal("audio_rate", "audio sample rates", b.sample_rate, c.sample_rate),
         equal("audio_channels", "audio channel counts", b.channels, c.channels),

@@ -52,7 +52,7 @@ __all__ = ["create_app", "serve"]
 log = logging.getLogger("h3bench.sim")
 
 _SYNC_TIMEOUT_DEFAULT_S = 600.0
-_GRACEFUL_SHUTDOWN_S = 5.0  # uvicorn's wait for in-flight responses after SIGTERM
+_GRACEFUL_SHUTDOWN_S = 5  # uvicorn's wait for in-flight responses after SIGTERM
 
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:

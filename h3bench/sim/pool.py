@@ -179,6 +179,7 @@ class WorkerPool:
                 pending.result = payload
             if not pending.waiting:
                 del self._pending[request_id]
+                assert pending.result is not None, "rank 0 reports the result"
                 pending.future.set_result(pending.result)
 
     def _died(self, worker: _Worker) -> None:
@@ -234,10 +235,10 @@ class WorkerPool:
                 )
                 worker.process.terminate()
         self._join_all(grace)
-        survivors = []
+        survivors: list[int] = []
         for worker in self._workers:
             if worker.process.is_alive():
-                survivors.append(worker.process.pid)
+                survivors.append(worker.process.pid or 0)
                 log.error(
                     "worker rank %d (pid %d) ignored SIGTERM and is still running; the caller must kill it",
                     worker.rank,

@@ -43,7 +43,8 @@ router = APIRouter()
 
 
 def _simulator(request: Request) -> Simulator:
-    return request.app.state.simulator  # type: ignore[no-any-return]
+    simulator: Simulator = request.app.state.simulator
+    return simulator
 
 
 Sim = Annotated[Simulator, Depends(_simulator)]
@@ -128,7 +129,7 @@ async def create_video_sync(raw: Request, sim: Sim) -> Response:
     timeout = sim.sync_timeout_s
     try:
         result = await asyncio.wait_for(sim.engine.generate(request, request_id, output), timeout=timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         log.error("request %s: timed out after %g s (%s)", request_id, timeout, SYNC_TIMEOUT_ENV)
         raise HTTPException(HTTPStatus.GATEWAY_TIMEOUT, f"Video generation timed out after {timeout}s.") from None
     except GenerationError as exc:
@@ -191,7 +192,7 @@ async def delete_video(video_id: str, sim: Sim) -> dict[str, Any]:
         task.cancel()
         try:
             await asyncio.wait_for(task, timeout=2.0)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise HTTPException(HTTPStatus.CONFLICT, "Cancellation in progress. Please try again later.") from None
         except asyncio.CancelledError:
             pass

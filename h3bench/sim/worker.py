@@ -18,18 +18,15 @@ that ignores both the stop request and SIGTERM.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import logging
-import multiprocessing
-import multiprocessing.connection
 import os
 import signal
 import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 
@@ -70,7 +67,7 @@ class WorkerConfig:
     load_s: float = 0.0  # wall seconds
     startup_error: str | None = None
     ignore_sigterm: bool = False
-    perturbation: Perturbation = Perturbation()
+    perturbation: Perturbation = field(default_factory=Perturbation)
 
 
 @dataclass(frozen=True)

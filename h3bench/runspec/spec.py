@@ -1,0 +1,259 @@
+"""RunSpec: the frozen description of one campaign (issue 4; REFERENCE §1 and §8).
+
+A RunSpec is a TOML file, validated into frozen pydantic models that forbid
+unknown keys. It fixes everything a comparison holds constant: hardware,
+engine source and image, model, pinned inputs, workload, the arms (a
+``baseline`` and one or more candidates), the block protocol and the gate
+thresholds.
+
+Freezing
+--------
+The spec's **id** is the SHA-256 of its canonical JSON: the validated spec
+with every default filled in, keys sorted, no whitespace, UTF-8. Writing a
+default explicitly, reordering tables or changing comments leaves the id
+unchanged; changing any value changes it. Two things are deliberately outside
+the id: where the spec file lives (input paths are kept as written and
+resolved against the spec's directory only when used; the files are
+identified by their pinned SHA-256) and the order in which candidates are
+declared (each candidate is compared only inside its own AB/BA blocks).
+
+Bundles from different ids are never compared (:func:`require_same_spec`):
+the campaign says a changed environment needs a new frozen RunSpec before
+comparisons (REFERENCE §8).
+
+Placeholders
+------------
+Identity values that a real NPU host has to record before a formal campaign
+(engine commit, image digest, checkpoint content identity) may be written as
+``"UNPINNED"``. The spec then loads, and :attr:`RunSpec.unpinned` names them;
+the simulator has no engine and omits ``[source]``.
+
+Errors
+------
+Every problem is a :class:`~h3bench.errors.RunSpecError` whose message names
+the file and the field path (``protocol.requests_per_block``) and whose
+``field_path`` and ``source`` attributes carry the same, for TOML syntax
+errors, missing fields, wrong types, unknown keys and rule violations alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field, PrivateAttr, StrictStr, ValidationError, field_validator, model_validator
+
+from h3bench.errors import RunSpecError
+from h3bench.hashing import sha256_file
+from h3bench.runspec.arms import BASELINE, Arm
+from h3bench.runspec.base import Frozen, raise_at
+from h3bench.runspec.tables import UNPINNED, Gates, Hardware, Inputs, Model, Protocol, Source, Workload
+
+__all__ = ["RunSpec", "load_runspec", "parse_runspec", "require_same_spec"]
+
+_ARM_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+class RunSpec(Frozen):
+    """A validated, frozen campaign description; see the module docstring."""
+
+    name: Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")]
+    description: StrictStr = ""
+    hardware: Hardware
+    source: Source | None = None
+    model: Model
+    inputs: Inputs
+    workload: Workload = Workload()
+    arms: dict[StrictStr, Arm]
+    protocol: Protocol
+    gates: Gates = Gates()
+
+    # Where the spec came from; neither is part of the id.
+    _spec_dir: Path | None = PrivateAttr(default=None)
+    _source: str = PrivateAttr(default="RunSpec")
+
+    @field_validator("arms")
+    @classmethod
+    def _baseline_and_candidates(cls, value: dict[str, Arm]) -> dict[str, Arm]:
+        for name in value:
+            if not _ARM_NAME.fullmatch(name):
+                raise ValueError(f"arm name {name!r} must be lower-case letters, digits and _, starting with a letter")
+        if BASELINE not in value:
+            raise ValueError(f"there must be an arm named {BASELINE!r}")
+        if len(value) < 2:
+            raise ValueError("there must be at least one candidate arm besides baseline")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RunSpec:
+        """Rules across sections, each reported at the field that breaks it."""
+        problems: list[tuple[tuple[str, ...], str, Any]] = []
+        kind = self.hardware.kind
+        if kind != "sim":
+            if not self.hardware.device_ids:
+                message = f"kind {kind!r} needs the ids of its reserved devices"
+                problems.append((("hardware", "device_ids"), message, None))
+            if self.source is None:
+                message = f"hardware.kind {kind!r} needs [source] with engine_commit and image_digest"
+                problems.append((("source",), message, None))
+            for name, arm in self.arms.items():
+                if arm.sim is not None:
+                    message = f"a simulator profile needs hardware.kind 'sim', not {kind!r}"
+                    problems.append((("arms", name, "sim"), message, arm.sim))
+        if self.protocol.audit and self.protocol.audit_seed == self.workload.seed:
+            problems.append(
+                (
+                    ("protocol", "audit_seed"),
+                    f"must differ from workload.seed ({self.workload.seed}), or the audit proves nothing",
+                    self.protocol.audit_seed,
+                )
+            )
+        raise_at(problems, "RunSpec")
+        return self
+
+    # ---- identity
+
+    def canonical_json(self) -> str:
+        """Sorted keys, no whitespace, every default filled in; the text that :attr:`spec_id` hashes."""
+        return json.dumps(
+            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
+
+    @property
+    def spec_id(self) -> str:
+        """SHA-256 (hex) of the UTF-8 canonical JSON."""
+        return hashlib.sha256(self.canonical_json().encode("utf-8")).hexdigest()
+
+    @property
+    def unpinned(self) -> tuple[str, ...]:
+        """Field paths still set to ``"UNPINNED"``; a formal campaign needs none."""
+        values = {"model.content_identity": self.model.content_identity}
+        if self.source is not None:
+            values["source.engine_commit"] = self.source.engine_commit
+            values["source.image_digest"] = self.source.image_digest
+        return tuple(path for path, value in values.items() if value == UNPINNED)
+
+    # ---- arms
+
+    @property
+    def baseline(self) -> Arm:
+        return self.arms[BASELINE]
+
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        """Names of every arm except ``baseline``, in declaration order."""
+        return tuple(name for name in self.arms if name != BASELINE)
+
+    # ---- inputs
+
+    @property
+    def spec_dir(self) -> Path:
+        """The directory relative input paths resolve against: the spec file's, else the working directory."""
+        return self._spec_dir if self._spec_dir is not None else Path.cwd()
+
+    def input_files(self) -> dict[str, Path]:
+        """``reference_video`` and ``reference_audio`` as resolved paths, not yet verified."""
+        return {
+            name: (self.spec_dir / getattr(self.inputs, name).path).resolve()
+            for name in ("reference_video", "reference_audio")
+        }
+
+    def verify_inputs(self) -> dict[str, Path]:
+        """Re-hash every input file against its pin and return the resolved paths.
+
+        Raises
+        ------
+        RunSpecError
+            A missing file or a SHA-256 mismatch, with the path, the pinned and
+            the actual hash. A mismatch is an error, never a skip.
+        """
+        for name, path in self.input_files().items():
+            field_path = f"inputs.{name}"
+            expected = getattr(self.inputs, name).sha256
+            try:
+                actual = sha256_file(path).hexdigest
+            except OSError as exc:
+                raise RunSpecError(
+                    f"{self._source}: {field_path}: cannot read {path} ({exc.strerror}); "
+                    f"the spec pins sha256 {expected}",
+                    field_path=f"{field_path}.path",
+                    source=self._source,
+                ) from exc
+            if actual != expected:
+                raise RunSpecError(
+                    f"{self._source}: {field_path}: {path} has sha256 {actual}, but the spec pins {expected}; "
+                    "a changed input needs a new frozen RunSpec",
+                    field_path=f"{field_path}.sha256",
+                    source=self._source,
+                )
+        return self.input_files()
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        path += f"[{part}]" if isinstance(part, int) else f"{'.' if path else ''}{part}"
+    return path
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    message = str(error["msg"]).removeprefix("Value error, ")
+    # Our own value errors quote the value already; a missing field or a table has none worth showing.
+    value = error.get("input")
+    if error["type"] in ("missing", "extra_forbidden", "value_error") or value is None or isinstance(value, Mapping):
+        return message
+    shown = repr(value)
+    return f"{message} (got {shown if len(shown) <= 80 else shown[:77] + '...'})"
+
+
+def parse_runspec(data: Mapping[str, Any], *, source: str, spec_dir: str | os.PathLike[str] | None = None) -> RunSpec:
+    """Validate a mapping (parsed TOML, or a bundle's JSON copy) into a :class:`RunSpec`.
+
+    ``source`` names the origin in messages; ``spec_dir`` is where relative
+    input paths resolve.
+    """
+    try:
+        spec = RunSpec.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        lines = [f"{_field_path(error['loc']) or '(top level)'}: {_describe(error)}" for error in errors]
+        raise RunSpecError(
+            f"{source}: invalid RunSpec: " + ("\n  ".join(["", *lines]) if len(lines) > 1 else lines[0]),
+            field_path=_field_path(errors[0]["loc"]),
+            source=source,
+        ) from exc
+    spec._source = source
+    if spec_dir is not None:
+        spec._spec_dir = Path(spec_dir).resolve()
+    return spec
+
+
+def load_runspec(path: str | os.PathLike[str]) -> RunSpec:
+    """Read, parse and validate a RunSpec TOML file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+        raise RunSpecError(f"cannot read RunSpec {path}: {reason}", source=str(path)) from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise RunSpecError(f"{path}: TOML syntax error: {exc}", source=str(path)) from exc
+    return parse_runspec(data, source=str(path), spec_dir=path.parent)
+
+
+def require_same_spec(id_a: str, id_b: str) -> None:
+    """Refuse to compare bundles that come from different frozen RunSpecs."""
+    if id_a != id_b:
+        raise RunSpecError(
+            f"bundles come from different frozen RunSpecs ({id_a[:12]}… vs {id_b[:12]}…); "
+            "a changed environment needs a new frozen spec, and both arms must run under it",
+            field_path="spec_id",
+        )

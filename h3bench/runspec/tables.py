@@ -1,0 +1,187 @@
+"""The RunSpec's tables other than the arms: hardware, source, model, inputs, workload, protocol, gates."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
+
+from h3bench.quality.checks import Thresholds
+from h3bench.runspec.base import Frozen, raise_at
+
+__all__ = ["UNPINNED", "Gates", "Hardware", "InputFile", "Inputs", "Model", "Protocol", "Source", "Workload"]
+
+UNPINNED = "UNPINNED"
+_BLOCK_ORDER = re.compile(r"(?:AB|BA)+")
+
+_Positive = Annotated[StrictFloat, Field(gt=0)]
+
+
+class Hardware(Frozen):
+    """Where the campaign runs: the simulator or one NPU host's reserved devices."""
+
+    kind: Literal["sim", "910b1", "910b2", "910c", "950pr", "950dt"]
+    device_ids: tuple[Annotated[StrictInt, Field(ge=0)], ...] = ()
+
+    @field_validator("device_ids")
+    @classmethod
+    def _unique_devices(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"device ids must be unique, got {list(value)}")
+        return value
+
+
+class Source(Frozen):
+    """The engine's source commit and the container image digest (REFERENCE §8)."""
+
+    engine_commit: Annotated[StrictStr, Field(pattern=rf"^(?:[0-9a-f]{{40}}|{UNPINNED})$")]
+    image_digest: Annotated[StrictStr, Field(pattern=rf"^(?:sha256:[0-9a-f]{{64}}|{UNPINNED})$")]
+
+
+class Model(Frozen):
+    """The checkpoint: ``path`` is what ``{model}`` expands to; ``content_identity`` pins its bytes."""
+
+    path: Annotated[StrictStr, Field(min_length=1)]
+    content_identity: Annotated[StrictStr, Field(min_length=1)]
+
+
+class InputFile(Frozen):
+    """One reference input, pinned by SHA-256; a relative path is relative to the spec's directory."""
+
+    path: Annotated[StrictStr, Field(min_length=1)]
+    sha256: Annotated[StrictStr, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class Inputs(Frozen):
+    """The Ref2VA request inputs: prompt, reference video and reference audio (REFERENCE §1, §4)."""
+
+    prompt: Annotated[StrictStr, Field(min_length=1)]
+    reference_video: InputFile
+    reference_audio: InputFile
+
+
+class Workload(Frozen):
+    """What every request asks for (REFERENCE §1); durations in seconds, within [4, 15] (REFERENCE §2)."""
+
+    durations: tuple[Annotated[StrictFloat, Field(ge=4, le=15)], ...] = Field((5.0, 15.0), min_length=1)
+    size: StrictStr = "1344x768"
+    fps: Annotated[StrictInt, Field(ge=1)] = 24
+    seed: Annotated[StrictInt, Field(ge=0)] = 0
+    steps: Annotated[StrictInt, Field(ge=1)] = 50
+    flow_shift: _Positive = 12.0
+    audio_flow_shift: _Positive = 3.0
+
+    @field_validator("durations")
+    @classmethod
+    def _unique_durations(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"durations must be unique, got {list(value)}")
+        return value
+
+    @field_validator("size")
+    @classmethod
+    def _size(cls, value: str) -> str:
+        match = re.fullmatch(r"([1-9][0-9]*)x([1-9][0-9]*)", value)
+        if match is None:
+            raise ValueError(f"size must be WIDTHxHEIGHT, such as 1344x768, got {value!r}")
+        # H3's latent grid: 1344x768 and every reduced simulator canvas are multiples of 32.
+        if any(int(side) % 32 for side in match.groups()):
+            raise ValueError(f"size {value} must have width and height that are multiples of 32")
+        return value
+
+    @property
+    def width(self) -> int:
+        return int(self.size.split("x")[0])
+
+    @property
+    def height(self) -> int:
+        return int(self.size.split("x")[1])
+
+
+class Protocol(Frozen):
+    """How blocks run (REFERENCE §8, issues 4 and 5).
+
+    ``order`` is the block sequence per duration: ``A`` is a baseline block,
+    ``B`` a candidate block, each a fresh server process. It must be made of
+    adjacent ``AB``/``BA`` pairs, because the statistics pair exactly those
+    (:func:`h3bench.stats.paired_block_ratios`). The default ``ABBAABBA``
+    gives four pairs: with ``ABBA``'s two pairs the t interval has one degree
+    of freedom (t = 12.71) and finds a real 10 % speedup under 2 % request
+    noise only about 38 % of the time; with four pairs, nearly always
+    (tests_unit/test_stats.py).
+
+    Each block gets ``warmups_per_block`` warmup requests, then
+    ``requests_per_block`` measured ones (at least 3, the campaign's floor),
+    then, when ``audit`` is on, one audit request with ``audit_seed``: its
+    output must differ from the fixed-seed outputs and its E2E must be within
+    ``audit_latency_tolerance`` (relative) of the block's median, or the
+    candidate is stopped. ``shutdown_budget_s`` is one budget for every arm,
+    disclosed in the report.
+    """
+
+    order: StrictStr = "ABBAABBA"
+    warmups_per_block: Annotated[StrictInt, Field(ge=1)] = 1
+    requests_per_block: Annotated[StrictInt, Field(ge=3)] = 3
+    request_timeout_s: _Positive
+    startup_budget_s: _Positive
+    shutdown_budget_s: _Positive
+    audit: StrictBool = True
+    audit_seed: Annotated[StrictInt, Field(ge=0)] = 1
+    audit_latency_tolerance: _Positive = 0.25
+
+    @field_validator("order")
+    @classmethod
+    def _ab_ba_pairs(cls, value: str) -> str:
+        if not _BLOCK_ORDER.fullmatch(value):
+            raise ValueError(
+                f"order {value!r} must be adjacent AB/BA pairs of A (baseline) and B (candidate) blocks, "
+                "such as ABBA or ABBAABBA"
+            )
+        return value
+
+
+class Gates(Thresholds):
+    """Quality thresholds, the lossless mode and the speed margin.
+
+    The six metric thresholds are :class:`h3bench.quality.Thresholds`' own
+    fields, names and defaults; a RunSpec adds their ranges (similarities in
+    (0, 1], every other threshold above 0, ``rms_ratio_min`` below
+    ``rms_ratio_max``). ``speed_margin``: "candidate faster" is PASS only when
+    the ratio's whole 95 % interval lies below ``1 - speed_margin``
+    (:func:`h3bench.stats.speed_verdict`). ``control_envelope_tolerance`` is
+    the relative slack on the worst baseline-vs-baseline (control) deviation
+    that a candidate's deviation may reach in lossless mode (1.0: up to twice
+    the worst control; see :mod:`h3bench.lossless` for why the worst of a few
+    controls alone is too tight), and ``min_control_pairs`` the fewest pairs
+    of distinct baseline server processes from which an envelope is built;
+    fewer gives INCONCLUSIVE.
+    """
+
+    lpips_required: StrictBool = True
+    lossless: StrictBool = False
+    speed_margin: Annotated[StrictFloat, Field(ge=0, lt=1)] = 0.02
+    control_envelope_tolerance: Annotated[StrictFloat, Field(ge=0)] = 1.0
+    min_control_pairs: Annotated[StrictInt, Field(ge=1)] = 2
+
+    @model_validator(mode="after")
+    def _ranges(self) -> Gates:
+        problems: list[tuple[tuple[str, ...], str, Any]] = []
+        for name in Thresholds.names():
+            value = getattr(self, name)
+            if value <= 0:
+                problems.append(((name,), "Input should be greater than 0", value))
+            elif name in ("ssim_min", "audio_cosine_min") and value > 1:
+                problems.append(((name,), "Input should be less than or equal to 1", value))
+        raise_at(problems, "Gates")
+        return self
+
+    def _rms_problem(self) -> str | None:
+        return None  # _rms_range reports it at its field
+
+    @model_validator(mode="after")
+    def _rms_range(self) -> Gates:
+        if self.rms_ratio_min >= self.rms_ratio_max:
+            message = f"must be below rms_ratio_max ({self.rms_ratio_max:g})"
+            raise_at([(("rms_ratio_min",), message, self.rms_ratio_min)], "Gates")
+        return self
