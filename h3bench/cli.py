@@ -3,10 +3,14 @@
     h3bench probe FILE [--json]
     h3bench compare BASELINE CANDIDATE [--json] [--expect-seconds S]
                     [--no-lpips] [--lpips-dir DIR] [--lpips-device DEV]
+    h3bench verify BUNDLE [--json]   re-hash an evidence bundle
+    h3bench validate BUNDLE [--json] [--lossless] [--lpips-dir DIR] [--lpips-device DEV]
+                                     re-run the gates; the result goes beside the old ones
     h3bench sim ...                  (every argument goes to h3bench.sim.main)
 
-Exit codes: ``compare`` exits with its verdict, 0 PASS, 1 FAIL and
-3 INCONCLUSIVE. Usage errors, paths that cannot be read and refused
+Exit codes: ``compare`` and ``validate`` exit with their verdict, 0 PASS,
+1 FAIL and 3 INCONCLUSIVE; ``verify`` exits 0 for an intact bundle and 1
+otherwise. Usage errors, paths that cannot be read and refused
 configuration (UsageError, RunSpecError, WeightIntegrityError) exit 2; any
 other H3BenchError exits 1. Errors are one line on stderr, never a traceback.
 
