@@ -31,6 +31,7 @@ every worker.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
@@ -38,6 +39,7 @@ from typing import Any
 
 import pytest
 
+from h3bench import interrupts
 from h3bench.campaign import Campaign
 from h3bench.errors import H3BenchError
 from h3bench.h3 import expected_shape, workload_marker
@@ -78,6 +80,7 @@ HELP_BASELINE = "evidence bundle whose baseline outputs and samples a candidate-
 HELP_LOSSLESS = "judge the candidate against the baseline's own run-to-run variability (lossless mode)"
 HELP_LPIPS_DIR = f"directory holding the LPIPS weights (env {LPIPS_DIR_ENV})"
 HELP_LPIPS_DEVICE = "device for LPIPS: cpu, cuda or npu (default cpu)"
+HELP_RESUME = "continue this interrupted evidence bundle: finished blocks are kept, the rest run again"
 
 
 def _arm(value: str) -> str:
@@ -103,6 +106,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--lossless", dest="h3_lossless", action="store_true", default=False, help=HELP_LOSSLESS)
     group.addoption("--lpips-dir", dest="h3_lpips_dir", default=None, help=HELP_LPIPS_DIR)
     group.addoption("--lpips-device", dest="h3_lpips_device", default="cpu", help=HELP_LPIPS_DEVICE)
+    group.addoption("--resume", dest="h3_resume", type=_existing_path, default=None, help=HELP_RESUME)
 
 
 def _resolve(config: pytest.Config) -> Settings:
@@ -118,6 +122,7 @@ def _resolve(config: pytest.Config) -> Settings:
         lossless=config.getoption("h3_lossless"),
         lpips_dir=Path(lpips_dir) if lpips_dir else None,
         lpips_device=config.getoption("h3_lpips_device"),
+        resume=config.getoption("h3_resume"),
     )
 
 
@@ -134,6 +139,11 @@ def _register_markers(config: pytest.Config, durations: tuple[float, ...] = (5.0
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SETTINGS_KEY] = _resolve(config)
     _register_markers(config)
+    if _worker_input(config) is None:
+        # SIGTERM and SIGHUP end the session as Ctrl-C does; a second one kills the servers at once.
+        handling = contextlib.ExitStack()
+        handling.enter_context(interrupts.installed())
+        config.add_cleanup(handling.close)
     config.pluginmanager.register(_RecordCollector(config), "h3bench-records")
     if _names_campaign_tests(config):
         campaign_for(config)  # a bad RunSpec or baseline bundle is a usage error before anything runs
@@ -250,8 +260,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     line = f"h3bench: --runspec {settings.runspec} --arm {settings.arm}" + (" --lossless" if settings.lossless else "")
     if settings.baseline_evidence:
         line += f" --baseline-evidence {settings.baseline_evidence}"
+    if settings.resume:
+        line += f" --resume {settings.resume}"
     campaign = config.stash.get(_CAMPAIGN_KEY, None)
-    return [line, *campaign.report_header()] if isinstance(campaign, Campaign) else [line]
+    if not isinstance(campaign, Campaign):
+        return [line]
+    return [line, *campaign.report_header(), *(campaign.resumed.log_lines() if campaign.resumed else [])]
 
 
 def _case_of(item: pytest.Item) -> Any:
@@ -361,7 +375,8 @@ class _RecordCollector:
 def _interruption(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> str | None:
     """Why the session did not run its campaign to the end, or None when it did."""
     if exitstatus == pytest.ExitCode.INTERRUPTED:
-        return "interrupted (KeyboardInterrupt)"
+        signame = interrupts.received()
+        return f"interrupted by {signame}" if signame and signame != "SIGINT" else "interrupted (KeyboardInterrupt)"
     if exitstatus == pytest.ExitCode.INTERNAL_ERROR:
         return "pytest internal error"
     if exitstatus == pytest.ExitCode.USAGE_ERROR:

@@ -11,17 +11,20 @@ duration.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from h3bench import evidence
-from tests_unit.campaign_project import bundle_of, run_campaign, write_campaign
+from tests_unit.campaign_project import (
+    bundle_of,
+    evidence_lines,
+    run_campaign,
+    start_campaign,
+    wait_until,
+    write_campaign,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]
 
@@ -68,7 +71,7 @@ def test_a_completed_run_lists_its_verdict_in_final_json(pytester):
     assert final["outcome"] == "completed" and final["interrupted"] is None
     assert "verdict.json" in final["files"]
     assert not (bundle / "addenda.jsonl").exists()
-    assert evidence.verify(bundle).ok
+    assert evidence.verify(bundle).ok, evidence.verify(bundle).problems
 
 
 def test_a_run_stopped_by_maxfail_is_sealed_as_interrupted_naming_the_blocks_not_run(pytester):
@@ -86,18 +89,13 @@ def test_a_run_stopped_by_maxfail_is_sealed_as_interrupted_naming_the_blocks_not
 
 def test_ctrl_c_in_the_middle_of_a_block_seals_the_bundle_as_interrupted(pytester, tmp_path):
     # A slow enough candidate that SIGINT lands while its block runs.
-    spec = write_campaign(pytester.path, candidates={"slow": {"time_scale": 0.002}})
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    spec = write_campaign(pytester.path, candidates={"slow": {"time_scale": 0.002}}, protocol={"audit": False})
     log = tmp_path / "out.txt"
-    with log.open("w") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "pytest", "--runspec", str(spec), "--evidence-dir", str(pytester.path / "evidence"),
-             "-p", "no:cacheprovider", "tests_perf", "--benchmark-disable"],
-            cwd=pytester.path, env=env, stdout=out, stderr=subprocess.STDOUT,
-        )
-        _wait_for(lambda: "5s-slow-2B-slow" in _samples_text(pytester), proc)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=120) == pytest.ExitCode.INTERRUPTED
+    proc = start_campaign(pytester, spec, "tests_perf", "--benchmark-disable", output=log)
+    wait_until(lambda: any(s["block_id"] == "5s-slow-2B-slow" for s in evidence_lines(pytester, "samples.jsonl")), proc)
+    proc.send_signal(signal.SIGINT)
+
+    assert proc.wait(timeout=120) == pytest.ExitCode.INTERRUPTED
     output = log.read_text()
     assert "the bundle is sealed as INTERRUPTED: interrupted (KeyboardInterrupt)" in output
     bundle = bundle_of(pytester)
@@ -105,19 +103,6 @@ def test_ctrl_c_in_the_middle_of_a_block_seals_the_bundle_as_interrupted(pyteste
     assert final["outcome"] == "interrupted" and "verdict.json" in final["files"]
     assert json.loads((bundle / "verdict.json").read_text())["interrupted"] == "interrupted (KeyboardInterrupt)"
     assert evidence.verify(bundle).ok
-
-
-def _samples_text(pytester: pytest.Pytester) -> str:
-    bundles = list((pytester.path / "evidence").glob("*/samples.jsonl"))
-    return bundles[0].read_text() if bundles else ""
-
-
-def _wait_for(condition, proc: subprocess.Popen, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert proc.poll() is None, "the campaign ended before the block it was to be interrupted in"
-        assert time.monotonic() < deadline, "the block never started"
-        time.sleep(0.05)
 
 
 def test_the_schedule_order_holds_when_pytest_randomly_shuffles(pytester):
