@@ -6,6 +6,8 @@
     h3bench verify BUNDLE [--json]   re-hash an evidence bundle
     h3bench validate BUNDLE [--json] [--lossless] [--lpips-dir DIR] [--lpips-device DEV]
                                      re-run the gates; the result goes beside the old ones
+    h3bench run --runspec FILE [--arm ARM] [--evidence-dir DIR] [--resume BUNDLE] ...
+                                     a whole campaign without pytest (see h3bench.cli_campaign)
     h3bench sim ...                  (every argument goes to h3bench.sim.main)
 
 Exit codes: ``compare`` and ``validate`` exit with their verdict, 0 PASS,
@@ -33,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from h3bench import __version__, media, quality
+from h3bench import __version__, cli_campaign, media, quality
 from h3bench.errors import H3BenchError, RunSpecError, UsageError, WeightIntegrityError
 from h3bench.h3 import expected_shape
 from h3bench.outcome import Outcome
@@ -257,6 +259,8 @@ SUBCOMMANDS: dict[str, Subcommand | Passthrough] = {
         _configure_compare,
         _run_compare,
     ),
+    "run": Subcommand("run a whole campaign without pytest: blocks, quality, verdict, sealed bundle",
+                      cli_campaign.configure_run, cli_campaign.run_campaign),
     "sim": Passthrough("run the vLLM-Omni simulator server (arguments go to h3bench.sim)", _run_sim),
 }
 
