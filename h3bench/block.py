@@ -24,11 +24,12 @@ FAIL.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -39,8 +40,10 @@ from h3bench.evidence import Bundle
 from h3bench.evidence.files import now
 from h3bench.measure import Measure, PlainMeasure
 from h3bench.outcome import Outcome
+from h3bench.pace import Pace
 from h3bench.ports import LOCALHOST, find_free_port
 from h3bench.proctree import CAMPAIGN_ID_ENV
+from h3bench.progress import Progress
 from h3bench.records import BlockResult, Sample
 from h3bench.runspec import BASELINE, RunSpec
 from h3bench.schedule import Block
@@ -57,11 +60,14 @@ AUDIT_SLACK_S = 0.25
 class _Recorder:
     """Sends a block's requests and writes each one's evidence outside the timed part."""
 
-    def __init__(self, spec: RunSpec, block: Block, bundle: Bundle, inputs: Mapping[str, Path], scratch: Path) -> None:
+    def __init__(
+        self, spec: RunSpec, block: Block, bundle: Bundle, inputs: Mapping[str, Path], scratch: Path, pace: Pace
+    ) -> None:
         self.spec = spec
         self.block = block
         self.bundle = bundle
         self.scratch = scratch
+        self.pace = pace
         self.references = tuple(Reference.from_path(p) for p in inputs.values())
         self.samples: list[Sample] = []
         self._pending: tuple[str, int, int, GenerationResult] | None = None
@@ -84,7 +90,14 @@ class _Recorder:
         """The timed part: one request, its MP4 streamed to a scratch file."""
         output = self.scratch / f"{self.block.id}-{kind}{index}.mp4"
         try:
-            result = client.generate_sync(self._request(seed), output)
+            with self.pace.step(self.block, kind, index) as step:
+                if self.spec.protocol.request_api == "async":
+                    def polled(job: dict[str, Any]) -> None:
+                        step.server_percent = job.get("progress")
+
+                    result = client.generate_async(self._request(seed), output, on_poll=polled)
+                else:
+                    result = client.generate_sync(self._request(seed), output)
         except H3BenchError as exc:
             self._record(Sample(self.block.id, kind, index, seed, ok=False, error=str(exc)))
             raise
@@ -188,6 +201,17 @@ def _device_checks(spec: RunSpec) -> tuple[NpuSmiCheck, ...]:
     return () if hardware.kind == "sim" else (NpuSmiCheck(hardware.device_ids),)
 
 
+@contextlib.contextmanager
+def _started(server: ServerProcess, pace: Pace, block: Block) -> Iterator[ServerProcess]:
+    """``with server:``, the start shown as a step of its own (on an NPU it takes minutes)."""
+    with pace.step(block, "start"):
+        server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 def interrupt_name(exc: BaseException) -> str:
     """``SIGTERM`` for a signal turned into an interrupt, else the exception's type (``KeyboardInterrupt``)."""
     return getattr(exc, "signame", None) or type(exc).__name__
@@ -229,23 +253,25 @@ def run_block(
     scratch: Path,
     measure: Measure | None = None,
     campaign_id: str | None = None,
+    pace: Pace | None = None,
 ) -> BlockResult:
     """Run one block and record everything it produced; a failure is in the result, not raised.
 
     An interrupt (Ctrl-C, SIGTERM, SIGHUP) stops the server through its normal
     path, records the block as interrupted, and is raised again.
     ``campaign_id`` goes into the server's environment, so that a resume can
-    find what a killed run left behind.
+    find what a killed run left behind; ``pace`` shows each step's progress.
     """
     measure = measure or PlainMeasure()
+    pace = pace or Pace(spec, Progress())
     protocol, seed = spec.protocol, spec.workload.seed
     log_path = scratch / f"{block.id}.log"
     server = _server(spec, block, log_path, bundle, campaign_id)
-    recorder = _Recorder(spec, block, bundle, inputs, scratch)
+    recorder = _Recorder(spec, block, bundle, inputs, scratch, pace)
     failure: str | None = None
     interruption: BaseException | None = None
     try:
-        with DeviceLock(os.environ.get(DEVICE_LOCK_ENV, DEFAULT_LOCK_PATH)), server:
+        with DeviceLock(os.environ.get(DEVICE_LOCK_ENV, DEFAULT_LOCK_PATH)), _started(server, pace, block):
             with VideoClient(server.base_url, model=spec.model.path, timeout=protocol.request_timeout_s) as client:
                 t0 = time.perf_counter()
                 for i in range(protocol.warmups_per_block):

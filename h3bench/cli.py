@@ -6,6 +6,8 @@
     h3bench verify BUNDLE [--json]   re-hash an evidence bundle
     h3bench validate BUNDLE [--json] [--lossless] [--lpips-dir DIR] [--lpips-device DEV]
                                      re-run the gates; the result goes beside the old ones
+    h3bench plan --runspec FILE [--arm ARM] [-m MARKEXPR] [--history DIR]
+                                     what a campaign will run and cost, before anything runs
     h3bench run --runspec FILE [--arm ARM] [--evidence-dir DIR] [--resume BUNDLE] ...
                                      a whole campaign without pytest (see h3bench.cli_campaign)
     h3bench sim ...                  (every argument goes to h3bench.sim.main)
@@ -259,6 +261,8 @@ SUBCOMMANDS: dict[str, Subcommand | Passthrough] = {
         _configure_compare,
         _run_compare,
     ),
+    "plan": Subcommand("print a campaign's blocks, server starts, estimated time and disk, and its problems",
+                       cli_campaign.configure_plan, cli_campaign.run_plan),
     "run": Subcommand("run a whole campaign without pytest: blocks, quality, verdict, sealed bundle",
                       cli_campaign.configure_run, cli_campaign.run_campaign),
     "sim": Passthrough("run the vLLM-Omni simulator server (arguments go to h3bench.sim)", _run_sim),

@@ -1,6 +1,8 @@
-"""``h3bench run``: a whole campaign without pytest, for a shell, a scheduler or a resume.
+"""``h3bench run`` and ``h3bench plan``: a whole campaign without pytest, and what it will cost.
 
-It runs every block of the spec (or of ``--arm``) in schedule order, timed by
+``plan`` prints the schedule, the server starts, the estimated time and disk,
+and every problem found before launch (:mod:`h3bench.plan`); it runs nothing.
+``run`` runs every block of the spec (or of ``--arm``) in schedule order, timed by
 the client's own E2E, then every quality comparison and the lossless
 judgement, then seals the bundle and prints the summary that pytest prints.
 SIGTERM, SIGHUP and Ctrl-C end it as they end a pytest session
@@ -11,6 +13,7 @@ SIGTERM, SIGHUP and Ctrl-C end it as they end a pytest session
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,8 +22,11 @@ from h3bench.settings import ARMS, Settings
 
 if TYPE_CHECKING:  # the live campaign loads only when one runs
     from h3bench.campaign import Campaign
+    from h3bench.schedule import Block
 
-__all__ = ["EXIT_INTERRUPTED", "configure_run", "run_campaign"]
+__all__ = ["EXIT_INTERRUPTED", "configure_plan", "configure_run", "run_campaign", "run_plan"]
+
+CATEGORIES = ("perf", "lifecycle", "quality")
 
 EXIT_INTERRUPTED = 130  # as a shell reports a command ended by Ctrl-C
 _EXIT: dict[Outcome, int] = {Outcome.PASS: 0, Outcome.FAIL: 1, Outcome.INCONCLUSIVE: 3}
@@ -96,3 +102,36 @@ def run_campaign(args: argparse.Namespace) -> int:
             print(f"the bundle is sealed as INTERRUPTED: {interrupted}")
             return EXIT_INTERRUPTED
         return _EXIT[campaign.outcome()]
+
+
+def configure_plan(parser: argparse.ArgumentParser) -> None:
+    configure_settings(parser)
+    parser.add_argument("-m", dest="markexpr", default="", metavar="MARKEXPR",
+                        help="only the workloads that this pytest marker expression selects, e.g. ref2va_15s")
+    parser.add_argument("--history", type=Path, action="append", default=[], metavar="DIR",
+                        help="more directories of earlier bundles to estimate from (the evidence dir always counts)")
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Print the plan; exit 0 when nothing stands in the way, 1 when a problem was found."""
+    from _pytest.mark.expression import Expression
+
+    from h3bench.h3 import workload_marker
+    from h3bench.plan import make_plan, plan_lines
+    from h3bench.runspec import load_runspec
+
+    spec = load_runspec(args.runspec)
+    expression = Expression.compile(args.markexpr) if args.markexpr else None
+
+    def selects(block: Block) -> bool:
+        def carries(category: str) -> Callable[..., bool]:
+            return lambda name, /, **_: name in (workload_marker(block.duration), category)
+
+        return expression is None or any(expression.evaluate(carries(c)) for c in CATEGORIES)
+
+    plan = make_plan(spec, arms=args.arm, selects=selects, history=[args.evidence_dir, *args.history],
+                     lpips_dir=args.lpips_dir)
+    for line in plan_lines(plan):
+        print(line)
+    return 1 if plan.problems else 0
+

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import shutil
 from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from h3bench.campaign import Campaign
 from h3bench.errors import H3BenchError
 from h3bench.h3 import expected_shape, workload_marker
 from h3bench.measure import PlainMeasure
+from h3bench.progress import Progress
 from h3bench.quality.assertions import assert_expected_duration, assert_quality_gates
 from h3bench.records import BlockFailed, CandidateStopped
 from h3bench.review import Review
@@ -72,6 +74,7 @@ _RECORD_PROPERTY = "h3bench"
 _CAMPAIGN_KEY = pytest.StashKey[Review]()
 _SETTINGS_KEY = pytest.StashKey[Settings]()
 _RAN_KEY = pytest.StashKey[bool]()
+_PROGRESS_KEY = pytest.StashKey[Progress]()
 
 HELP_RUNSPEC = f"frozen RunSpec (TOML) of the campaign; default {DEFAULT_RUNSPEC} (env H3BENCH_RUNSPEC)"
 HELP_ARM = "which arms to run: baseline, candidate or all (default all)"
@@ -81,12 +84,23 @@ HELP_LOSSLESS = "judge the candidate against the baseline's own run-to-run varia
 HELP_LPIPS_DIR = f"directory holding the LPIPS weights (env {LPIPS_DIR_ENV})"
 HELP_LPIPS_DEVICE = "device for LPIPS: cpu, cuda or npu (default cpu)"
 HELP_RESUME = "continue this interrupted evidence bundle: finished blocks are kept, the rest run again"
+HELP_PROGRESS = "without a terminal, print a progress line every SECONDS while a long step runs (default 60)"
 
 
 def _arm(value: str) -> str:
     if value not in ARMS:
         raise argparse.ArgumentTypeError(f"invalid --arm {value!r}: choose one of {', '.join(ARMS)}")
     return value
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
+    return seconds
 
 
 def _existing_path(value: str) -> Path:
@@ -107,6 +121,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--lpips-dir", dest="h3_lpips_dir", default=None, help=HELP_LPIPS_DIR)
     group.addoption("--lpips-device", dest="h3_lpips_device", default="cpu", help=HELP_LPIPS_DEVICE)
     group.addoption("--resume", dest="h3_resume", type=_existing_path, default=None, help=HELP_RESUME)
+    group.addoption("--progress-interval", dest="h3_progress_interval", type=_seconds, default=60.0,
+                    metavar="SECONDS", help=HELP_PROGRESS)
 
 
 def _resolve(config: pytest.Config) -> Settings:
@@ -144,6 +160,7 @@ def pytest_configure(config: pytest.Config) -> None:
         handling = contextlib.ExitStack()
         handling.enter_context(interrupts.installed())
         config.add_cleanup(handling.close)
+        config.stash[_PROGRESS_KEY] = _progress(config)
     config.pluginmanager.register(_RecordCollector(config), "h3bench-records")
     if _names_campaign_tests(config):
         campaign_for(config)  # a bad RunSpec or baseline bundle is a usage error before anything runs
@@ -171,8 +188,43 @@ def campaign_for(config: pytest.Config) -> Review:
         except H3BenchError as exc:
             raise pytest.UsageError(f"h3bench: {exc}") from exc
         _register_markers(config, campaign.spec.workload.durations)
+        if isinstance(campaign, Campaign) and _PROGRESS_KEY in config.stash:
+            campaign.show_progress(config.stash[_PROGRESS_KEY])
         config.stash[_CAMPAIGN_KEY] = campaign
     return campaign
+
+
+def _progress(config: pytest.Config) -> Progress:
+    """The live line on the terminal that pytest writes to (its capture does not hide it), or plain lines."""
+    # fd 1 as it is at configure time, before pytest's capture takes it over for collection and tests.
+    terminal = os.fdopen(os.dup(1), "w", encoding="utf-8", errors="replace")
+    config.add_cleanup(terminal.close)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    width = shutil.get_terminal_size().columns - 1
+    shown = [0]
+
+    def live(text: str) -> None:
+        text = text[:width]
+        terminal.write("\r" + text.ljust(shown[0]))
+        terminal.flush()
+        shown[0] = len(text)
+
+    def clear() -> None:
+        if shown[0]:
+            # Give the line back to pytest as it was: what it had written, its own progress.
+            current = getattr(getattr(reporter, "_tw", None), "_current_line", "")
+            terminal.write("\r" + " " * shown[0] + "\r" + current)
+            terminal.flush()
+            shown[0] = 0
+
+    def line(text: str) -> None:
+        terminal.write(f"\n{text}\n")
+        terminal.flush()
+
+    interval = config.getoption("h3_progress_interval")
+    if terminal.isatty():
+        return Progress(live=live, clear=clear, interval_s=interval)
+    return Progress(line=line, interval_s=interval)
 
 
 def _worker_reader(settings: Settings, workerinput: Mapping[str, Any]) -> Review:
