@@ -45,6 +45,7 @@ from h3bench.campaign import Campaign
 from h3bench.errors import H3BenchError
 from h3bench.h3 import expected_shape, workload_marker
 from h3bench.measure import PlainMeasure
+from h3bench.plugin_paths import repair_rootdir
 from h3bench.progress import Progress
 from h3bench.quality.assertions import assert_expected_duration, assert_quality_gates
 from h3bench.records import BlockFailed, CandidateStopped
@@ -125,13 +126,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     metavar="SECONDS", help=HELP_PROGRESS)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
+    repair_rootdir(early_config, args)  # before pytest reads its rootdir, ini file or test paths
+
+
 def _resolve(config: pytest.Config) -> Settings:
-    """Options, then environment, then defaults; relative paths are against the rootdir."""
-    root = Path(config.rootpath)
-    runspec = config.getoption("h3_runspec") or os.environ.get("H3BENCH_RUNSPEC") or DEFAULT_RUNSPEC
+    """Options, then environment, then defaults.
+
+    Paths given on the command line or in the environment are relative to
+    where pytest was started; the default RunSpec to the rootdir.
+    """
+    given = config.getoption("h3_runspec") or os.environ.get("H3BENCH_RUNSPEC")
+    runspec = config.invocation_params.dir / given if given else config.rootpath / DEFAULT_RUNSPEC
     lpips_dir = config.getoption("h3_lpips_dir") or os.environ.get(LPIPS_DIR_ENV)
     return Settings(
-        runspec=(root / runspec) if not Path(runspec).is_absolute() else Path(runspec),
+        runspec=runspec,
         arm=config.getoption("h3_arm"),
         evidence_root=Path(config.getoption("h3_evidence_dir")).absolute(),
         baseline_evidence=config.getoption("h3_baseline_evidence"),
