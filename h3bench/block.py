@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from h3bench.client import GenerationRequest, GenerationResult, Reference, VideoClient
-from h3bench.devices import DEFAULT_LOCK_PATH, DeviceLock, NpuSmiCheck
+from h3bench.devices import DEFAULT_LOCK_PATH, DeviceLock, device_checks
 from h3bench.errors import CleanupError, H3BenchError, InterferenceError, RequestError, ServerStartError
 from h3bench.evidence import Bundle
 from h3bench.measure import Measure, PlainMeasure
@@ -176,17 +176,13 @@ def _exit_dict(report: ExitReport | None) -> dict[str, Any]:
         "port_free": report.port_free,
         "port_holder": report.port_holder,
         "device_leftovers": list(report.device_leftovers),
+        "device_interference": list(report.device_interference),
+        "device_notes": list(report.device_notes),
         "verified": True,
     }
 
 
-def _device_checks(spec: RunSpec) -> tuple[NpuSmiCheck, ...]:
-    """On NPU hosts, npu-smi must show the spec's devices healthy and free before, and released after."""
-    hardware = spec.hardware
-    return () if hardware.kind == "sim" else (NpuSmiCheck(hardware.device_ids),)
-
-
-def _server(spec: RunSpec, block: Block, log_path: Path) -> ServerProcess:
+def _server(spec: RunSpec, block: Block, log_path: Path, bundle: Bundle) -> ServerProcess:
     arm, protocol = spec.arms[block.arm], spec.protocol
     port = find_free_port(LOCALHOST)
     env = dict(arm.env)
@@ -200,7 +196,9 @@ def _server(spec: RunSpec, block: Block, log_path: Path) -> ServerProcess:
         env=env,
         startup_budget_s=protocol.startup_budget_s,
         stop_budget_s=protocol.shutdown_budget_s,
-        device_checks=_device_checks(spec),
+        # On NPU hosts, npu-smi: devices healthy and free before, watched (telemetry) while it runs, released after.
+        device_checks=device_checks(spec.hardware.kind, spec.hardware.device_ids, block=block.id,
+                                    interval_s=protocol.telemetry_interval_s, telemetry=bundle.append_telemetry),
     )
 
 
@@ -217,7 +215,7 @@ def run_block(
     measure = measure or PlainMeasure()
     protocol, seed = spec.protocol, spec.workload.seed
     log_path = scratch / f"{block.id}.log"
-    server = _server(spec, block, log_path)
+    server = _server(spec, block, log_path, bundle)
     recorder = _Recorder(spec, block, bundle, inputs, scratch)
     failure: str | None = None
     try:
@@ -245,6 +243,10 @@ def run_block(
         if failure is None and server.graceful is False:
             failure = (f"{_CLEANUP}: the server did not exit within the shared shutdown "
                        f"budget of {protocol.shutdown_budget_s:g} s after SIGTERM and was killed")
+        # Another process on the devices invalidates the block, and may have caused its failed request.
+        if exit_report.device_interference and not (failure or "").startswith(_CLEANUP):
+            earlier = f"\n(the block also failed: {failure})" if failure else ""
+            failure = f"{_FAILURE_KINDS[InterferenceError]}: " + "; ".join(exit_report.device_interference) + earlier
     if failure is None and protocol.audit:
         failure = audit_problem(recorder.samples, protocol.audit_latency_tolerance)
     # A broken baseline or a foreign process invalidates the comparison; it does not fail the candidate.

@@ -88,6 +88,7 @@ def summary_lines(review: Review) -> list[str]:
     for candidate, verdict in verdicts.items():
         stopped = f" (stopped: {verdict.stopped.reason})" if verdict.stopped else ""
         lines.append(f"verdict {candidate}: {verdict.outcome}{stopped}")
+        lines += [f"  note: {note}" for note in verdict.notes]
     if not spec.gates.lpips_required:
         lines.append("LPIPS is not required by this RunSpec: quality verdicts do not include it.")
     lines.append(f"evidence bundle: {review.bundle_path}")

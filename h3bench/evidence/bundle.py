@@ -6,6 +6,7 @@ Layout of a bundle (``<root>/<UTC timestamp>-<spec name>-<spec id[:12]>/``)::
                              environment, start time, inputs, source and model identity
     samples.jsonl            one line per request; ``kind`` is warmup | measured | audit
     lifecycle.jsonl          one line per server process
+    telemetry.jsonl          one line per reserved NPU chip and npu-smi sample during each block
     outputs/<sha256>.mp4     the returned MP4s, named by their content hash
     logs/<name>              server logs, copied in at the end of each block
     verdict.json             written once
@@ -29,6 +30,7 @@ from __future__ import annotations
 import enum
 import os
 import re
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -49,6 +51,7 @@ SAMPLE_KINDS = ("warmup", "measured", "audit")
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
 LIFECYCLE = "lifecycle.jsonl"
+TELEMETRY = "telemetry.jsonl"
 VERDICT = "verdict.json"
 FINAL = "final.json"
 ADDENDA = "addenda.jsonl"
@@ -82,6 +85,7 @@ class Bundle:
         # relpath -> running digest of what this writer wrote (WRITING only).
         self._written: dict[str, Digest] = {}
         self._manifest: dict[str, Any] | None = None
+        self._telemetry_lock = threading.Lock()  # telemetry comes from the sampler's thread
 
     # ---- lifecycle
 
@@ -239,6 +243,15 @@ class Bundle:
     def append_lifecycle(self, event: dict[str, Any]) -> None:
         """Append one server process's lifecycle record."""
         self._append(LIFECYCLE, event)
+
+    def append_telemetry(self, records: list[dict[str, Any]]) -> None:
+        """Append one telemetry sample (a record per chip, :mod:`h3bench.telemetry`) in one write."""
+        self._require_writing(TELEMETRY)
+        path = self.path / TELEMETRY
+        data = b"".join(files.json_line(record, path) for record in records)
+        with self._telemetry_lock:
+            files.append_line(path, data)
+            self._written.setdefault(TELEMETRY, Digest()).update(data)
 
     def store_output(self, src: _PathLike, *, move: bool = False) -> tuple[str, str]:
         """Copy an MP4 into ``outputs/<sha256>.mp4``; the same bytes twice are stored once.

@@ -9,7 +9,7 @@ from typing import Any
 
 from h3bench.errors import EvidenceError
 from h3bench.evidence import files
-from h3bench.evidence.bundle import ADDENDA, FINAL, LIFECYCLE, MANIFEST, OUTPUT_NAME, OUTPUTS, SAMPLES
+from h3bench.evidence.bundle import ADDENDA, FINAL, LIFECYCLE, MANIFEST, OUTPUT_NAME, OUTPUTS, SAMPLES, TELEMETRY
 from h3bench.hashing import Digest, sha256_file
 
 __all__ = ["VerifyReport", "verify"]
@@ -139,7 +139,7 @@ def verify(path: _PathLike) -> VerifyReport:
         if complete and rel not in expected and rel not in (FINAL, ADDENDA):
             problems.append(f"{rel}: not listed in {FINAL} or {ADDENDA}")
 
-    for rel in (SAMPLES, LIFECYCLE, ADDENDA):
+    for rel in (SAMPLES, LIFECYCLE, TELEMETRY, ADDENDA):
         if rel in present:
             problems.extend(_jsonl_problems(root / rel, rel))
 

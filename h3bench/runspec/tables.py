@@ -117,7 +117,8 @@ class Protocol(Frozen):
     output must differ from the fixed-seed outputs and its E2E must be within
     ``audit_latency_tolerance`` (relative) of the block's median, or the
     candidate is stopped. ``shutdown_budget_s`` is one budget for every arm,
-    disclosed in the report.
+    disclosed in the report. On NPU hosts, ``npu-smi`` is sampled every
+    ``telemetry_interval_s`` while a block's server runs (:mod:`h3bench.telemetry`).
     """
 
     order: StrictStr = "ABBAABBA"
@@ -129,6 +130,7 @@ class Protocol(Frozen):
     audit: StrictBool = True
     audit_seed: Annotated[StrictInt, Field(ge=0)] = 1
     audit_latency_tolerance: _Positive = 0.25
+    telemetry_interval_s: _Positive = 10.0
 
     @field_validator("order")
     @classmethod
