@@ -53,7 +53,7 @@ __all__ = [
 TELEMETRY_KEYS = ("t", "block", "npu_id", "chip_id", "hbm_used_mb", "hbm_total_mb", "aicore_pct", "temperature_c",
                   "power_w", "health")
 MIN_BLOCKS = 3
-OUTLIER_MADS = 5.0
+OUTLIER_MADS = 4.0
 # Smallest difference from the other blocks that counts, per summary metric (absolute; power relative).
 OUTLIER_FLOORS = {"aicore_pct": 15.0, "temperature_c": 8.0, "power_w": 0.15, "hbm_used_mb": 0.10}
 _RELATIVE = ("power_w", "hbm_used_mb")
