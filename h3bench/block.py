@@ -42,6 +42,7 @@ from h3bench.ports import LOCALHOST, find_free_port
 from h3bench.records import BlockResult, Sample
 from h3bench.runspec import BASELINE, RunSpec
 from h3bench.schedule import Block
+from h3bench.scrub import Scrubber
 from h3bench.server import ExitReport, ServerProcess
 from h3bench.sim import PROFILE_ENV as SIM_PROFILE_ENV
 
@@ -252,6 +253,11 @@ def run_block(
     # A broken baseline or a foreign process invalidates the comparison; it does not fail the candidate.
     invalid = block.arm == BASELINE or (failure or "").startswith(_FAILURE_KINDS[InterferenceError])
     failure_outcome = Outcome.INCONCLUSIVE if invalid else Outcome.FAIL
+    # Nothing recorded keeps a secret: not the log, the failure (log tails), argv, env or command lines.
+    scrubber = Scrubber.for_command(server.argv, server.env)
+    if log_path.exists():
+        scrubber.file(log_path)
+    failure = scrubber.text(failure) if failure is not None else None
     log_rel = bundle.store_log(log_path, f"{block.id}.log") if log_path.exists() else ""
     if failure is not None and log_rel:
         failure += f"\n(the server log is kept in the bundle: {bundle.path / log_rel})"
@@ -267,5 +273,6 @@ def run_block(
         "failure": failure,
         "failure_outcome": str(failure_outcome),
     }
+    lifecycle = scrubber.record(lifecycle)
     bundle.append_lifecycle(lifecycle)
     return BlockResult(block, server.pid, tuple(recorder.samples), lifecycle, log_rel, failure, failure_outcome)

@@ -41,6 +41,7 @@ from h3bench.environment import environment
 from h3bench.errors import EvidenceError
 from h3bench.evidence import files
 from h3bench.hashing import Digest
+from h3bench.scrub import Scrubber
 
 __all__ = ["DEFAULT_ROOT", "FORMAT", "SAMPLE_KINDS", "Bundle"]
 
@@ -138,8 +139,8 @@ class Bundle:
             "model": dict(model),
             "session": session,
         }
-        # Serialize before creating anything, so bad input leaves no empty bundle behind.
-        document = files.json_document(manifest, root_path / MANIFEST)
+        # No secret is recorded (h3bench.scrub); serialize before creating anything, so bad input leaves no empty bundle.
+        document = files.json_document(Scrubber().record(manifest), root_path / MANIFEST)
         label = name if name is not None else spec.get("name", "run")
         path = cls._make_dir(root_path, cls.planned_path(root_path, str(label), spec_id, started_at).name)
         for sub in (OUTPUTS, LOGS, QUALITY):
