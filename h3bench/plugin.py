@@ -78,6 +78,7 @@ HELP_BASELINE = "evidence bundle whose baseline outputs and samples a candidate-
 HELP_LOSSLESS = "judge the candidate against the baseline's own run-to-run variability (lossless mode)"
 HELP_LPIPS_DIR = f"directory holding the LPIPS weights (env {LPIPS_DIR_ENV})"
 HELP_LPIPS_DEVICE = "device for LPIPS: cpu, cuda or npu (default cpu)"
+HELP_ALLOW_UNPINNED = "run a RunSpec with UNPINNED or TODO fields anyway; the bundle is marked DIAGNOSTIC"
 
 
 def _arm(value: str) -> str:
@@ -103,6 +104,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--lossless", dest="h3_lossless", action="store_true", default=False, help=HELP_LOSSLESS)
     group.addoption("--lpips-dir", dest="h3_lpips_dir", default=None, help=HELP_LPIPS_DIR)
     group.addoption("--lpips-device", dest="h3_lpips_device", default="cpu", help=HELP_LPIPS_DEVICE)
+    group.addoption("--allow-unpinned", dest="h3_allow_unpinned", action="store_true", default=False,
+                    help=HELP_ALLOW_UNPINNED)
 
 
 def _resolve(config: pytest.Config) -> Settings:
@@ -118,6 +121,7 @@ def _resolve(config: pytest.Config) -> Settings:
         lossless=config.getoption("h3_lossless"),
         lpips_dir=Path(lpips_dir) if lpips_dir else None,
         lpips_device=config.getoption("h3_lpips_device"),
+        allow_unpinned=config.getoption("h3_allow_unpinned"),
     )
 
 
@@ -250,6 +254,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     line = f"h3bench: --runspec {settings.runspec} --arm {settings.arm}" + (" --lossless" if settings.lossless else "")
     if settings.baseline_evidence:
         line += f" --baseline-evidence {settings.baseline_evidence}"
+    if settings.allow_unpinned:
+        line += " --allow-unpinned"
     campaign = config.stash.get(_CAMPAIGN_KEY, None)
     return [line, *campaign.report_header()] if isinstance(campaign, Campaign) else [line]
 

@@ -264,6 +264,13 @@ class Review:
     def summary_lines(self) -> list[str]:
         return summary_lines(self)
 
+    def run_notes(self) -> list[str]:
+        """What the manifest says about the run itself: a DIAGNOSTIC run, pins the host could not confirm."""
+        run = self.bundle.manifest.get("run") or {}
+        lines = [f"DIAGNOSTIC run (--allow-unpinned): not a formal result; unpinned: {', '.join(run['unpinned'])}"
+                 ] if run.get("kind") == "DIAGNOSTIC" else []
+        return lines + [f"not verified: {item}" for item in run.get("unverified", ())]
+
     # -- re-validation -------------------------------------------------------------------
 
     def write_quality(self) -> str | None:

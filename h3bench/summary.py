@@ -93,6 +93,7 @@ def summary_lines(review: Review) -> list[str]:
         lines += [f"  note: {note}" for note in verdict.notes]
     if not spec.gates.lpips_required:
         lines.append("LPIPS is not required by this RunSpec: quality verdicts do not include it.")
+    lines += review.run_notes()
     lines.append(f"evidence bundle: {review.bundle_path}")
     return lines
 

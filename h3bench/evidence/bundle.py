@@ -103,6 +103,7 @@ class Bundle:
         name: str | None = None,
         started_at: str | None = None,
         session: str | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Bundle:
         """Make a new bundle directory under ``root`` and write its manifest.
 
@@ -122,6 +123,9 @@ class Bundle:
             When the run started (default: now) and the run's own id; with them a
             caller knows the bundle's path before it exists (:meth:`planned_path`)
             and can find it again (:meth:`locate`).
+        extra
+            More sections of the manifest, such as the run's kind and the host's
+            evidence (:mod:`h3bench.preflight`).
         """
         root_path = Path(root) if root is not None else Path.cwd() / DEFAULT_ROOT
         if not isinstance(spec_id, str) or not files.SHA256_HEX.fullmatch(spec_id):
@@ -138,6 +142,7 @@ class Bundle:
             "source": dict(source),
             "model": dict(model),
             "session": session,
+            **(extra or {}),
         }
         # No secret is recorded (h3bench.scrub); serialize before creating anything, so bad input leaves no empty bundle.
         document = files.json_document(Scrubber().record(manifest), root_path / MANIFEST)
