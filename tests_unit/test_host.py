@@ -15,6 +15,7 @@ from h3bench.checkpoint import content_identity
 from h3bench.errors import RunSpecError
 from h3bench.preflight import DIAGNOSTIC, FORMAL, preflight, todo_fields, unpinned_fields
 from h3bench.runspec import parse_runspec
+from tests_unit.campaign_project import bundle_of, run_campaign, write_campaign
 
 REPO = Path(__file__).resolve().parents[1]
 SPECS = REPO / "fixtures" / "runspecs"
@@ -181,3 +182,24 @@ def test_the_simulator_records_the_npu_evidence_as_absent() -> None:
     checked = preflight(parse_runspec(tomllib.loads(spec.read_text()), source="sim"), spec_file=spec, allow_unpinned=False)
     assert checked.kind == FORMAL and checked.unpinned == () and checked.unverified == ()
     assert checked.host["engine"] is None and checked.host["npu_smi"] is None and "simulator" in checked.host["absent_because"]
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("campaign_subprocess_env")
+def test_an_unpinned_campaign_is_refused_unless_it_runs_as_diagnostic(pytester) -> None:
+    spec = write_campaign(pytester.path, protocol={"audit": False})  # not about the audit, whose timing is noisy here
+    spec.write_text(spec.read_text().replace('content_identity = "simulator"', 'content_identity = "UNPINNED"'))
+
+    refused = run_campaign(pytester, spec, "tests_perf")
+    assert refused.ret == pytest.ExitCode.USAGE_ERROR
+    refused.stderr.fnmatch_lines(["*a formal run refuses fields that are UNPINNED or marked TODO: model.content_identity;*"])
+    assert not (pytester.path / "evidence").exists()
+
+    result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "--allow-unpinned")
+    result.assert_outcomes(passed=4)
+    result.stdout.fnmatch_lines(["h3bench: --runspec * --allow-unpinned",
+                                 "DIAGNOSTIC run (--allow-unpinned): not a formal result; unpinned: model.content_identity"])
+    bundle = bundle_of(pytester)
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    assert manifest["run"] == {"kind": "DIAGNOSTIC", "unpinned": ["model.content_identity"], "unverified": []}
+    assert json.loads((bundle / "verdict.json").read_text())["run"] == "DIAGNOSTIC"

@@ -94,7 +94,7 @@ def test_no_planted_secret_reaches_the_bundle_or_the_terminal(pytester) -> None:
         "env": {"HF_TOKEN": ENV_SECRET, "MIRROR_PASSWORD": URL_SECRET},
         "sim": FAST_SIM,
     }
-    spec = write_campaign(pytester.path, arm_tables={"baseline": arm, "clean": arm})
+    spec = write_campaign(pytester.path, arm_tables={"baseline": arm, "clean": arm}, protocol={"audit": False})
 
     result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable")
 
