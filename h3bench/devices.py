@@ -50,6 +50,7 @@ from h3bench.telemetry import Sampler, telemetry_records
 
 __all__ = [
     "DEFAULT_LOCK_PATH",
+    "DeviceCheck",
     "DeviceFindings",
     "DeviceLock",
     "NpuSmiCheck",
@@ -77,6 +78,26 @@ class DeviceFindings:
     leftovers: tuple[str, ...] = ()  # our processes still on the devices: incomplete cleanup
     interference: tuple[str, ...] = ()  # other processes on them: the block is invalid
     notes: tuple[str, ...] = ()  # what could not be watched (npu-smi failing during the block)
+
+
+class DeviceCheck(Protocol):
+    """A device-level check around one server's life (devices.NpuSmiCheck is one).
+
+    The server is its :class:`Owner`: the check asks it which processes on
+    the devices are its own.
+    """
+
+    def before_start(self) -> None:
+        """Raise InterferenceError if the devices are not free for the server."""
+
+    def started(self, owner: Owner) -> None:
+        """The server was launched; watch the devices (in the background) until ``stopping``."""
+
+    def stopping(self) -> None:
+        """The server is about to be stopped; stop watching."""
+
+    def after_stop(self, owner: Owner) -> DeviceFindings:
+        """What the stopped server left on the devices, and what else was on them."""
 
 
 def logical_devices(report: NpuReport) -> dict[int, NpuDevice]:

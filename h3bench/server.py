@@ -30,11 +30,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
-from h3bench.devices import DeviceFindings, Owner
+from h3bench.devices import DeviceCheck
 from h3bench.errors import CleanupError, InterferenceError, ServerStartError, UsageError
 from h3bench.ports import port_free, port_holder
 from h3bench.proctree import SERVER_ID_ENV, ProcessInfo, ProcessTree, become_subreaper, describe_exit
@@ -60,26 +60,6 @@ class ServerState(enum.Enum):
     NEW = "new"
     RUNNING = "running"
     STOPPED = "stopped"
-
-
-class DeviceCheck(Protocol):
-    """A device-level check around one server's life (devices.NpuSmiCheck is one).
-
-    The server is its :class:`~h3bench.devices.Owner`: the check asks it which
-    processes on the devices are its own.
-    """
-
-    def before_start(self) -> None:
-        """Raise InterferenceError if the devices are not free for the server."""
-
-    def started(self, owner: Owner) -> None:
-        """The server was launched; watch the devices (in the background) until ``stopping``."""
-
-    def stopping(self) -> None:
-        """The server is about to be stopped; stop watching."""
-
-    def after_stop(self, owner: Owner) -> DeviceFindings:
-        """What the stopped server left on the devices, and what else was on them."""
 
 
 @dataclass(frozen=True)
