@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from h3bench.client import GenerationRequest, GenerationResult, Reference, VideoClient
-from h3bench.devices import DEFAULT_LOCK_PATH, DeviceLock, NpuSmiCheck
+from h3bench.devices import DEFAULT_LOCK_PATH, DeviceLock, device_checks
 from h3bench.errors import CleanupError, H3BenchError, InterferenceError, RequestError, ServerStartError
 from h3bench.evidence import Bundle
 from h3bench.evidence.files import now
@@ -47,6 +47,7 @@ from h3bench.progress import Progress
 from h3bench.records import BlockResult, Sample
 from h3bench.runspec import BASELINE, RunSpec
 from h3bench.schedule import Block
+from h3bench.scrub import Scrubber
 from h3bench.server import ExitReport, ServerProcess
 from h3bench.sim import PROFILE_ENV as SIM_PROFILE_ENV
 
@@ -191,14 +192,10 @@ def _exit_dict(report: ExitReport | None) -> dict[str, Any]:
         "port_free": report.port_free,
         "port_holder": report.port_holder,
         "device_leftovers": list(report.device_leftovers),
+        "device_interference": list(report.device_interference),
+        "device_notes": list(report.device_notes),
         "verified": True,
     }
-
-
-def _device_checks(spec: RunSpec) -> tuple[NpuSmiCheck, ...]:
-    """On NPU hosts, npu-smi must show the spec's devices healthy and free before, and released after."""
-    hardware = spec.hardware
-    return () if hardware.kind == "sim" else (NpuSmiCheck(hardware.device_ids),)
 
 
 @contextlib.contextmanager
@@ -239,7 +236,9 @@ def _server(spec: RunSpec, block: Block, log_path: Path, bundle: Bundle, campaig
         env=env,
         startup_budget_s=protocol.startup_budget_s,
         stop_budget_s=protocol.shutdown_budget_s,
-        device_checks=_device_checks(spec),
+        # On NPU hosts, npu-smi: devices healthy and free before, watched (telemetry) while it runs, released after.
+        device_checks=device_checks(spec.hardware.kind, spec.hardware.device_ids, block=block.id,
+                                    interval_s=protocol.telemetry_interval_s, telemetry=bundle.append_telemetry),
         on_launch=launched,
     )
 
@@ -298,12 +297,21 @@ def run_block(
         if failure is None and server.graceful is False:
             failure = (f"{_CLEANUP}: the server did not exit within the shared shutdown "
                        f"budget of {protocol.shutdown_budget_s:g} s after SIGTERM and was killed")
+        # Another process on the devices invalidates the block, and may have caused its failed request.
+        if exit_report.device_interference and not (failure or "").startswith(_CLEANUP):
+            earlier = f"\n(the block also failed: {failure})" if failure else ""
+            failure = f"{_FAILURE_KINDS[InterferenceError]}: " + "; ".join(exit_report.device_interference) + earlier
     if failure is None and protocol.audit:
         failure = audit_problem(recorder.samples, protocol.audit_latency_tolerance)
     # A broken baseline or a foreign process invalidates the comparison; it does not fail the candidate.
     invalid = (block.arm == BASELINE or interruption is not None
                or (failure or "").startswith(_FAILURE_KINDS[InterferenceError]))
     failure_outcome = Outcome.INCONCLUSIVE if invalid else Outcome.FAIL
+    # Nothing recorded keeps a secret: not the log, the failure (log tails), argv, env or command lines.
+    scrubber = Scrubber.for_command(server.argv, server.env)
+    if log_path.exists():
+        scrubber.file(log_path)
+    failure = scrubber.text(failure) if failure is not None else None
     log_rel = bundle.store_log(log_path, f"{block.id}.log") if log_path.exists() else ""
     if failure is not None and log_rel:
         failure += f"\n(the server log is kept in the bundle: {bundle.path / log_rel})"
@@ -320,6 +328,7 @@ def run_block(
         "failure_outcome": str(failure_outcome),
         "interrupted": interrupt_name(interruption) if interruption is not None else None,
     }
+    lifecycle = scrubber.record(lifecycle)
     bundle.append_lifecycle(lifecycle)
     if interruption is not None:
         raise interruption

@@ -31,6 +31,7 @@ from h3bench.evidence import Bundle
 from h3bench.evidence.files import now
 from h3bench.measure import Measure, PlainMeasure
 from h3bench.pace import Pace
+from h3bench.preflight import preflight
 from h3bench.progress import Progress
 from h3bench.records import BlockFailed, BlockResult, CandidateStopped, headline
 from h3bench.resume import Resumed, resume_bundle
@@ -48,6 +49,8 @@ class Campaign(Review):
 
     def __init__(self, spec: RunSpec, settings: Settings) -> None:
         self.inputs = spec.verify_inputs()
+        # Pins and the host's own evidence, checked before any server starts (h3bench.preflight).
+        self.preflight = preflight(spec, spec_file=settings.runspec, allow_unpinned=settings.allow_unpinned)
         self.session = uuid.uuid4().hex  # the run's own id, recorded in the manifest
         self.started_at = now()
         planned = Bundle.planned_path(settings.evidence_root, spec.name, spec.spec_id, self.started_at)
@@ -94,6 +97,7 @@ class Campaign(Review):
                 model=spec.model.model_dump(mode="json"),
                 started_at=self.started_at,
                 session=self.session,
+                extra=self.preflight.manifest(),
             )
         return self._bundle
 
@@ -184,6 +188,6 @@ class Campaign(Review):
             return
         self.write_quality()
         self.bundle.write_verdict({"spec_id": self.spec.spec_id, "h3bench": __version__,
-                                   "interrupted": interrupted,
+                                   "interrupted": interrupted, "run": self.preflight.kind,
                                    "candidates": {c: v.to_dict() for c, v in self.verdicts().items()}})
         self.bundle.close(interrupted=interrupted)

@@ -1,22 +1,32 @@
-"""NPU inventory and interference checks (``npu-smi info``), and the device lock.
+"""The campaign's NPUs: which chips it reserves, who holds them, and the device lock.
 
-``npu-smi info`` prints two tables (samples in ``samples/npu-smi/``, REFERENCE §6):
+Device identity
+---------------
+``npu-smi`` numbers NPUs (:mod:`h3bench.npusmi`); the runtime (ACL,
+``ASCEND_RT_VISIBLE_DEVICES``, ``npu:N``) numbers chips, as logical devices.
+On a 910B host the two agree, one chip per NPU. On an A3 host ``npu-smi``
+lists NPUs 0–7 with two chips each, and the runtime sees 16 logical devices:
+NPU n's chips 0 and 1 are logical devices 2n and 2n+1, which is also what
+its Phy-ID column prints. A RunSpec's ``hardware.device_ids`` are logical
+devices; :func:`logical_devices` maps them to npu-smi's (NPU, chip).
 
-- devices: two rows per chip. The first has ``NPU  Name | Health | Power Temp
-  Hugepages``, the second ``Chip [Phy-ID] | Bus-Id | AICore Memory-Usage
-  HBM-Usage``. 910B hosts print one chip per NPU and no Phy-ID; dual-die
-  910C/950 hosts print two chips per NPU (chip 0 and 1), each with its Phy-ID;
-- processes: ``NPU  Chip | Process id | Process name | Process memory(MB)``,
-  newer drivers add ``| Process id in container``, and an idle NPU prints
-  ``No running processes found in NPU n``.
+Who owns a process
+------------------
+A process on a reserved chip is either the campaign's own (``allowed_pids``,
+e.g. LPIPS on an NPU), one of our server's processes (its tree, asked
+through :class:`Owner`), or another process:
 
-Devices are named by NPU id as ``npu-smi`` prints it; on a dual-die host a
-check of an NPU covers both of its chips.
+- before the start, any process that is not the campaign's refuses the
+  start (resource interference);
+- while the server runs, another process is interference: the block is
+  invalid, and the comparison INCONCLUSIVE;
+- after the stop, one of our server's processes still listed is incomplete
+  cleanup (the candidate's own failure); another process is interference.
 
-A process on one of the campaign's NPUs that the campaign did not start is
-resource interference: the block must not be measured (campaign protocol,
-REFERENCE §8). A process still on them after the server stopped means a worker
-did not release its device: incomplete cleanup.
+Inside a container, drivers before 26.x print the host's PIDs with empty
+names, which this PID namespace cannot attribute; such a process counts as
+another one, and its description says so. The CI job therefore shares the
+host's PID namespace.
 """
 
 from __future__ import annotations
@@ -25,194 +35,119 @@ import contextlib
 import errno
 import fcntl
 import os
-import re
-import shutil
-import subprocess
 import time
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any, Protocol
 
 import psutil
 
-from h3bench.errors import InterferenceError, ServerError, UsageError
+from h3bench.errors import InterferenceError, UsageError
+from h3bench.npusmi import NpuDevice, NpuProcess, NpuReport, read_npu_smi
+from h3bench.telemetry import Sampler, telemetry_records
 
 __all__ = [
     "DEFAULT_LOCK_PATH",
+    "DeviceCheck",
+    "DeviceFindings",
     "DeviceLock",
-    "NpuDevice",
-    "NpuProcess",
-    "NpuReport",
     "NpuSmiCheck",
-    "foreign_processes",
-    "parse_npu_smi",
-    "read_npu_smi",
+    "Owner",
+    "device_checks",
+    "logical_devices",
+    "processes_on",
 ]
 
 DEFAULT_LOCK_PATH = Path("/tmp/h3bench-devices.lock")
-
-_BUS_ID = re.compile(r"^[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]$")
-_USAGE = re.compile(r"(\d+)\s*/\s*(\d+)")
-_NPU_NAME = re.compile(r"^(\d+)\s+(\S.*)$")
-_CHIP = re.compile(r"^(\d+)(?:\s+(\d+))?$")
-_VERSION = re.compile(r"npu-smi\s+(\S+)")
+Chip = tuple[int, int]  # (npu_id, chip_id) as npu-smi prints them
 
 
-@dataclass(frozen=True)
-class NpuDevice:
-    """One chip as ``npu-smi info`` lists it (a 910B NPU has one, a 910C/950 NPU two)."""
+class Owner(Protocol):
+    """Whoever can tell whether a PID is one of its processes (a ServerProcess)."""
 
-    npu_id: int
-    chip_id: int
-    phy_id: int | None  # only printed on dual-die hosts
-    name: str
-    health: str
-    bus_id: str
-    hbm_used_mb: int
-    hbm_total_mb: int
-
-    @property
-    def healthy(self) -> bool:
-        return self.health == "OK"
+    def owns(self, pid: int) -> bool:
+        """Whether ``pid`` is, or was, one of this server's processes."""
 
 
 @dataclass(frozen=True)
-class NpuProcess:
-    npu_id: int
-    chip_id: int
-    pid: int
-    name: str
-    memory_mb: int
-    pid_in_container: int | None = None  # newer drivers print both PIDs
+class DeviceFindings:
+    """What a device check found while a server ran and after its stop."""
 
-    def describe(self) -> str:
-        return f"pid {self.pid} ({self.name}) on NPU {self.npu_id} chip {self.chip_id}, {self.memory_mb} MB"
+    leftovers: tuple[str, ...] = ()  # our processes still on the devices: incomplete cleanup
+    interference: tuple[str, ...] = ()  # other processes on them: the block is invalid
+    notes: tuple[str, ...] = ()  # what could not be watched (npu-smi failing during the block)
 
 
-@dataclass(frozen=True)
-class NpuReport:
-    version: str
-    devices: tuple[NpuDevice, ...]
-    processes: tuple[NpuProcess, ...]
+class DeviceCheck(Protocol):
+    """A device-level check around one server's life (devices.NpuSmiCheck is one).
 
-    @property
-    def npu_ids(self) -> tuple[int, ...]:
-        return tuple(sorted({d.npu_id for d in self.devices}))
-
-
-def _cells(line: str) -> list[str]:
-    return [cell.strip() for cell in line.strip().strip("|").split("|")]
-
-
-def parse_npu_smi(text: str) -> NpuReport:
-    """Parse the output of ``npu-smi info`` (910B and dual-die 910C/950 layouts)."""
-    version = ""
-    devices: list[NpuDevice] = []
-    processes: list[NpuProcess] = []
-    in_processes = False
-    pending: tuple[int, str, str] | None = None  # (npu, name, health) from a chip's first row
-    for line in (raw.strip() for raw in text.splitlines()):
-        if not version and (m := _VERSION.search(line)):
-            version = m.group(1)
-        if not line.startswith("|"):
-            continue
-        cells = _cells(line)
-        if len(cells) > 1 and cells[1].startswith("Process id"):
-            in_processes = True
-            continue
-        if in_processes:
-            if len(cells) >= 4 and (chip := _CHIP.match(cells[0])) and chip.group(2) and cells[1].isdigit():
-                in_container = cells[4] if len(cells) > 4 else ""
-                processes.append(
-                    NpuProcess(
-                        npu_id=int(chip.group(1)),
-                        chip_id=int(chip.group(2)),
-                        pid=int(cells[1]),
-                        name=cells[2],
-                        memory_mb=int(cells[3]) if cells[3].isdigit() else 0,
-                        pid_in_container=int(in_container) if in_container.isdigit() else None,
-                    )
-                )
-            continue
-        if len(cells) < 3:
-            continue
-        if _BUS_ID.match(cells[1]) and (chip := _CHIP.match(cells[0])) and pending is not None:
-            usage = _USAGE.findall(cells[2])
-            if not usage:
-                raise ServerError(f"npu-smi: no HBM usage in row {line!r}")
-            used, total = usage[-1]  # Memory-Usage comes first, HBM-Usage last
-            npu_id, name, health = pending
-            devices.append(
-                NpuDevice(
-                    npu_id=npu_id,
-                    chip_id=int(chip.group(1)),
-                    phy_id=int(chip.group(2)) if chip.group(2) else None,
-                    name=name,
-                    health=health,
-                    bus_id=cells[1],
-                    hbm_used_mb=int(used),
-                    hbm_total_mb=int(total),
-                )
-            )
-            pending = None
-        elif m := _NPU_NAME.match(cells[0]):
-            pending = (int(m.group(1)), m.group(2), cells[1])
-    if not devices:
-        head = "\n".join(text.splitlines()[:8])
-        raise ServerError(f"npu-smi info printed no device table that h3bench can read; it began:\n{head}")
-    return NpuReport(version=version, devices=tuple(devices), processes=tuple(processes))
-
-
-def read_npu_smi(executable: str = "npu-smi", *, timeout_s: float = 60.0) -> NpuReport:
-    """Run ``npu-smi info`` and parse it."""
-    path = shutil.which(executable)
-    if path is None:
-        raise UsageError(
-            f"{executable!r} is not on PATH; device checks need the Ascend driver tools "
-            "(on a host without NPUs, run against the simulator with no device checks)"
-        )
-    try:
-        proc = subprocess.run([path, "info"], capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as exc:
-        raise ServerError(f"{path} info gave no answer within {timeout_s:g} s") from exc
-    if proc.returncode != 0:
-        raise ServerError(f"{path} info failed with exit code {proc.returncode}: {proc.stderr.strip()[:500]}")
-    return parse_npu_smi(proc.stdout)
-
-
-def foreign_processes(
-    report: NpuReport, allowed_pids: Collection[int], devices: Iterable[int] | None = None
-) -> tuple[NpuProcess, ...]:
-    """Processes on ``devices`` (all NPUs if None) whose PID is not in ``allowed_pids``.
-
-    Either PID counts: the host's, or the one inside the container, since
-    ``npu-smi`` may run on either side of a container boundary.
+    The server is its :class:`Owner`: the check asks it which processes on
+    the devices are its own.
     """
-    wanted = None if devices is None else set(devices)
+
+    def before_start(self) -> None:
+        """Raise InterferenceError if the devices are not free for the server."""
+
+    def started(self, owner: Owner) -> None:
+        """The server was launched; watch the devices (in the background) until ``stopping``."""
+
+    def stopping(self) -> None:
+        """The server is about to be stopped; stop watching."""
+
+    def after_stop(self, owner: Owner) -> DeviceFindings:
+        """What the stopped server left on the devices, and what else was on them."""
+
+
+def logical_devices(report: NpuReport) -> dict[int, NpuDevice]:
+    """The runtime's logical device id of every chip: the chips in NPU, then chip order, from 0.
+
+    This is the numbering of a host whose chips are all visible (``npu-smi
+    info -m`` prints it as Chip Logic ID): on a 910B host logical device n is
+    NPU n; on an A3 host NPU n's chips are logical devices 2n and 2n+1.
+    """
+    chips = sorted(report.devices, key=lambda d: (d.npu_id, d.chip_id))
+    return dict(enumerate(chips))
+
+
+def processes_on(report: NpuReport, chips: Collection[Chip], allowed_pids: Collection[int] = ()) -> tuple[NpuProcess, ...]:
+    """Processes on ``chips`` that are not the campaign's own (``allowed_pids``, by either PID)."""
     return tuple(
-        p
-        for p in report.processes
-        if (wanted is None or p.npu_id in wanted)
-        and p.pid not in allowed_pids
-        and p.pid_in_container not in allowed_pids
+        p for p in report.processes
+        if (p.npu_id, p.chip_id) in chips and p.pid not in allowed_pids and p.pid_in_container not in allowed_pids
     )
 
 
-class NpuSmiCheck:
-    """The ServerProcess device hook for Ascend hosts.
+def _unseen_here(process: NpuProcess) -> str:
+    """Why a PID cannot be attributed, when it is not a process in this PID namespace."""
+    if process.pid_in_container is not None or psutil.pid_exists(process.pid):
+        return ""
+    return (" (not a process in this PID namespace: inside a container, drivers before 26.x print the host's "
+            "PIDs; run the container with --pid=host so that h3bench can tell its own processes)")
 
-    Before the start, it refuses (InterferenceError) when a process that the
-    campaign did not start holds one of ``devices``, or when one of their
-    chips is not healthy. After the stop, it reports every process still on
-    ``devices``: the server's workers must have released them.
+
+class NpuSmiCheck:
+    """The ServerProcess device hook for Ascend hosts, with the block's telemetry.
+
+    Before the start it refuses (InterferenceError) a reserved chip that is
+    not healthy or that a process other than the campaign's holds. While the
+    server runs it samples ``npu-smi`` every ``interval_s`` in a background
+    thread: each sample's reserved chips go to ``telemetry`` as records
+    (:func:`h3bench.telemetry.telemetry_records`), and any process that is
+    not the server's is interference. After the stop it sorts what is still
+    on the chips into our leftovers and other processes.
 
     Parameters
     ----------
     devices
-        NPU ids (as ``npu-smi info`` prints them) that the server will use.
+        Logical device ids (:func:`logical_devices`) that the server will use.
     allowed_pids
         Processes of the campaign itself that may hold the devices.
+    interval_s
+        Seconds between telemetry samples; None samples nothing while the server runs.
+    telemetry
+        Receives each sample's records (one per reserved chip); ``block`` names them.
     """
 
     def __init__(
@@ -221,44 +156,113 @@ class NpuSmiCheck:
         *,
         allowed_pids: Collection[int] = (),
         executable: str = "npu-smi",
+        interval_s: float | None = None,
+        telemetry: Callable[[list[dict[str, Any]]], None] | None = None,
+        block: str = "",
     ) -> None:
         if not devices:
-            raise UsageError("NpuSmiCheck needs at least one NPU id to check")
+            raise UsageError("NpuSmiCheck needs at least one logical device id to check")
         self.devices = tuple(devices)
         self.allowed_pids = frozenset(allowed_pids)
         self.executable = executable
+        self.interval_s = interval_s
+        self.telemetry = telemetry
+        self.block = block
         self.reports: list[tuple[str, NpuReport]] = []  # ("before_start" | "after_stop", report)
+        self._sampler: Sampler | None = None
+        self._owner: Owner | None = None
+        self._ours: set[int] = set()  # PIDs seen on the chips that were the server's
+        self._interference: dict[tuple[int, int, int], str] = {}
+        self._t_start = 0.0
 
-    def _read(self, when: str) -> NpuReport:
+    def _read(self, when: str | None) -> tuple[NpuReport, set[Chip]]:
         report = read_npu_smi(self.executable)
-        self.reports.append((when, report))
-        missing = sorted(set(self.devices) - set(report.npu_ids))
+        if when is not None:
+            self.reports.append((when, report))
+        chips = logical_devices(report)
+        missing = sorted(set(self.devices) - set(chips))
         if missing:
-            raise UsageError(f"NPU {missing} not on this host; npu-smi lists NPUs {list(report.npu_ids)}")
-        return report
+            listed = ", ".join(f"{i} (NPU {d.npu_id} chip {d.chip_id})" for i, d in chips.items())
+            raise UsageError(f"logical device(s) {missing} not on this host; npu-smi lists {listed}")
+        return report, {(chips[i].npu_id, chips[i].chip_id) for i in self.devices}
 
     def before_start(self) -> None:
-        report = self._read("before_start")
-        sick = [d for d in report.devices if d.npu_id in self.devices and not d.healthy]
+        report, chips = self._read("before_start")
+        sick = [d for d in report.devices if (d.npu_id, d.chip_id) in chips and not d.healthy]
         if sick:
             raise InterferenceError(
                 "unhealthy device: "
                 + "; ".join(f"NPU {d.npu_id} chip {d.chip_id} reports health {d.health!r}" for d in sick)
             )
-        foreign = foreign_processes(report, self.allowed_pids, self.devices)
-        if foreign:
+        held = processes_on(report, chips, self.allowed_pids)
+        if held:
             raise InterferenceError(
                 "resource interference: a process the campaign did not start holds a device: "
-                + "; ".join(p.describe() for p in foreign),
-                holder=", ".join(f"pid {p.pid} ({p.name})" for p in foreign),
+                + "; ".join(p.describe() + _unseen_here(p) for p in held),
+                holder=", ".join(f"pid {p.pid} ({p.name or 'no name'})" for p in held),
             )
 
-    def after_stop(self) -> tuple[str, ...]:
-        report = self._read("after_stop")
-        return tuple(
-            f"{p.describe()} still holds the device after the stop"
-            for p in foreign_processes(report, self.allowed_pids, self.devices)
-        )
+    # -- while the server runs -------------------------------------------------
+
+    def _is_ours(self, owner: Owner, process: NpuProcess) -> bool:
+        pids = [process.pid] + ([process.pid_in_container] if process.pid_in_container is not None else [])
+        if any(pid in self._ours or owner.owns(pid) for pid in pids):
+            self._ours.update(pids)
+            return True
+        return False
+
+    def _sample(self) -> None:
+        t = time.time()
+        report, chips = self._read(None)
+        if self.telemetry is not None:
+            self.telemetry(telemetry_records(t, self.block, (d for d in report.devices if (d.npu_id, d.chip_id) in chips)))
+        assert self._owner is not None
+        for p in processes_on(report, chips, self.allowed_pids):
+            key = (p.pid, p.npu_id, p.chip_id)
+            if key not in self._interference and not self._is_ours(self._owner, p):
+                self._interference[key] = (f"{p.describe()} appeared while the server ran "
+                                           f"({t - self._t_start:.1f} s after its launch){_unseen_here(p)}")
+
+    def started(self, owner: Owner) -> None:
+        """The server was launched: watch its devices until :meth:`stopping`."""
+        self._owner, self._t_start = owner, time.time()
+        if self.interval_s is not None:
+            self._sampler = Sampler(self._sample, self.interval_s, name=f"npu-smi telemetry {self.block}")
+            self._sampler.start()
+
+    def stopping(self) -> None:
+        """The server is about to be stopped: the sampler ends, its last sample written."""
+        if self._sampler is not None:
+            self._sampler.stop()
+
+    # -- after the stop --------------------------------------------------------
+
+    def after_stop(self, owner: Owner) -> DeviceFindings:
+        report, chips = self._read("after_stop")
+        leftovers, interference = [], dict(self._interference)
+        for p in processes_on(report, chips, self.allowed_pids):
+            if self._is_ours(owner, p):
+                leftovers.append(f"{p.describe()} still holds the device after the stop")
+            else:
+                interference.setdefault((p.pid, p.npu_id, p.chip_id),
+                                        f"{p.describe()} is on a reserved device after the stop, "
+                                        f"and it is not a process of this server{_unseen_here(p)}")
+        notes = tuple(self._sampler.errors) if self._sampler is not None else ()
+        return DeviceFindings(tuple(leftovers), tuple(interference.values()), notes)
+
+
+def device_checks(
+    kind: str, devices: Iterable[int], *, block: str, interval_s: float,
+    telemetry: Callable[[list[dict[str, Any]]], None],
+) -> tuple[NpuSmiCheck, ...]:
+    """The checks of one block: none on the simulator; on NPU hosts npu-smi around and during the server's life.
+
+    The campaign's own process may hold a device (LPIPS on an NPU).
+    """
+    if kind == "sim":
+        return ()
+    return (NpuSmiCheck(tuple(devices), allowed_pids={os.getpid()}, interval_s=interval_s, telemetry=telemetry,
+                        block=block),)
 
 
 class DeviceLock:

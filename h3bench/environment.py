@@ -9,10 +9,10 @@ import socket
 import sys
 from typing import Any
 
-__all__ = ["environment"]
+__all__ = ["cpu_model", "environment"]
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     """The CPU model from /proc/cpuinfo; aarch64 hosts (Kunpeng) give only implementer and part."""
     fields: dict[str, str] = {}
     try:
@@ -53,7 +53,7 @@ def environment() -> dict[str, Any]:
         "hostname": socket.gethostname(),
         "platform": platform.platform(),
         "machine": platform.machine(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "cpu_affinity": len(affinity(0)) if affinity else None,
         "argv": list(sys.argv),

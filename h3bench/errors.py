@@ -12,6 +12,8 @@
     │   │                      (exit_code=, log_tail=, log_path=)
     │   ├── InterferenceError  port taken or a foreign process on the devices
     │   │                      (port=, holder=)
+    │   ├── DeviceReportError  npu-smi output that h3bench cannot read
+    │   │                      (line_number=, line=, layout=)
     │   └── CleanupError       a worker, zombie or port survived the stop (survivors=)
     ├── RequestError           a generation request that failed (status_code=, detail=)
     └── EvidenceError          a bundle that is incomplete, altered or mismatched (path=)
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 __all__ = [
     "CleanupError",
+    "DeviceReportError",
     "EvidenceError",
     "H3BenchError",
     "InterferenceError",
@@ -105,6 +108,14 @@ class InterferenceError(ServerError):
         super().__init__(message)
         self.port = port
         self.holder = holder
+
+
+class DeviceReportError(ServerError):
+    def __init__(self, message: str, *, line_number: int, line: str, layout: str) -> None:
+        super().__init__(message)
+        self.line_number = line_number
+        self.line = line
+        self.layout = layout
 
 
 class CleanupError(ServerError):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from typing import Any, BinaryIO
 
 __all__ = ["CHUNK", "Digest", "sha256_file", "sha256_stream"]
@@ -30,15 +31,22 @@ class Digest:
         return {"sha256": self.hexdigest, "size": self.size}
 
 
-def sha256_stream(handle: BinaryIO) -> Digest:
-    """Hash what is left of an open binary stream, in chunks."""
+def sha256_stream(handle: BinaryIO, progress: Callable[[int], None] | None = None) -> Digest:
+    """Hash what is left of an open binary stream, in chunks read into one reused buffer.
+
+    ``progress`` is called with the size of each chunk once it is hashed.
+    """
     digest = Digest()
-    while chunk := handle.read(CHUNK):
-        digest.update(chunk)
+    buffer = bytearray(CHUNK)
+    view = memoryview(buffer)
+    while n := handle.readinto(view):  # type: ignore[attr-defined]
+        digest.update(view[:n])
+        if progress is not None:
+            progress(n)
     return digest
 
 
-def sha256_file(path: str | os.PathLike[str]) -> Digest:
+def sha256_file(path: str | os.PathLike[str], progress: Callable[[int], None] | None = None) -> Digest:
     """Hash a whole file, in chunks (a multi-GB input never sits in memory)."""
-    with open(path, "rb") as handle:
-        return sha256_stream(handle)
+    with open(path, "rb", buffering=0) as handle:
+        return sha256_stream(handle, progress)

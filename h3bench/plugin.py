@@ -86,6 +86,7 @@ HELP_LPIPS_DIR = f"directory holding the LPIPS weights (env {LPIPS_DIR_ENV})"
 HELP_LPIPS_DEVICE = "device for LPIPS: cpu, cuda or npu (default cpu)"
 HELP_RESUME = "continue this interrupted evidence bundle: finished blocks are kept, the rest run again"
 HELP_PROGRESS = "without a terminal, print a progress line every SECONDS while a long step runs (default 60)"
+HELP_ALLOW_UNPINNED = "run a RunSpec with UNPINNED or TODO fields anyway; the bundle is marked DIAGNOSTIC"
 
 
 def _arm(value: str) -> str:
@@ -121,6 +122,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--lossless", dest="h3_lossless", action="store_true", default=False, help=HELP_LOSSLESS)
     group.addoption("--lpips-dir", dest="h3_lpips_dir", default=None, help=HELP_LPIPS_DIR)
     group.addoption("--lpips-device", dest="h3_lpips_device", default="cpu", help=HELP_LPIPS_DEVICE)
+    group.addoption("--allow-unpinned", dest="h3_allow_unpinned", action="store_true", default=False,
+                    help=HELP_ALLOW_UNPINNED)
     group.addoption("--resume", dest="h3_resume", type=_existing_path, default=None, help=HELP_RESUME)
     group.addoption("--progress-interval", dest="h3_progress_interval", type=_seconds, default=60.0,
                     metavar="SECONDS", help=HELP_PROGRESS)
@@ -149,6 +152,7 @@ def _resolve(config: pytest.Config) -> Settings:
         lpips_dir=Path(lpips_dir) if lpips_dir else None,
         lpips_device=config.getoption("h3_lpips_device"),
         resume=config.getoption("h3_resume"),
+        allow_unpinned=config.getoption("h3_allow_unpinned"),
     )
 
 
@@ -324,6 +328,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         line += f" --baseline-evidence {settings.baseline_evidence}"
     if settings.resume:
         line += f" --resume {settings.resume}"
+    if settings.allow_unpinned:
+        line += " --allow-unpinned"
     campaign = config.stash.get(_CAMPAIGN_KEY, None)
     if not isinstance(campaign, Campaign):
         return [line]

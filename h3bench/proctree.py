@@ -133,6 +133,7 @@ class ProcessTree:
         self._seen: dict[Key, ProcessInfo] = {}
         self._procs: dict[Key, psutil.Process] = {}
         self._escaped: set[Key] = set()
+        self._pids: set[int] = set()  # every PID recorded, for owns() from another thread
         self._root: psutil.Process | None = None
         with contextlib.suppress(psutil.NoSuchProcess):
             self._root = psutil.Process(popen.pid)
@@ -145,6 +146,19 @@ class ProcessTree:
     def escaped(self) -> tuple[ProcessInfo, ...]:
         """Processes found outside the tree while the server ran (re-parented or detached workers)."""
         return tuple(sorted((self._seen[k] for k in self._escaped), key=lambda p: p.create_time))
+
+    def owns(self, pid: int) -> bool:
+        """Whether ``pid`` was recorded in this tree, or is a live process of this server now.
+
+        Reads no state that :meth:`scan` changes in place, so another thread may ask.
+        """
+        if pid in self._pids:
+            return True
+        try:
+            proc = psutil.Process(pid)
+            return os.getsid(pid) == self.popen.pid or proc.environ().get(SERVER_ID_ENV) == self.marker
+        except (OSError, psutil.Error):
+            return False
 
     def info(self, key: Key) -> ProcessInfo:
         return self._seen[key]
@@ -194,6 +208,7 @@ class ProcessTree:
                             found_by=how,
                         )
                     self._procs[key] = proc
+                    self._pids.add(proc.pid)
             except psutil.NoSuchProcess:
                 continue
             if how != "tree" and root_alive:

@@ -22,7 +22,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from h3bench import lossless, quality, stats
+from h3bench import lossless, quality, stats, telemetry
 from h3bench.errors import EvidenceError, UsageError
 from h3bench.evidence import Bundle
 from h3bench.judging import Judge, LpipsStatus
@@ -54,6 +54,7 @@ class Review:
         self._bundle: Bundle | None = None
         self._results: dict[str, BlockResult] | None = None  # loaded from the bundle on first use
         self._stopped: dict[str, Stop] = {}  # candidate → the stop rule that fired
+        self._telemetry: tuple[int, dict[str, telemetry.BlockTelemetry]] = (-1, {})  # (file size, per block)
         self.judge = Judge(spec, self.schedule, locate=self.output_path, available=self.available, stop=self.stop,
                            lpips_dir=settings.lpips_dir, lpips_device=settings.lpips_device,
                            lossless_flag=settings.lossless)
@@ -235,8 +236,27 @@ class Review:
                 )
                 for d in self.spec.workload.durations
             }
-            out[candidate] = CandidateVerdict(durations, self.stopped(candidate))
+            out[candidate] = CandidateVerdict(durations, self.stopped(candidate), self.telemetry_notes(candidate))
         return out
+
+    def block_telemetry(self, block: Block) -> telemetry.BlockTelemetry | None:
+        """The block's device telemetry in a few numbers; None when none was sampled (the simulator)."""
+        review = self.source(block)
+        path = review.bundle.path / telemetry.TELEMETRY
+        size = path.stat().st_size if path.is_file() else 0
+        if review._telemetry[0] != size:  # read again only when the file grew
+            review._telemetry = (size, telemetry.block_telemetry(telemetry.read_telemetry(review.bundle.path)))
+        return review._telemetry[1].get(block.id)
+
+    def telemetry_notes(self, candidate: str) -> tuple[str, ...]:
+        """Blocks of the candidate's series whose telemetry stands out against the other blocks of their arm."""
+        notes: list[str] = []
+        for duration in self.spec.workload.durations:
+            series = self.series(duration, candidate)
+            for arm in (BASELINE, candidate):
+                found = [t for r in series if r.block.arm == arm and (t := self.block_telemetry(r.block)) is not None]
+                notes += telemetry.outlier_notes(f"{arm} {duration:g} s", found)
+        return tuple(notes)
 
     def outcome(self) -> Outcome:
         return combine(v.outcome for v in self.verdicts().values())
@@ -259,6 +279,13 @@ class Review:
                     self.absorb({"kind": kind, "id": case_id, "candidate": candidate, "duration": case.duration,
                                  "result": result})
         return versions[-1]
+
+    def run_notes(self) -> list[str]:
+        """What the manifest says about the run itself: a DIAGNOSTIC run, pins the host could not confirm."""
+        run = self.bundle.manifest.get("run") or {}
+        lines = [f"DIAGNOSTIC run (--allow-unpinned): not a formal result; unpinned: {', '.join(run['unpinned'])}"
+                 ] if run.get("kind") == "DIAGNOSTIC" else []
+        return lines + [f"not verified: {item}" for item in run.get("unverified", ())]
 
     # -- re-validation -------------------------------------------------------------------
 

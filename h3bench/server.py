@@ -31,11 +31,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import Any
 
 import httpx
 
 from h3bench import interrupts
+from h3bench.devices import DeviceCheck
 from h3bench.errors import CleanupError, InterferenceError, ServerStartError, UsageError
 from h3bench.ports import port_free, port_holder
 from h3bench.proctree import SERVER_ID_ENV, ProcessInfo, ProcessTree, become_subreaper, describe_exit, die_with_parent
@@ -65,16 +66,6 @@ class ServerState(enum.Enum):
     STOPPED = "stopped"
 
 
-class DeviceCheck(Protocol):
-    """A device-level check around one server's life (devices.NpuSmiCheck is one)."""
-
-    def before_start(self) -> None:
-        """Raise InterferenceError if the devices are not free for the server."""
-
-    def after_stop(self) -> tuple[str, ...]:
-        """Describe what the stopped server left on the devices; empty when clean."""
-
-
 @dataclass(frozen=True)
 class ExitReport:
     """What ``verify_exited`` found after the stop; ``check()`` turns it into an assertion."""
@@ -85,7 +76,9 @@ class ExitReport:
     survivors: tuple[str, ...]  # processes still running or zombies
     port_free: bool
     port_holder: str | None
-    device_leftovers: tuple[str, ...]
+    device_leftovers: tuple[str, ...]  # our processes still on the devices: incomplete cleanup
+    device_interference: tuple[str, ...] = ()  # other processes on them while it ran or after: not cleanup
+    device_notes: tuple[str, ...] = ()
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -131,6 +124,7 @@ class LifecycleRecord:
     survivors: tuple[str, ...] | None  # None until verify_exited ran
     port_free: bool | None
     device_leftovers: tuple[str, ...] | None
+    device_interference: tuple[str, ...] | None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -274,6 +268,8 @@ class ServerProcess:
         for check in self.device_checks:
             check.before_start()
         self._launch()
+        for check in self.device_checks:
+            check.started(self)
         self._wait_ready()
         return self
 
@@ -366,6 +362,10 @@ class ServerProcess:
         tree = self._running[1]
         return tuple(tree.info(key) for key in tree.scan())
 
+    def owns(self, pid: int) -> bool:
+        """Whether ``pid`` is, or was, one of this server's processes (safe from another thread)."""
+        return self._tree is not None and self._tree.owns(pid)
+
     def record_warmup(self, seconds: float) -> None:
         """Record how long the warmup request took; it is kept apart from measured requests."""
         self._require(ServerState.RUNNING, "record_warmup()")
@@ -390,6 +390,8 @@ class ServerProcess:
 
     def _terminate(self, budget: float) -> None:
         proc, tree = self._running
+        for check in self.device_checks:
+            check.stopping()
         self.exited_before_stop = proc.poll() is not None
         tree.scan()
         self.stop_budget_used_s = budget
@@ -419,6 +421,7 @@ class ServerProcess:
         tree = self._running[1]
         survivors = tree.survivors()
         free = port_free(self.host, self.port)
+        findings = [check.after_stop(self) for check in self.device_checks]
         self._exit_report = ExitReport(
             port=self.port,
             pids_seen=tree.seen,
@@ -426,7 +429,9 @@ class ServerProcess:
             survivors=tuple(survivors),
             port_free=free,
             port_holder=None if free else port_holder(self.port),
-            device_leftovers=tuple(item for check in self.device_checks for item in check.after_stop()),
+            device_leftovers=tuple(item for found in findings for item in found.leftovers),
+            device_interference=tuple(item for found in findings for item in found.interference),
+            device_notes=tuple(item for found in findings for item in found.notes),
         )
         return self._exit_report
 
@@ -453,6 +458,7 @@ class ServerProcess:
             survivors=None if report is None else report.survivors,
             port_free=None if report is None else report.port_free,
             device_leftovers=None if report is None else report.device_leftovers,
+            device_interference=None if report is None else report.device_interference,
         )
 
     # -- context manager -----------------------------------------------------

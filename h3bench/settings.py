@@ -24,6 +24,7 @@ class Settings:
     lpips_dir: Path | None = None
     lpips_device: str = "cpu"
     resume: Path | None = None  # continue this interrupted bundle
+    allow_unpinned: bool = False  # run a spec with UNPINNED or TODO fields, as a DIAGNOSTIC run
 
     @classmethod
     def for_bundle(cls, bundle: Path, *, lossless: bool, lpips_dir: str | None, lpips_device: str) -> Settings:

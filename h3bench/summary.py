@@ -16,6 +16,7 @@ from h3bench.h3 import TOP_LEVEL_STAGES, mux_and_transfer_s
 from h3bench.ports import LOCALHOST
 from h3bench.records import BlockResult, Sample
 from h3bench.runspec import RunSpec
+from h3bench.scrub import Scrubber
 
 if TYPE_CHECKING:
     from h3bench.review import Review
@@ -32,7 +33,8 @@ def report_header(review: Review, arms: str, evidence: str) -> list[str]:
         f"shutdown budget {spec.protocol.shutdown_budget_s:g} s for every arm",
     ]
     for name, arm in spec.arms.items():
-        lines.append(f"h3bench {name}: {' '.join(arm.command(LOCALHOST, 0, spec.model.path))}")
+        command = arm.command(LOCALHOST, 0, spec.model.path)
+        lines.append(f"h3bench {name}: {' '.join(Scrubber.for_command(command, arm.env).argv(command))}")
     lines.append(f"h3bench evidence: {evidence}")
     if review.stored_baseline is not None:
         lines.append(f"h3bench baseline evidence: {review.stored_baseline.bundle_path} (latency NOT interleaved)")
@@ -88,8 +90,10 @@ def summary_lines(review: Review) -> list[str]:
     for candidate, verdict in verdicts.items():
         stopped = f" (stopped: {verdict.stopped.reason})" if verdict.stopped else ""
         lines.append(f"verdict {candidate}: {verdict.outcome}{stopped}")
+        lines += [f"  note: {note}" for note in verdict.notes]
     if not spec.gates.lpips_required:
         lines.append("LPIPS is not required by this RunSpec: quality verdicts do not include it.")
+    lines += review.run_notes()
     lines.append(f"evidence bundle: {review.bundle_path}")
     return lines
 

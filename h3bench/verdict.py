@@ -74,10 +74,15 @@ class DurationVerdict:
 
 @dataclass(frozen=True)
 class CandidateVerdict:
-    """One candidate over every duration, with the stop rule that fired, if any."""
+    """One candidate over every duration, with the stop rule that fired, if any.
+
+    ``notes`` say what a reader should know but does not change the outcome,
+    such as a block whose device telemetry stands out (:mod:`h3bench.telemetry`).
+    """
 
     durations: dict[str, DurationVerdict]
     stopped: Stop | None
+    notes: tuple[str, ...] = ()
 
     @property
     def outcome(self) -> Outcome:
@@ -89,4 +94,5 @@ class CandidateVerdict:
             "durations": {name: d.to_dict() for name, d in self.durations.items()},
             "stopped": self.stopped.reason if self.stopped else None,
             "verdict": str(self.outcome),
+            "notes": list(self.notes),
         }

@@ -1,150 +1,77 @@
-"""npu-smi parsing, interference and cleanup checks (through a fake npu-smi on PATH), and the device lock."""
+"""Device identity, who owns a process on a reserved chip, the npu-smi hook around a real server, and the device lock."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from h3bench.devices import (
-    DeviceLock,
-    NpuDevice,
-    NpuProcess,
-    NpuSmiCheck,
-    foreign_processes,
-    parse_npu_smi,
-    read_npu_smi,
-)
+from h3bench.devices import DeviceLock, NpuSmiCheck, logical_devices, processes_on
 from h3bench.errors import CleanupError, InterferenceError, ServerError, UsageError
+from h3bench.npusmi import parse_npu_smi, read_npu_smi
 from h3bench.ports import find_free_port
 from h3bench.server import ServerProcess
+from h3bench.telemetry import TELEMETRY_KEYS
 
 FAKES = Path(__file__).parent / "fakes"
 SAMPLES = FAKES / "npu-smi-samples"
 IDLE = SAMPLES / "910b1-x8-idle.txt"
-SERVING = SAMPLES / "910b1-x8-serving.txt"
-FOREIGN = SAMPLES / "910b1-x8-foreign-process-on-npu3.txt"
+SERVING = SAMPLES / "910b1-x8-serving.txt"  # VLLMWorker pids 51230-51237 on NPUs 0-7
+FOREIGN = SAMPLES / "910b1-x8-foreign-process-on-npu3.txt"  # pid 8811 (python3) on NPU 3
 DUAL_DIE = SAMPLES / "dual-die-2npu-foreign-and-warning.txt"
+A3 = SAMPLES / "public-a3-dual-die-x8-driver25.2.3.txt"
+
+
+class Pids:
+    """An Owner that owns a fixed set of PIDs."""
+
+    def __init__(self, *pids: int) -> None:
+        self.pids = set(pids)
+
+    def owns(self, pid: int) -> bool:
+        return pid in self.pids
 
 
 @pytest.fixture
-def npu_smi(monkeypatch: pytest.MonkeyPatch):
-    """Put the fake npu-smi on PATH; call the result with the sample it should print."""
+def npu_smi(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """Put the fake npu-smi on PATH; call the result with the sample it should print from now on."""
     monkeypatch.setenv("PATH", f"{FAKES}{os.pathsep}{os.environ['PATH']}")
+    current = tmp_path / "npu-smi-now.txt"
+    monkeypatch.setenv("FAKE_NPU_SMI_OUTPUT", str(current))
 
     def play(sample: Path) -> None:
-        monkeypatch.setenv("FAKE_NPU_SMI_OUTPUT", str(sample))
+        shutil.copy(sample, current)
 
     return play
 
 
-@pytest.mark.parametrize(
-    ("sample", "first_hbm_used", "pids"),
-    [
-        (IDLE, 3381, []),
-        (SERVING, 24020, list(range(51230, 51238))),
-        (FOREIGN, 3381, [8811]),
-    ],
-    ids=["idle", "serving", "foreign"],
-)
-def test_910b_samples_parse(sample: Path, first_hbm_used: int, pids: list[int]) -> None:
-    report = parse_npu_smi(sample.read_text())
-    assert report.version == "24.1.rc2"
-    assert report.npu_ids == tuple(range(8))
-    assert all(d.name == "910B1" and d.healthy and d.hbm_total_mb == 65536 for d in report.devices)
-    assert all(d.chip_id == 0 and d.phy_id is None for d in report.devices)
-    assert report.devices[0].hbm_used_mb == first_hbm_used
-    assert report.devices[0].bus_id == "0000:C1:00.0"
-    assert [p.pid for p in report.processes] == pids
+def test_a3_host_numbers_eight_npus_but_the_runtime_sees_sixteen_logical_devices() -> None:
+    report = parse_npu_smi(A3.read_text())
+    chips = logical_devices(report)
+    assert report.npu_ids == tuple(range(8)) and sorted(chips) == list(range(16))
+    assert {i: (d.npu_id, d.chip_id) for i, d in chips.items()} == {2 * n + c: (n, c) for n in range(8) for c in (0, 1)}
+    assert all(d.phy_id == i for i, d in chips.items()), "on this host the Phy-IDs print the same numbering"
+    # On a 910B host logical device n is NPU n; on the 950 fixture too.
+    assert {i: d.npu_id for i, d in logical_devices(parse_npu_smi(IDLE.read_text())).items()} == {n: n for n in range(8)}
+    assert len(logical_devices(parse_npu_smi((SAMPLES / "thirdparty-fixture-950pr-driver25.7.txt").read_text()))) == 2
 
 
-def test_foreign_process_on_npu3_is_found() -> None:
-    report = parse_npu_smi(FOREIGN.read_text())
-    (foreign,) = foreign_processes(report, allowed_pids=set(), devices=range(8))
-    assert foreign == NpuProcess(npu_id=3, chip_id=0, pid=8811, name="python3", memory_mb=9036)
-    assert report.devices[3].hbm_used_mb == 12420
-    assert foreign_processes(report, allowed_pids={8811}) == ()
-    assert foreign_processes(report, allowed_pids=set(), devices=[0, 1, 2, 4]) == ()
-
-
-def test_serving_workers_are_foreign_unless_allowed() -> None:
-    report = parse_npu_smi(SERVING.read_text())
-    assert len(foreign_processes(report, allowed_pids=set())) == 8
-    assert foreign_processes(report, allowed_pids=set(range(51230, 51238))) == ()
-
-
-def test_dual_die_layout() -> None:
+def test_processes_on_reserved_chips_by_either_pid() -> None:
     report = parse_npu_smi(DUAL_DIE.read_text())
-    assert report.version == "24.1.rc3"
-    assert [(d.npu_id, d.chip_id, d.phy_id) for d in report.devices] == [(0, 0, 0), (0, 1, 1), (1, 0, 2), (1, 1, 3)]
-    assert [d.hbm_used_mb for d in report.devices] == [41230, 40988, 3419, 15242]  # "15242/ 65536" too
-    assert [d.health for d in report.devices] == ["OK", "OK", "OK", "Warning"]
-    assert report.processes[0] == NpuProcess(0, 0, 692318, "python3", 37120, pid_in_container=1204)
-    assert report.processes[2] == NpuProcess(1, 1, 700511, "VLLMWorker", 11800, pid_in_container=None)
-    # The same process may be known by its host PID or by its PID inside the container.
-    assert [p.pid for p in foreign_processes(report, {1204})] == [700511]
-    assert [p.pid for p in foreign_processes(report, {692318}, devices=[0])] == []
+    everything = {(n, c) for n in (0, 1) for c in (0, 1)}
+    assert [p.pid for p in processes_on(report, everything)] == [692318, 692318, 700511]
+    assert [p.pid for p in processes_on(report, everything, allowed_pids={1204})] == [700511]  # the container's PID
+    assert processes_on(report, {(1, 0)}) == ()  # NPU 1 chip 0 is free, chip 1 is not
+    assert [p.chip_id for p in processes_on(report, {(1, 1)})] == [1]
 
 
-def render(devices: list[NpuDevice], processes: list[NpuProcess], dual: bool) -> str:
-    """Write a report in npu-smi's layout (the 910B one, or the dual-die one)."""
-    bar = "+" + "-" * 27 + "+" + "-" * 15 + "+" + "-" * 52 + "+"
-    metrics = "| AICore(%)   Memory-Usage(MB)  HBM-Usage(MB)        |"
-    out = ["+" + "-" * 96 + "+", "| npu-smi 24.1.rc2                 Version: 24.1.rc2" + " " * 46 + "|", bar,
-           "| NPU   Name                | Health        | Power(W)    Temp(C)           Hugepages-Usage(page)|",
-           f"| {'Chip  Phy-ID' if dual else 'Chip':<26}| Bus-Id        {metrics}"]
-    for d in devices:
-        chip = f"{d.chip_id}     {d.phy_id}" if dual else str(d.chip_id)
-        out += [f"| {d.npu_id:<6}{d.name:<20}| {d.health:<14}| 93.4        41                0    / 0             |",
-                f"| {chip:<26}| {d.bus_id:<14}| 0           0    / 0          "
-                f"{d.hbm_used_mb:<5} / {d.hbm_total_mb:<8}   |",
-                bar.replace("-", "=")]
-    out += [bar, "| NPU     Chip              | Process id    | Process name             | Process memory(MB)      |"]
-    for p in processes:
-        out.append(f"| {p.npu_id:<8}{p.chip_id:<18}| {p.pid:<14}| {p.name:<25}| {p.memory_mb:<24}|")
-    return "\n".join(out) + "\n"
-
-
-@st.composite
-def reports(draw):
-    dual = draw(st.booleans())
-    n = draw(st.integers(1, 8))
-    health = st.sampled_from(["OK", "Warning", "Alarm", "Critical"])
-    devices = [
-        NpuDevice(npu, chip, npu * 2 + chip if dual else None, draw(st.sampled_from(["910B1", "Ascend910"])),
-                  draw(health), f"0000:{npu:02X}:0{chip}.0", draw(st.integers(0, 65536)), 65536)
-        for npu in range(n) for chip in range(2 if dual else 1)
-    ]
-    name = st.text("abcdefghijklmnopqrstuvwxyzVLM_-.0123456789", min_size=1, max_size=20)
-    processes = draw(st.lists(
-        st.builds(NpuProcess, st.sampled_from([d.npu_id for d in devices]), st.integers(0, 1 if dual else 0),
-                  st.integers(1, 4_000_000), name, st.integers(0, 65536)),
-        max_size=6,
-    ))
-    return devices, processes, dual
-
-
-@settings(max_examples=30, deadline=None)
-@given(reports())
-def test_parse_reads_back_what_was_rendered(case) -> None:
-    devices, processes, dual = case
-    report = parse_npu_smi(render(devices, processes, dual))
-    assert list(report.devices) == devices
-    assert list(report.processes) == processes
-
-
-def test_output_without_a_device_table_is_refused() -> None:
-    with pytest.raises(ServerError, match="no device table"):
-        parse_npu_smi("dcmi module initialize failed. ret is -8005\n")
-
-
-def test_npu_smi_check_before_start(npu_smi) -> None:
+def test_check_before_start_refuses_held_or_unhealthy_chips(npu_smi) -> None:
     npu_smi(IDLE)
     NpuSmiCheck(range(8)).before_start()
 
@@ -153,24 +80,73 @@ def test_npu_smi_check_before_start(npu_smi) -> None:
         NpuSmiCheck(range(8)).before_start()
     assert info.value.holder == "pid 8811 (python3)"
     NpuSmiCheck([0, 1, 2]).before_start()  # NPU 3 is not this campaign's
+    NpuSmiCheck(range(8), allowed_pids={8811}).before_start()  # the campaign's own process
 
-    npu_smi(DUAL_DIE)
-    NpuSmiCheck([0], allowed_pids={1204}).before_start()
+    npu_smi(DUAL_DIE)  # logical devices 0, 1 = NPU 0 chips 0, 1; 2, 3 = NPU 1 chips 0, 1
+    NpuSmiCheck([0, 1], allowed_pids={1204}).before_start()
+    NpuSmiCheck([2]).before_start()
     with pytest.raises(InterferenceError, match="NPU 1 chip 1 reports health 'Warning'"):
-        NpuSmiCheck([1], allowed_pids={700511}).before_start()
-    with pytest.raises(UsageError, match=r"NPU \[5\] not on this host"):
+        NpuSmiCheck([3], allowed_pids={700511}).before_start()
+    with pytest.raises(UsageError, match=r"logical device\(s\) \[5\] not on this host; npu-smi lists 0 \(NPU 0 chip 0\)"):
         NpuSmiCheck([0, 5]).before_start()
 
 
-def test_npu_smi_check_after_stop(npu_smi) -> None:
-    check = NpuSmiCheck(range(8))
+def test_after_the_stop_only_our_own_processes_are_incomplete_cleanup(npu_smi) -> None:
     npu_smi(IDLE)
-    assert check.after_stop() == ()
+    assert NpuSmiCheck(range(8)).after_stop(Pids()) == NpuSmiCheck(range(8)).after_stop(Pids(51230))
     npu_smi(SERVING)
-    leftovers = check.after_stop()
-    assert len(leftovers) == 8
-    assert leftovers[0] == "pid 51230 (VLLMWorker) on NPU 0 chip 0, 20480 MB still holds the device after the stop"
-    assert [when for when, _ in check.reports] == ["after_stop", "after_stop"]
+    ours = NpuSmiCheck(range(8)).after_stop(Pids(*range(51230, 51238)))
+    assert len(ours.leftovers) == 8 and ours.interference == ()
+    assert ours.leftovers[0] == "pid 51230 (VLLMWorker) on NPU 0 chip 0, 20480 MB still holds the device after the stop"
+    # The same processes, not ours: they came while the server ran or after, and are interference, not cleanup.
+    other = NpuSmiCheck(range(8)).after_stop(Pids())
+    assert other.leftovers == () and len(other.interference) == 8
+    assert "pid 51237 (VLLMWorker) on NPU 7 chip 0, 20480 MB is on a reserved device after the stop" in other.interference[7]
+
+
+def test_the_sampler_records_telemetry_and_names_a_process_that_appears_while_the_server_runs(npu_smi) -> None:
+    lines: list[dict] = []
+    check = NpuSmiCheck(range(8), interval_s=0.02, telemetry=lines.extend, block="5s-x-2B-x")
+    npu_smi(IDLE)
+    check.before_start()
+    npu_smi(SERVING)  # our workers, while the server runs
+    check.started(Pids(*range(51230, 51238)))
+    while len(lines) < 16:
+        time.sleep(0.01)
+    npu_smi(FOREIGN)  # ...then a process that is not the server's
+    while not any(r["hbm_used_mb"] == 12420 for r in lines):
+        time.sleep(0.01)
+    check.stopping()
+    written = len(lines)
+    time.sleep(0.1)
+    assert len(lines) == written and written % 8 == 0, "the sampler stopped, and wrote whole samples"
+    npu_smi(IDLE)
+    found = check.after_stop(Pids(*range(51230, 51238)))
+    assert found.leftovers == () and found.notes == ()
+    (interference,) = found.interference
+    assert interference.startswith("pid 8811 (python3) on NPU 3 chip 0, 9036 MB appeared while the server ran (")
+    assert all(tuple(r) == TELEMETRY_KEYS and r["block"] == "5s-x-2B-x" for r in lines)
+    assert {(r["npu_id"], r["chip_id"]) for r in lines} == {(n, 0) for n in range(8)}
+    serving = [r for r in lines if r["hbm_used_mb"] == 24020]
+    assert serving and serving[0] | {"t": 0} == {
+        "t": 0, "block": "5s-x-2B-x", "npu_id": 0, "chip_id": 0, "hbm_used_mb": 24020, "hbm_total_mb": 65536,
+        "aicore_pct": 97.0, "temperature_c": 41.0, "power_w": 93.4, "health": "OK",
+    }
+    assert all(abs(r["t"] - time.time()) < 60 for r in lines)
+
+
+def test_a_failing_npu_smi_during_the_block_is_a_note(npu_smi, monkeypatch: pytest.MonkeyPatch) -> None:
+    npu_smi(IDLE)
+    check = NpuSmiCheck([0], interval_s=0.02, telemetry=lambda records: None)
+    check.before_start()
+    working = os.environ["FAKE_NPU_SMI_OUTPUT"]
+    monkeypatch.setenv("FAKE_NPU_SMI_OUTPUT", "/nonexistent")
+    check.started(Pids())
+    time.sleep(0.1)
+    check.stopping()
+    monkeypatch.setenv("FAKE_NPU_SMI_OUTPUT", working)
+    (note, *_) = check.after_stop(Pids()).notes
+    assert note.startswith("a telemetry sample failed:") and "dcmi module initialize failed" in note
 
 
 def test_npu_smi_missing_or_failing(npu_smi, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -181,30 +157,60 @@ def test_npu_smi_missing_or_failing(npu_smi, monkeypatch: pytest.MonkeyPatch) ->
         read_npu_smi()
 
 
-def test_server_process_with_npu_smi_check(npu_smi, tmp_path: Path) -> None:
-    """Interference refuses the start; a device still held after the stop fails the exit check."""
-    def server(name: str) -> ServerProcess:
-        port = find_free_port()
-        return ServerProcess(
-            [sys.executable, str(FAKES / "fake_server.py"), "--port", str(port)],
-            port=port, log_path=tmp_path / name, device_checks=[NpuSmiCheck(range(8))],
-        )
+@pytest.fixture
+def live_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """A live fake host of two NPUs whose processes are the simulator's workers; call it with live.json's extras."""
+    monkeypatch.setenv("PATH", f"{FAKES}{os.pathsep}{os.environ['PATH']}")
+    directory = tmp_path / "npu-host"
+    directory.mkdir()
+    monkeypatch.setenv("FAKE_NPU_SMI_OUTPUT", str(directory))
 
-    npu_smi(FOREIGN)
-    refused = server("refused.log")
-    with pytest.raises(InterferenceError, match="NPU 3"):
-        refused.start()
-    assert not refused.log_path.exists()
+    def configure(**extras) -> None:
+        for name in ("state.json", ".calls"):
+            (directory / name).unlink(missing_ok=True)
+        (directory / "live.json").write_text(json.dumps({"npus": 2, **extras}))
 
-    npu_smi(IDLE)
-    with server("ok.log") as srv:
-        npu_smi(SERVING)  # as if the workers never released their devices
+    return configure
+
+
+def sim_server(tmp_path: Path, name: str, check: NpuSmiCheck) -> ServerProcess:
+    port = find_free_port()
+    return ServerProcess(
+        [sys.executable, "-m", "h3bench.sim", "--host", "127.0.0.1", "--port", str(port), "--workers", "2"],
+        port=port, log_path=tmp_path / name, startup_budget_s=60, device_checks=[check],
+    )
+
+
+@pytest.mark.slow
+def test_a_real_server_its_workers_on_the_devices_and_what_they_leave(live_host, tmp_path: Path) -> None:
+    live_host()
+    lines: list[dict] = []
+    check = NpuSmiCheck([0, 1], interval_s=0.05, telemetry=lines.extend, block="b1")
+    with sim_server(tmp_path, "clean.log", check) as srv:
+        deadline = time.monotonic() + 30
+        while not any(r["hbm_used_mb"] > 3381 for r in lines) and time.monotonic() < deadline:
+            time.sleep(0.05)
     report = srv.verify_exited()
-    assert len(report.device_leftovers) == 8 and not report.survivors
-    with pytest.raises(CleanupError, match="pid 51237 \\(VLLMWorker\\) on NPU 7"):
+    assert report.ok and report.device_interference == () and report.device_leftovers == ()
+    busy = [r for r in lines if r["hbm_used_mb"] == 3381 + 20480]
+    assert {r["npu_id"] for r in busy} == {0, 1}, "each worker held its own NPU, and was known as the server's"
+
+    live_host(linger_server=1)  # the driver still lists the server's workers after they exited
+    with sim_server(tmp_path, "linger.log", NpuSmiCheck([0, 1], interval_s=0.05, telemetry=lines.extend)) as srv:
+        pass
+    report = srv.verify_exited()
+    assert len(report.device_leftovers) == 2 and not report.survivors and report.device_interference == ()
+    with pytest.raises(CleanupError, match="on NPU 1 chip 0, 20480 MB still holds the device after the stop"):
         report.check()
-    npu_smi(IDLE)
-    srv.verify_exited().check()
+
+    live_host(foreign={"pid": os.getpid(), "npu": 1, "from_server": 1})  # a process that is not the server's
+    with sim_server(tmp_path, "foreign.log", NpuSmiCheck([0, 1], interval_s=0.05, telemetry=lines.extend)) as srv:
+        time.sleep(0.3)
+    report = srv.verify_exited()
+    assert report.ok, "another process is not our incomplete cleanup"
+    appeared = f"pid {os.getpid()} (python3) on NPU 1 chip 0, 20480 MB appeared while the server ran"
+    assert appeared in report.device_interference[0]
+    assert srv.record().device_interference == report.device_interference
 
 
 HOLD_LOCK = """

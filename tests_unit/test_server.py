@@ -14,6 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from h3bench.devices import DeviceFindings
 from h3bench.errors import CleanupError, InterferenceError, ServerStartError, UsageError
 from h3bench.ports import find_free_port
 from h3bench.server import (
@@ -280,9 +281,15 @@ class RecordingCheck:
         if self.refuse:
             raise InterferenceError("NPU 3 is busy", holder="pid 1 (test)")
 
-    def after_stop(self) -> tuple[str, ...]:
+    def started(self, owner) -> None:
+        self.calls.append("started" if owner.owns(owner.pid) else "started, not owning the server")
+
+    def stopping(self) -> None:
+        self.calls.append("stopping")
+
+    def after_stop(self, owner) -> DeviceFindings:
         self.calls.append("after_stop")
-        return self.leftovers
+        return DeviceFindings(leftovers=self.leftovers, interference=("pid 7 (other) was on NPU 1",))
 
 
 def test_device_checks_run_before_the_launch_and_after_the_stop(make_server) -> None:
@@ -293,10 +300,11 @@ def test_device_checks_run_before_the_launch_and_after_the_stop(make_server) -> 
 
     check = RecordingCheck(leftovers=("pid 9 (VLLMWorker) still holds NPU 0",))
     with make_server(device_checks=[check]) as srv:
-        assert check.calls == ["before_start"]
+        assert check.calls == ["before_start", "started"]
     report = srv.verify_exited()
-    assert check.calls == ["before_start", "after_stop"]
+    assert check.calls == ["before_start", "started", "stopping", "after_stop"]
     assert report.device_leftovers == check.leftovers and not report.ok
+    assert report.device_interference == ("pid 7 (other) was on NPU 1",)
     with pytest.raises(CleanupError, match="still holds NPU 0"):
         report.check()
 

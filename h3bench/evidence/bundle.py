@@ -8,6 +8,7 @@ Layout of a bundle (``<root>/<UTC timestamp>-<spec name>-<spec id[:12]>/``)::
     servers.jsonl            one line per server process when it is launched (what a
                              resume must stop if the run is killed)
     lifecycle.jsonl          one line per server process, when it has been stopped
+    telemetry.jsonl          one line per reserved NPU chip and npu-smi sample during each block
     outputs/<sha256>.mp4     the returned MP4s, named by their content hash
     logs/<name>              server logs, copied in at the end of each block
     verdict.json             written once
@@ -37,6 +38,7 @@ from __future__ import annotations
 import enum
 import os
 import re
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -48,6 +50,7 @@ from h3bench.environment import environment
 from h3bench.errors import EvidenceError
 from h3bench.evidence import files
 from h3bench.hashing import Digest, sha256_file
+from h3bench.scrub import Scrubber
 
 __all__ = ["DEFAULT_ROOT", "FORMAT", "LIFECYCLE", "SAMPLES", "SAMPLE_KINDS", "SERVERS", "Bundle", "segments_of"]
 
@@ -60,6 +63,7 @@ SAMPLES = "samples.jsonl"
 SERVERS = "servers.jsonl"
 LIFECYCLE = "lifecycle.jsonl"
 RESUME = "resume.json"
+TELEMETRY = "telemetry.jsonl"
 VERDICT = "verdict.json"
 FINAL = "final.json"
 ADDENDA = "addenda.jsonl"
@@ -100,6 +104,7 @@ class Bundle:
         # relpath -> running digest of what this writer wrote (WRITING only).
         self._written: dict[str, Digest] = {}
         self._manifest: dict[str, Any] | None = None
+        self._telemetry_lock = threading.Lock()  # telemetry comes from the sampler's thread
 
     # ---- lifecycle
 
@@ -116,6 +121,7 @@ class Bundle:
         name: str | None = None,
         started_at: str | None = None,
         session: str | None = None,
+        extra: Mapping[str, Any] | None = None,
     ) -> Bundle:
         """Make a new bundle directory under ``root`` and write its manifest.
 
@@ -135,6 +141,9 @@ class Bundle:
             When the run started (default: now) and the run's own id; with them a
             caller knows the bundle's path before it exists (:meth:`planned_path`)
             and can find it again (:meth:`locate`).
+        extra
+            More sections of the manifest, such as the run's kind and the host's
+            evidence (:mod:`h3bench.preflight`).
         """
         root_path = Path(root) if root is not None else Path.cwd() / DEFAULT_ROOT
         if not isinstance(spec_id, str) or not files.SHA256_HEX.fullmatch(spec_id):
@@ -151,9 +160,10 @@ class Bundle:
             "source": dict(source),
             "model": dict(model),
             "session": session,
+            **(extra or {}),
         }
-        # Serialize before creating anything, so bad input leaves no empty bundle behind.
-        document = files.json_document(manifest, root_path / MANIFEST)
+        # No secret is recorded (h3bench.scrub); serialize before creating anything, so bad input leaves no empty bundle.
+        document = files.json_document(Scrubber().record(manifest), root_path / MANIFEST)
         label = name if name is not None else spec.get("name", "run")
         path = cls._make_dir(root_path, cls.planned_path(root_path, str(label), spec_id, started_at).name)
         for sub in (OUTPUTS, LOGS, QUALITY):
@@ -311,6 +321,16 @@ class Bundle:
     def append_server(self, event: dict[str, Any]) -> None:
         """Append a server process's launch (block, pid, port, marker)."""
         self._append(SERVERS, event)
+
+    def append_telemetry(self, records: list[dict[str, Any]]) -> None:
+        """Append one telemetry sample (a record per chip, :mod:`h3bench.telemetry`) in one write."""
+        relpath = self.segment + TELEMETRY
+        self._require_writing(relpath)
+        path = self.path / relpath
+        data = b"".join(files.json_line(record, path) for record in records)
+        with self._telemetry_lock:  # the sampler's thread writes beside the main thread
+            files.append_line(path, data)
+            self._written.setdefault(relpath, Digest()).update(data)
 
     def store_output(self, src: _PathLike, *, move: bool = False) -> tuple[str, str]:
         """Copy an MP4 into ``outputs/<sha256>.mp4``; the same bytes twice are stored once.

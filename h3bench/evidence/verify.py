@@ -18,6 +18,7 @@ from h3bench.evidence.bundle import (
     OUTPUTS,
     SAMPLES,
     SERVERS,
+    TELEMETRY,
     segments_of,
 )
 from h3bench.hashing import Digest, sha256_file
@@ -159,7 +160,7 @@ def verify(path: _PathLike) -> VerifyReport:
         if complete and rel not in expected and rel not in finals and rel != ADDENDA:
             problems.append(f"{rel}: not listed in {FINAL} or {ADDENDA}")
 
-    for rel in [ADDENDA, *(s + name for s in segments for name in (SAMPLES, SERVERS, LIFECYCLE))]:
+    for rel in [ADDENDA, *(s + name for s in segments for name in (SAMPLES, SERVERS, LIFECYCLE, TELEMETRY))]:
         if rel in present:
             problems.extend(_jsonl_problems(root / rel, rel))
 

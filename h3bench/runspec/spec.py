@@ -54,6 +54,7 @@ from h3bench.hashing import sha256_file
 from h3bench.runspec.arms import BASELINE, Arm
 from h3bench.runspec.base import Frozen, raise_at
 from h3bench.runspec.tables import UNPINNED, Gates, Hardware, Hints, Inputs, Model, Protocol, Source, Workload
+from h3bench.scrub import Scrubber
 
 __all__ = ["RunSpec", "load_runspec", "parse_runspec", "require_same_spec"]
 
@@ -129,9 +130,14 @@ class RunSpec(Frozen):
     # ---- identity
 
     def canonical_json(self) -> str:
-        """Sorted keys, no whitespace, every default filled in; the text that :attr:`spec_id` hashes."""
+        """Sorted keys, no whitespace, every default filled in; the text that :attr:`spec_id` hashes.
+
+        Secrets are masked first (:mod:`h3bench.scrub`, by name and pattern), so that the
+        scrubbed copy in a bundle's manifest has the same id as the spec it was made from.
+        """
         return json.dumps(
-            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+            Scrubber(environ=False).record(self.model_dump(mode="json")),
+            sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
         )
 
     @property

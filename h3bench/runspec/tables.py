@@ -120,7 +120,9 @@ class Protocol(Frozen):
     disclosed in the report. ``request_api`` is how a request is sent:
     ``sync`` (``POST /v1/videos/sync``, the E2E with no polling in it) or
     ``async`` (a job, polled; its progress shows while an hour-long request
-    runs, at the cost of up to 100 ms of polling in E2E).
+    runs, at the cost of up to 100 ms of polling in E2E). On NPU hosts,
+    ``npu-smi`` is sampled every ``telemetry_interval_s`` while a block's
+    server runs (:mod:`h3bench.telemetry`).
     """
 
     order: StrictStr = "ABBAABBA"
@@ -133,6 +135,7 @@ class Protocol(Frozen):
     audit_seed: Annotated[StrictInt, Field(ge=0)] = 1
     audit_latency_tolerance: _Positive = 0.25
     request_api: Literal["sync", "async"] = "sync"
+    telemetry_interval_s: _Positive = 10.0
 
     @field_validator("order")
     @classmethod

