@@ -92,7 +92,8 @@ class WarmupCheck:
 
     def describe(self) -> str:
         return (f"{self.block_id}: the first measured request is {self.excess:+.1%} against the median of the others "
-                f"(pooled t = {self.t:.2f} > {self.threshold:.2f}, {self.df} df): its warmup may not have been enough")
+                f"(pooled t = {self.t:.2f} > {self.threshold:.2f}, {self.df} df): a warmup that was not enough, or a "
+                "disturbance at the block's start")
 
 
 def warmup_checks(blocks: Sequence[tuple[str, Sequence[float]]]) -> tuple[WarmupCheck, ...]:

@@ -21,7 +21,7 @@ def test_a_slow_first_request_is_flagged_with_its_excess():
     flagged = checks[2]
     assert flagged.excess > 0.2 and flagged.t > flagged.threshold and flagged.df == 8
     assert flagged.describe().startswith("b2: the first measured request is +")
-    assert "warmup may not have been enough" in flagged.describe()
+    assert "a warmup that was not enough, or a disturbance at the block's start" in flagged.describe()
 
 
 def test_ordinary_noise_is_not_flagged():
