@@ -24,11 +24,12 @@ FAIL.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,16 +37,20 @@ from h3bench.client import GenerationRequest, GenerationResult, Reference, Video
 from h3bench.devices import DEFAULT_LOCK_PATH, DeviceLock, NpuSmiCheck
 from h3bench.errors import CleanupError, H3BenchError, InterferenceError, RequestError, ServerStartError
 from h3bench.evidence import Bundle
+from h3bench.evidence.files import now
 from h3bench.measure import Measure, PlainMeasure
 from h3bench.outcome import Outcome
+from h3bench.pace import Pace
 from h3bench.ports import LOCALHOST, find_free_port
+from h3bench.proctree import CAMPAIGN_ID_ENV
+from h3bench.progress import Progress
 from h3bench.records import BlockResult, Sample
 from h3bench.runspec import BASELINE, RunSpec
 from h3bench.schedule import Block
 from h3bench.server import ExitReport, ServerProcess
 from h3bench.sim import PROFILE_ENV as SIM_PROFILE_ENV
 
-__all__ = ["AUDIT_SLACK_S", "DEVICE_LOCK_ENV", "audit_problem", "run_block"]
+__all__ = ["AUDIT_SLACK_S", "DEVICE_LOCK_ENV", "audit_problem", "interrupt_name", "run_block"]
 
 # Perf blocks on one host never overlap: every campaign takes this file lock (its path can be moved).
 DEVICE_LOCK_ENV = "H3BENCH_DEVICE_LOCK"
@@ -55,11 +60,14 @@ AUDIT_SLACK_S = 0.25
 class _Recorder:
     """Sends a block's requests and writes each one's evidence outside the timed part."""
 
-    def __init__(self, spec: RunSpec, block: Block, bundle: Bundle, inputs: Mapping[str, Path], scratch: Path) -> None:
+    def __init__(
+        self, spec: RunSpec, block: Block, bundle: Bundle, inputs: Mapping[str, Path], scratch: Path, pace: Pace
+    ) -> None:
         self.spec = spec
         self.block = block
         self.bundle = bundle
         self.scratch = scratch
+        self.pace = pace
         self.references = tuple(Reference.from_path(p) for p in inputs.values())
         self.samples: list[Sample] = []
         self._pending: tuple[str, int, int, GenerationResult] | None = None
@@ -82,7 +90,14 @@ class _Recorder:
         """The timed part: one request, its MP4 streamed to a scratch file."""
         output = self.scratch / f"{self.block.id}-{kind}{index}.mp4"
         try:
-            result = client.generate_sync(self._request(seed), output)
+            with self.pace.step(self.block, kind, index) as step:
+                if self.spec.protocol.request_api == "async":
+                    def polled(job: dict[str, Any]) -> None:
+                        step.server_percent = job.get("progress")
+
+                    result = client.generate_async(self._request(seed), output, on_poll=polled)
+                else:
+                    result = client.generate_sync(self._request(seed), output)
         except H3BenchError as exc:
             self._record(Sample(self.block.id, kind, index, seed, ok=False, error=str(exc)))
             raise
@@ -186,12 +201,36 @@ def _device_checks(spec: RunSpec) -> tuple[NpuSmiCheck, ...]:
     return () if hardware.kind == "sim" else (NpuSmiCheck(hardware.device_ids),)
 
 
-def _server(spec: RunSpec, block: Block, log_path: Path) -> ServerProcess:
+@contextlib.contextmanager
+def _started(server: ServerProcess, pace: Pace, block: Block) -> Iterator[ServerProcess]:
+    """``with server:``, the start shown as a step of its own (on an NPU it takes minutes)."""
+    with pace.step(block, "start"):
+        server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def interrupt_name(exc: BaseException) -> str:
+    """``SIGTERM`` for a signal turned into an interrupt, else the exception's type (``KeyboardInterrupt``)."""
+    return getattr(exc, "signame", None) or type(exc).__name__
+
+
+def _server(spec: RunSpec, block: Block, log_path: Path, bundle: Bundle, campaign_id: str | None) -> ServerProcess:
     arm, protocol = spec.arms[block.arm], spec.protocol
     port = find_free_port(LOCALHOST)
     env = dict(arm.env)
+    if campaign_id:
+        env[CAMPAIGN_ID_ENV] = campaign_id
     if arm.sim is not None:
         env[SIM_PROFILE_ENV] = json.dumps(arm.sim)
+
+    def launched(server: ServerProcess) -> None:
+        # Before readiness: what a resume must sweep if this run is killed now.
+        bundle.append_server({"block": block.id, "pid": server.pid, "port": server.port,
+                              "server_id": server.server_id, "started_at": now()})
+
     return ServerProcess(
         arm.command(LOCALHOST, port, spec.model.path),
         port=port,
@@ -201,6 +240,7 @@ def _server(spec: RunSpec, block: Block, log_path: Path) -> ServerProcess:
         startup_budget_s=protocol.startup_budget_s,
         stop_budget_s=protocol.shutdown_budget_s,
         device_checks=_device_checks(spec),
+        on_launch=launched,
     )
 
 
@@ -212,16 +252,26 @@ def run_block(
     inputs: Mapping[str, Path],
     scratch: Path,
     measure: Measure | None = None,
+    campaign_id: str | None = None,
+    pace: Pace | None = None,
 ) -> BlockResult:
-    """Run one block and record everything it produced; a failure is in the result, not raised."""
+    """Run one block and record everything it produced; a failure is in the result, not raised.
+
+    An interrupt (Ctrl-C, SIGTERM, SIGHUP) stops the server through its normal
+    path, records the block as interrupted, and is raised again.
+    ``campaign_id`` goes into the server's environment, so that a resume can
+    find what a killed run left behind; ``pace`` shows each step's progress.
+    """
     measure = measure or PlainMeasure()
+    pace = pace or Pace(spec, Progress())
     protocol, seed = spec.protocol, spec.workload.seed
     log_path = scratch / f"{block.id}.log"
-    server = _server(spec, block, log_path)
-    recorder = _Recorder(spec, block, bundle, inputs, scratch)
+    server = _server(spec, block, log_path, bundle, campaign_id)
+    recorder = _Recorder(spec, block, bundle, inputs, scratch, pace)
     failure: str | None = None
+    interruption: BaseException | None = None
     try:
-        with DeviceLock(os.environ.get(DEVICE_LOCK_ENV, DEFAULT_LOCK_PATH)), server:
+        with DeviceLock(os.environ.get(DEVICE_LOCK_ENV, DEFAULT_LOCK_PATH)), _started(server, pace, block):
             with VideoClient(server.base_url, model=spec.model.path, timeout=protocol.request_timeout_s) as client:
                 t0 = time.perf_counter()
                 for i in range(protocol.warmups_per_block):
@@ -237,6 +287,9 @@ def run_block(
                 server.snapshot()
     except H3BenchError as exc:
         failure = _describe_failure(exc)
+    except BaseException as exc:  # Ctrl-C or a signal: the server is stopped, the block recorded as incomplete
+        interruption = exc
+        failure = f"interrupted by {interrupt_name(exc)}: the block did not finish and is not used"
     exit_report = None
     if server.pid is not None:
         exit_report = server.verify_exited()
@@ -248,7 +301,8 @@ def run_block(
     if failure is None and protocol.audit:
         failure = audit_problem(recorder.samples, protocol.audit_latency_tolerance)
     # A broken baseline or a foreign process invalidates the comparison; it does not fail the candidate.
-    invalid = block.arm == BASELINE or (failure or "").startswith(_FAILURE_KINDS[InterferenceError])
+    invalid = (block.arm == BASELINE or interruption is not None
+               or (failure or "").startswith(_FAILURE_KINDS[InterferenceError]))
     failure_outcome = Outcome.INCONCLUSIVE if invalid else Outcome.FAIL
     log_rel = bundle.store_log(log_path, f"{block.id}.log") if log_path.exists() else ""
     if failure is not None and log_rel:
@@ -264,6 +318,9 @@ def run_block(
         "log_relpath": log_rel,
         "failure": failure,
         "failure_outcome": str(failure_outcome),
+        "interrupted": interrupt_name(interruption) if interruption is not None else None,
     }
     bundle.append_lifecycle(lifecycle)
+    if interruption is not None:
+        raise interruption
     return BlockResult(block, server.pid, tuple(recorder.samples), lifecycle, log_rel, failure, failure_outcome)

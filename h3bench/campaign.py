@@ -30,7 +30,10 @@ from h3bench.block import run_block
 from h3bench.evidence import Bundle
 from h3bench.evidence.files import now
 from h3bench.measure import Measure, PlainMeasure
+from h3bench.pace import Pace
+from h3bench.progress import Progress
 from h3bench.records import BlockFailed, BlockResult, CandidateStopped, headline
+from h3bench.resume import Resumed, resume_bundle
 from h3bench.review import Review
 from h3bench.runspec import RunSpec, load_runspec
 from h3bench.schedule import Block, Case
@@ -53,6 +56,12 @@ class Campaign(Review):
         self._selected: set[str] | None = None  # block ids the session's tests read; None: every block
         self._scratch_dir: Path | None = None
         self.interrupted: str | None = None  # why the session did not run to its end (set by finish)
+        self.resumed: Resumed | None = None  # what a resume found and stopped
+        self.pace = Pace(spec, Progress(), (settings.evidence_root,))
+
+    def show_progress(self, progress: Progress) -> None:
+        """Show every long wait (server starts, requests, quality comparisons) on ``progress``."""
+        self.pace.progress = self.judge.progress = progress
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Campaign:
@@ -60,7 +69,15 @@ class Campaign(Review):
         campaign = cls(load_runspec(settings.runspec), settings)
         if settings.baseline_evidence is not None:
             campaign.attach_baseline(settings.baseline_evidence)
+        if settings.resume is not None:
+            campaign._resume(settings.resume)
         return campaign
+
+    def _resume(self, path: Path) -> None:
+        """Continue an interrupted bundle: its finished blocks count, the rest run again in a new segment."""
+        self.resumed = resume_bundle(path, self.spec, self.session)
+        self._bundle, self._bundle_path = self.resumed.bundle, self.resumed.bundle.path
+        self._results = None  # the finished blocks are read from the bundle
 
     @property
     def bundle(self) -> Bundle:
@@ -100,6 +117,7 @@ class Campaign(Review):
     def select(self, cases: Iterable[Case]) -> None:
         """Run only the blocks that these test cases read (the session's selection)."""
         self._selected = {block.id for case in cases for block in self.schedule.blocks_of(case)}
+        self.pace.plan([b for b in self.schedule.blocks if self._needed(b)])
 
     def _needed(self, block: Block) -> bool:
         return self._selected is None or block.id in self._selected
@@ -125,7 +143,8 @@ class Campaign(Review):
                 raise CandidateStopped(f"candidate {block.candidate!r} was stopped: {stop.reason}")
             measure = measure or PlainMeasure()
             result = run_block(self.spec, block, bundle=self.bundle, inputs=self.inputs, scratch=self._scratch,
-                               measure=measure)
+                               measure=measure, campaign_id=self.session, pace=self.pace)
+            self.pace.finished(block)
             self.take(result)
             measure.annotate(extra_info(self.spec, result))
         return super().ensure(block)

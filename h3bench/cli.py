@@ -3,10 +3,18 @@
     h3bench probe FILE [--json]
     h3bench compare BASELINE CANDIDATE [--json] [--expect-seconds S]
                     [--no-lpips] [--lpips-dir DIR] [--lpips-device DEV]
+    h3bench verify BUNDLE [--json]   re-hash an evidence bundle
+    h3bench validate BUNDLE [--json] [--lossless] [--lpips-dir DIR] [--lpips-device DEV]
+                                     re-run the gates; the result goes beside the old ones
+    h3bench plan --runspec FILE [--arm ARM] [-m MARKEXPR] [--history DIR]
+                                     what a campaign will run and cost, before anything runs
+    h3bench run --runspec FILE [--arm ARM] [--evidence-dir DIR] [--resume BUNDLE] ...
+                                     a whole campaign without pytest (see h3bench.cli_campaign)
     h3bench sim ...                  (every argument goes to h3bench.sim.main)
 
-Exit codes: ``compare`` exits with its verdict, 0 PASS, 1 FAIL and
-3 INCONCLUSIVE. Usage errors, paths that cannot be read and refused
+Exit codes: ``compare`` and ``validate`` exit with their verdict, 0 PASS,
+1 FAIL and 3 INCONCLUSIVE; ``verify`` exits 0 for an intact bundle and 1
+otherwise. Usage errors, paths that cannot be read and refused
 configuration (UsageError, RunSpecError, WeightIntegrityError) exit 2; any
 other H3BenchError exits 1. Errors are one line on stderr, never a traceback.
 
@@ -29,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from h3bench import __version__, media, quality
+from h3bench import __version__, cli_campaign, media, quality
 from h3bench.errors import H3BenchError, RunSpecError, UsageError, WeightIntegrityError
 from h3bench.h3 import expected_shape
 from h3bench.outcome import Outcome
@@ -254,6 +262,10 @@ SUBCOMMANDS: dict[str, Subcommand | Passthrough] = {
         _configure_compare,
         _run_compare,
     ),
+    "plan": Subcommand("print a campaign's blocks, server starts, estimated time and disk, and its problems",
+                       cli_campaign.configure_plan, cli_campaign.run_plan),
+    "run": Subcommand("run a whole campaign without pytest: blocks, quality, verdict, sealed bundle",
+                      cli_campaign.configure_run, cli_campaign.run_campaign),
     "sim": Passthrough("run the vLLM-Omni simulator server (arguments go to h3bench.sim)", _run_sim),
 }
 

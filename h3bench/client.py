@@ -29,7 +29,7 @@ import json
 import mimetypes
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -257,8 +257,16 @@ class VideoClient:
             size_bytes=size,
         )
 
-    def generate_async(self, request: GenerationRequest, output_path: str | os.PathLike[str]) -> GenerationResult:
-        """POST /v1/videos, poll the job until it completes, then stream its content to ``output_path``."""
+    def generate_async(
+        self,
+        request: GenerationRequest,
+        output_path: str | os.PathLike[str],
+        on_poll: Callable[[dict[str, Any]], None] | None = None,
+    ) -> GenerationResult:
+        """POST /v1/videos, poll the job until it completes, then stream its content to ``output_path``.
+
+        ``on_poll`` sees the job JSON of every poll (its ``progress`` percentage, for one).
+        """
         output = Path(output_path)
         with self._translate("POST /v1/videos"), _open_references(request) as files:
             t0 = time.perf_counter()
@@ -266,7 +274,7 @@ class VideoClient:
             _raise_for_status(response)
             job_id = str(response.json()["id"])
         with self._translate(f"GET /v1/videos/{job_id}"):
-            job = self._wait_for_job(job_id, deadline=t0 + self.timeout)
+            job = self._wait_for_job(job_id, deadline=t0 + self.timeout, on_poll=on_poll)
         with self._translate(f"GET /v1/videos/{job_id}/content"):
             with self._http.stream("GET", f"/v1/videos/{job_id}/content") as response:
                 _raise_for_status(response)
@@ -289,12 +297,16 @@ class VideoClient:
 
     # -- helpers -------------------------------------------------------------
 
-    def _wait_for_job(self, job_id: str, *, deadline: float) -> dict[str, Any]:
+    def _wait_for_job(
+        self, job_id: str, *, deadline: float, on_poll: Callable[[dict[str, Any]], None] | None
+    ) -> dict[str, Any]:
         delay = _POLL_FIRST_S
         while True:
             response = self._http.get(f"/v1/videos/{job_id}")
             _raise_for_status(response)  # a failed job comes back with its error's status
             job = response.json()
+            if on_poll is not None:
+                on_poll(job)
             status = job.get("status")
             if status == "completed":
                 return job

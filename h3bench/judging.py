@@ -10,6 +10,8 @@ candidate and duration. A matched pair that fails a gate stops its candidate
 from __future__ import annotations
 
 import itertools
+import statistics
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +22,7 @@ import numpy as np
 from h3bench import lossless, media, quality
 from h3bench.errors import H3BenchError
 from h3bench.outcome import Outcome
+from h3bench.progress import Progress
 from h3bench.quality import QualityReport, Status, json_safe
 from h3bench.records import Stop
 from h3bench.runspec import RunSpec
@@ -131,6 +134,8 @@ class Judge:
         self._new_records: list[dict[str, Any]] = []
         self._lpips: LpipsStatus | None = None  # authenticated once, on first use
         self._lpips_weights: LpipsWeights | None = None
+        self.progress = Progress()  # a live campaign shows each comparison
+        self._took: list[float] = []  # seconds per comparison, for the next one's ETA
 
     # -- LPIPS -----------------------------------------------------------------
 
@@ -163,16 +168,20 @@ class Judge:
 
     def _compare_outputs(self, baseline: OutputRef, candidate: OutputRef) -> QualityReport:
         self.lpips_status()
-        # Without authenticated weights, compare() tries again and carries the reason into the report.
-        return quality.compare(
-            self.locate(baseline),
-            self.locate(candidate),
-            thresholds=self.spec.gates,
-            expect_seconds=candidate.duration,
-            lpips_weights=self._lpips_weights,
-            lpips_dir=self.lpips_dir,
-            lpips_device=self.lpips_device,
-        )
+        paths = self.locate(baseline), self.locate(candidate)
+        eta = statistics.median(self._took) if self._took else None
+        with self.progress.step(f"quality {candidate.id} against {baseline.id}", eta_s=eta) as step:
+            # Without authenticated weights, compare() tries again and carries the reason into the report.
+            report = quality.compare(
+                *paths,
+                thresholds=self.spec.gates,
+                expect_seconds=candidate.duration,
+                lpips_weights=self._lpips_weights,
+                lpips_dir=self.lpips_dir,
+                lpips_device=self.lpips_device,
+            )
+        self._took.append(time.monotonic() - step.started)
+        return report
 
     # -- lossless ------------------------------------------------------------------
 

@@ -31,17 +31,22 @@ every worker.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import shutil
 from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from h3bench import interrupts
 from h3bench.campaign import Campaign
 from h3bench.errors import H3BenchError
 from h3bench.h3 import expected_shape, workload_marker
 from h3bench.measure import PlainMeasure
+from h3bench.plugin_paths import repair_rootdir
+from h3bench.progress import Progress
 from h3bench.quality.assertions import assert_expected_duration, assert_quality_gates
 from h3bench.records import BlockFailed, CandidateStopped
 from h3bench.review import Review
@@ -70,6 +75,7 @@ _RECORD_PROPERTY = "h3bench"
 _CAMPAIGN_KEY = pytest.StashKey[Review]()
 _SETTINGS_KEY = pytest.StashKey[Settings]()
 _RAN_KEY = pytest.StashKey[bool]()
+_PROGRESS_KEY = pytest.StashKey[Progress]()
 
 HELP_RUNSPEC = f"frozen RunSpec (TOML) of the campaign; default {DEFAULT_RUNSPEC} (env H3BENCH_RUNSPEC)"
 HELP_ARM = "which arms to run: baseline, candidate or all (default all)"
@@ -78,12 +84,24 @@ HELP_BASELINE = "evidence bundle whose baseline outputs and samples a candidate-
 HELP_LOSSLESS = "judge the candidate against the baseline's own run-to-run variability (lossless mode)"
 HELP_LPIPS_DIR = f"directory holding the LPIPS weights (env {LPIPS_DIR_ENV})"
 HELP_LPIPS_DEVICE = "device for LPIPS: cpu, cuda or npu (default cpu)"
+HELP_RESUME = "continue this interrupted evidence bundle: finished blocks are kept, the rest run again"
+HELP_PROGRESS = "without a terminal, print a progress line every SECONDS while a long step runs (default 60)"
 
 
 def _arm(value: str) -> str:
     if value not in ARMS:
         raise argparse.ArgumentTypeError(f"invalid --arm {value!r}: choose one of {', '.join(ARMS)}")
     return value
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
+    return seconds
 
 
 def _existing_path(value: str) -> Path:
@@ -103,21 +121,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--lossless", dest="h3_lossless", action="store_true", default=False, help=HELP_LOSSLESS)
     group.addoption("--lpips-dir", dest="h3_lpips_dir", default=None, help=HELP_LPIPS_DIR)
     group.addoption("--lpips-device", dest="h3_lpips_device", default="cpu", help=HELP_LPIPS_DEVICE)
+    group.addoption("--resume", dest="h3_resume", type=_existing_path, default=None, help=HELP_RESUME)
+    group.addoption("--progress-interval", dest="h3_progress_interval", type=_seconds, default=60.0,
+                    metavar="SECONDS", help=HELP_PROGRESS)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
+    repair_rootdir(early_config, args)  # before pytest reads its rootdir, ini file or test paths
 
 
 def _resolve(config: pytest.Config) -> Settings:
-    """Options, then environment, then defaults; relative paths are against the rootdir."""
-    root = Path(config.rootpath)
-    runspec = config.getoption("h3_runspec") or os.environ.get("H3BENCH_RUNSPEC") or DEFAULT_RUNSPEC
+    """Options, then environment, then defaults.
+
+    Paths given on the command line or in the environment are relative to
+    where pytest was started; the default RunSpec to the rootdir.
+    """
+    given = config.getoption("h3_runspec") or os.environ.get("H3BENCH_RUNSPEC")
+    runspec = config.invocation_params.dir / given if given else config.rootpath / DEFAULT_RUNSPEC
     lpips_dir = config.getoption("h3_lpips_dir") or os.environ.get(LPIPS_DIR_ENV)
     return Settings(
-        runspec=(root / runspec) if not Path(runspec).is_absolute() else Path(runspec),
+        runspec=runspec,
         arm=config.getoption("h3_arm"),
         evidence_root=Path(config.getoption("h3_evidence_dir")).absolute(),
         baseline_evidence=config.getoption("h3_baseline_evidence"),
         lossless=config.getoption("h3_lossless"),
         lpips_dir=Path(lpips_dir) if lpips_dir else None,
         lpips_device=config.getoption("h3_lpips_device"),
+        resume=config.getoption("h3_resume"),
     )
 
 
@@ -134,6 +165,12 @@ def _register_markers(config: pytest.Config, durations: tuple[float, ...] = (5.0
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SETTINGS_KEY] = _resolve(config)
     _register_markers(config)
+    if _worker_input(config) is None:
+        # SIGTERM and SIGHUP end the session as Ctrl-C does; a second one kills the servers at once.
+        handling = contextlib.ExitStack()
+        handling.enter_context(interrupts.installed())
+        config.add_cleanup(handling.close)
+        config.stash[_PROGRESS_KEY] = _progress(config)
     config.pluginmanager.register(_RecordCollector(config), "h3bench-records")
     if _names_campaign_tests(config):
         campaign_for(config)  # a bad RunSpec or baseline bundle is a usage error before anything runs
@@ -161,8 +198,43 @@ def campaign_for(config: pytest.Config) -> Review:
         except H3BenchError as exc:
             raise pytest.UsageError(f"h3bench: {exc}") from exc
         _register_markers(config, campaign.spec.workload.durations)
+        if isinstance(campaign, Campaign) and _PROGRESS_KEY in config.stash:
+            campaign.show_progress(config.stash[_PROGRESS_KEY])
         config.stash[_CAMPAIGN_KEY] = campaign
     return campaign
+
+
+def _progress(config: pytest.Config) -> Progress:
+    """The live line on the terminal that pytest writes to (its capture does not hide it), or plain lines."""
+    # fd 1 as it is at configure time, before pytest's capture takes it over for collection and tests.
+    terminal = os.fdopen(os.dup(1), "w", encoding="utf-8", errors="replace")
+    config.add_cleanup(terminal.close)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    width = shutil.get_terminal_size().columns - 1
+    shown = [0]
+
+    def live(text: str) -> None:
+        text = text[:width]
+        terminal.write("\r" + text.ljust(shown[0]))
+        terminal.flush()
+        shown[0] = len(text)
+
+    def clear() -> None:
+        if shown[0]:
+            # Give the line back to pytest as it was: what it had written, its own progress.
+            current = getattr(getattr(reporter, "_tw", None), "_current_line", "")
+            terminal.write("\r" + " " * shown[0] + "\r" + current)
+            terminal.flush()
+            shown[0] = 0
+
+    def line(text: str) -> None:
+        terminal.write(f"\n{text}\n")
+        terminal.flush()
+
+    interval = config.getoption("h3_progress_interval")
+    if terminal.isatty():
+        return Progress(live=live, clear=clear, interval_s=interval)
+    return Progress(line=line, interval_s=interval)
 
 
 def _worker_reader(settings: Settings, workerinput: Mapping[str, Any]) -> Review:
@@ -250,8 +322,12 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     line = f"h3bench: --runspec {settings.runspec} --arm {settings.arm}" + (" --lossless" if settings.lossless else "")
     if settings.baseline_evidence:
         line += f" --baseline-evidence {settings.baseline_evidence}"
+    if settings.resume:
+        line += f" --resume {settings.resume}"
     campaign = config.stash.get(_CAMPAIGN_KEY, None)
-    return [line, *campaign.report_header()] if isinstance(campaign, Campaign) else [line]
+    if not isinstance(campaign, Campaign):
+        return [line]
+    return [line, *campaign.report_header(), *(campaign.resumed.log_lines() if campaign.resumed else [])]
 
 
 def _case_of(item: pytest.Item) -> Any:
@@ -361,7 +437,8 @@ class _RecordCollector:
 def _interruption(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> str | None:
     """Why the session did not run its campaign to the end, or None when it did."""
     if exitstatus == pytest.ExitCode.INTERRUPTED:
-        return "interrupted (KeyboardInterrupt)"
+        signame = interrupts.received()
+        return f"interrupted by {signame}" if signame and signame != "SIGINT" else "interrupted (KeyboardInterrupt)"
     if exitstatus == pytest.ExitCode.INTERNAL_ERROR:
         return "pytest internal error"
     if exitstatus == pytest.ExitCode.USAGE_ERROR:

@@ -28,10 +28,26 @@ from dataclasses import dataclass
 
 import psutil
 
-__all__ = ["SERVER_ID_ENV", "ProcessInfo", "ProcessTree", "become_subreaper", "describe_exit"]
+from h3bench import interrupts
+
+__all__ = [
+    "CAMPAIGN_ID_ENV",
+    "SERVER_ID_ENV",
+    "ProcessInfo",
+    "ProcessTree",
+    "become_subreaper",
+    "describe_exit",
+    "die_with_parent",
+    "marked_processes",
+    "stop_processes",
+]
 
 SERVER_ID_ENV = "H3BENCH_SERVER_ID"
+CAMPAIGN_ID_ENV = "H3BENCH_CAMPAIGN_ID"  # every server of one campaign run carries it, for the resume's sweep
+_PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+# Resolved once, so that the forked child only makes the call (no lookup, no lock).
+_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
 
 Key = tuple[int, float]  # (pid, create_time): a process's identity across PID reuse
 
@@ -50,8 +66,46 @@ def describe_exit(code: int | None) -> str:
 
 def become_subreaper() -> None:
     """Orphans of our children's trees are re-parented to this process, and reaped here (Linux only)."""
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    if _prctl is not None:
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def die_with_parent() -> None:
+    """In a forked child before exec: SIGTERM when the parent dies, even by SIGKILL or the OOM killer (Linux).
+
+    The signal survives exec, so the server stops its workers as at a normal stop.
+    """
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+
+
+def marked_processes(name: str, value: str) -> list[psutil.Process]:
+    """Every process whose environment has ``name=value`` (the ones we may read)."""
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.environ().get(name) == value:
+                found.append(proc)
+        except (OSError, psutil.Error):
+            continue  # gone, a zombie, or not ours to read
+    return found
+
+
+def stop_processes(procs: list[psutil.Process], budget_s: float) -> list[str]:
+    """SIGTERM ``procs``, SIGKILL what is left after ``budget_s``; describe each process stopped."""
+    described = []
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            described.append(f"pid {proc.pid} ({proc.name()}: {' '.join(_cmdline(proc))[:200]})")
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=budget_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=5.0)
+    return described
 
 
 @dataclass(frozen=True)
@@ -97,6 +151,10 @@ class ProcessTree:
 
     def scan(self) -> list[Key]:
         """Find the server's processes now, record new ones, and return the keys found."""
+        with interrupts.deferred():  # an interrupt inside psutil would leave /proc files open
+            return self._scan()
+
+    def _scan(self) -> list[Key]:
         # Running, not merely unreaped: a dead server's workers are orphans, not escapees.
         root_alive = self._root is not None and self.popen.poll() is None
         sid = self.popen.pid  # it leads its own session
@@ -145,6 +203,10 @@ class ProcessTree:
 
     def census(self) -> tuple[list[Key], list[Key]]:
         """Recorded processes that still exist: (running, zombies), after reaping ours."""
+        with interrupts.deferred():
+            return self._census()
+
+    def _census(self) -> tuple[list[Key], list[Key]]:
         self.popen.poll()
         running: list[Key] = []
         zombies: list[Key] = []

@@ -13,11 +13,20 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from h3bench.errors import H3BenchError
-from h3bench.evidence import Bundle
+from h3bench.evidence import LIFECYCLE, SAMPLES, SERVERS, Bundle
 from h3bench.outcome import Outcome
 from h3bench.schedule import Block
 
-__all__ = ["BlockFailed", "BlockResult", "CandidateStopped", "Sample", "Stop", "headline", "load_results"]
+__all__ = [
+    "BlockFailed",
+    "BlockResult",
+    "CandidateStopped",
+    "Sample",
+    "Stop",
+    "headline",
+    "incomplete_attempts",
+    "load_results",
+]
 
 
 @dataclass(frozen=True)
@@ -99,22 +108,49 @@ class CandidateStopped(H3BenchError):
     """A block of a candidate that a stop rule has already stopped; the plugin skips it."""
 
 
+def _finished(bundle: Bundle) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Per block, the segment and lifecycle record of its last attempt that was not interrupted."""
+    return {event["block"]: (segment, event) for segment, event in bundle.by_segment(LIFECYCLE)
+            if not event.get("interrupted")}
+
+
 def load_results(bundle: Bundle, blocks: tuple[Block, ...]) -> dict[str, BlockResult]:
-    """The results of those ``blocks`` that the bundle holds a lifecycle record of."""
-    samples: dict[str, list[Sample]] = {}
-    for record in bundle.samples():
-        samples.setdefault(record["block_id"], []).append(Sample.from_record(record))
-    lifecycles = {event["block"]: event for event in bundle.lifecycle()}
+    """The results of those ``blocks`` that the bundle holds a finished attempt of.
+
+    A block that ran more than once (an interrupted attempt, then a resume)
+    counts by its last finished attempt, with the samples of that attempt's
+    segment; the samples of other attempts stay in the bundle, unused
+    (:func:`incomplete_attempts` names them).
+    """
+    samples: dict[tuple[str, str], list[Sample]] = {}
+    for segment, record in bundle.by_segment(SAMPLES):
+        samples.setdefault((segment, record["block_id"]), []).append(Sample.from_record(record))
+    finished = _finished(bundle)
     results = {}
     for block in blocks:
-        event = lifecycles.get(block.id)
-        if event is not None:
+        if block.id in finished:
+            segment, event = finished[block.id]
             results[block.id] = BlockResult(
-                block, event.get("pid"), tuple(samples.get(block.id, ())), event,
+                block, event.get("pid"), tuple(samples.get((segment, block.id), ())), event,
                 event.get("log_relpath", ""), event.get("failure"),
                 Outcome(event.get("failure_outcome", Outcome.FAIL)),
             )
     return results
+
+
+def incomplete_attempts(bundle: Bundle) -> list[dict[str, Any]]:
+    """Every started attempt of a block that did not finish: its segment, block, server and sample count."""
+    finished = {(segment, block) for block, (segment, _) in _finished(bundle).items()}
+    counts: dict[tuple[str, str], int] = {}
+    for segment, record in bundle.by_segment(SAMPLES):
+        counts[(segment, record["block_id"])] = counts.get((segment, record["block_id"]), 0) + 1
+    attempts = []
+    for segment, server in bundle.by_segment(SERVERS):
+        key = (segment, server["block"])
+        if key not in finished:
+            attempts.append({"segment": segment, "block": server["block"], "pid": server.get("pid"),
+                             "port": server.get("port"), "samples": counts.get(key, 0)})
+    return attempts
 
 
 def headline(failure: str) -> str:

@@ -253,6 +253,22 @@ class Review:
     def summary_lines(self) -> list[str]:
         return summary_lines(self)
 
+    def load_quality(self) -> str | None:
+        """Take the quality results that the newest validator stored in the bundle; its version, or None."""
+        versions = self.bundle.quality_versions()
+        if not versions:
+            return None
+        stored = self.bundle.read_quality(versions[-1])
+        cases = self.schedule.case_by_id()
+        for kind, results in (("quality", stored.get("pairs", {})), ("lossless", stored.get("lossless", {}))):
+            for case_id, result in results.items():
+                case = cases.get(case_id)
+                if isinstance(case, (MatchedPair, CandidateWorkload)):
+                    candidate = case.candidate.block.candidate if isinstance(case, MatchedPair) else case.candidate
+                    self.absorb({"kind": kind, "id": case_id, "candidate": candidate, "duration": case.duration,
+                                 "result": result})
+        return versions[-1]
+
     # -- re-validation -------------------------------------------------------------------
 
     def write_quality(self) -> str | None:

@@ -26,7 +26,8 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -34,9 +35,10 @@ from typing import Any, Protocol
 
 import httpx
 
+from h3bench import interrupts
 from h3bench.errors import CleanupError, InterferenceError, ServerStartError, UsageError
 from h3bench.ports import port_free, port_holder
-from h3bench.proctree import SERVER_ID_ENV, ProcessInfo, ProcessTree, become_subreaper, describe_exit
+from h3bench.proctree import SERVER_ID_ENV, ProcessInfo, ProcessTree, become_subreaper, describe_exit, die_with_parent
 
 __all__ = [
     "LOG_TAIL_LINES",
@@ -47,9 +49,11 @@ __all__ = [
     "ProcessInfo",
     "ServerProcess",
     "ServerState",
+    "kill_live_servers",
 ]
 
 LOG_TAIL_LINES = 50
+_LIVE: weakref.WeakSet[ServerProcess] = weakref.WeakSet()  # servers launched and not yet stopped
 # After SIGKILL the kernel needs a moment to tear a process down; this bounds it.
 _KILL_WAIT_S = 5.0
 _TAIL_BYTES = 256 * 1024
@@ -143,6 +147,15 @@ def _read_tail(path: Path, lines: int) -> str:
     return "\n".join(data.decode("utf-8", "replace").splitlines()[-lines:])
 
 
+def kill_live_servers() -> None:
+    """SIGKILL the tree of every server of this process that has not stopped yet."""
+    for server in list(_LIVE):
+        server.kill_now()
+
+
+interrupts.on_second_signal(kill_live_servers)
+
+
 _HINTS = {
     ServerState.NEW: "call start() first",
     ServerState.RUNNING: "call stop() first",
@@ -171,6 +184,8 @@ class ServerProcess:
         same for both arms.
     device_checks
         Device-level checks run before the launch and after the stop.
+    on_launch
+        Called once the process exists, before readiness (the campaign records it for a resume).
     """
 
     def __init__(
@@ -186,6 +201,7 @@ class ServerProcess:
         health_path: str = "/health",
         device_checks: Sequence[DeviceCheck] = (),
         cwd: str | os.PathLike[str] | None = None,
+        on_launch: Callable[[ServerProcess], None] | None = None,
     ) -> None:
         if not argv:
             raise UsageError("ServerProcess needs a command to run; argv is empty")
@@ -199,6 +215,7 @@ class ServerProcess:
         self.health_url = f"http://{host}:{port}{health_path}"
         self.device_checks = tuple(device_checks)
         self.cwd = cwd
+        self.on_launch = on_launch
         self.server_id = uuid.uuid4().hex  # the SERVER_ID_ENV marker that its processes inherit
         self._state = ServerState.NEW
         self._proc: subprocess.Popen[bytes] | None = None
@@ -212,6 +229,7 @@ class ServerProcess:
         self.exit_code: int | None = None
         self.exited_before_stop: bool | None = None
         self._exit_report: ExitReport | None = None
+        self._killed = False  # by kill_now(), not by the stop's own budget
 
     # -- state ---------------------------------------------------------------
 
@@ -279,6 +297,7 @@ class ServerProcess:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
+                    preexec_fn=die_with_parent,  # the server dies with us, even if we are killed
                 )
             except OSError as exc:
                 self._state = ServerState.STOPPED
@@ -288,6 +307,9 @@ class ServerProcess:
         self._state = ServerState.RUNNING
         self._tree = ProcessTree(self._proc, self.server_id)
         self._tree.scan()
+        _LIVE.add(self)
+        if self.on_launch is not None:
+            self.on_launch(self)
 
     def _wait_ready(self) -> None:
         proc, tree = self._running
@@ -378,9 +400,16 @@ class ServerProcess:
             tree.kill_all()
             tree.wait_exited(time.perf_counter() + _KILL_WAIT_S)
         self.shutdown_s = time.perf_counter() - t0
-        self.graceful = graceful
+        self.graceful = graceful and not self._killed
         self.exit_code = proc.poll()
         self._state = ServerState.STOPPED
+        _LIVE.discard(self)
+
+    def kill_now(self) -> None:
+        """SIGKILL the whole tree at once (a second interrupt); a stop under way then finds it gone."""
+        if self._tree is not None and self._state is ServerState.RUNNING:
+            self._killed = True
+            self._tree.kill_all()
 
     # -- after the stop ------------------------------------------------------
 

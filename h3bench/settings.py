@@ -23,6 +23,7 @@ class Settings:
     lossless: bool = False
     lpips_dir: Path | None = None
     lpips_device: str = "cpu"
+    resume: Path | None = None  # continue this interrupted bundle
 
     @classmethod
     def for_bundle(cls, bundle: Path, *, lossless: bool, lpips_dir: str | None, lpips_device: str) -> Settings:

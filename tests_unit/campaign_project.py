@@ -10,7 +10,12 @@ NPU-like spec), only smaller and faster; ``run_campaign`` runs it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +111,33 @@ def bundle_of(pytester: pytest.Pytester) -> Path:
     """The one evidence bundle that the run wrote."""
     (path,) = (pytester.path / "evidence").iterdir()
     return path
+
+
+def start_campaign(pytester: pytest.Pytester, spec: Path, *args: str, output: Path) -> subprocess.Popen[bytes]:
+    """Start pytest on the project in the background (to be signalled), its output going to ``output``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    with output.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "pytest", "--runspec", str(spec), "--evidence-dir", str(pytester.path / "evidence"),
+             "-p", "no:cacheprovider", *args],
+            cwd=pytester.path, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )
+
+
+def evidence_lines(pytester: pytest.Pytester, name: str) -> list[dict[str, Any]]:
+    """The records of one JSONL file of the project's bundle, every segment; [] before the bundle exists."""
+    lines = []
+    for path in sorted((pytester.path / "evidence").glob(f"*/{name}")) + sorted(
+            (pytester.path / "evidence").glob(f"*/resume-*/{name}")):
+        lines += [json.loads(line) for line in path.read_text().splitlines() if line.endswith("}")]
+    return lines
+
+
+def wait_until(condition: Callable[[], bool], proc: subprocess.Popen[bytes], timeout: float = 180.0) -> None:
+    """Wait until ``condition()`` holds while ``proc`` runs (a block started, a request was answered)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc.poll() is None, "the campaign ended before the moment the test waits for"
+        assert time.monotonic() < deadline, "the campaign never reached the moment the test waits for"
+        time.sleep(0.05)
+

@@ -242,3 +242,23 @@ def test_async_generation_against_the_simulator(files, request_with_refs, tmp_pa
     info = media.probe(result.output_path)
     assert (info.video.frames, info.video.width, info.video.height) == (107, 256, 160)  # 4 s → 17n+5 frames
     assert hashlib.sha256(result.output_path.read_bytes()).hexdigest() == result.sha256
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_request_longer_than_every_client_side_default_is_not_cut_short(tmp_path: Path, mode: str) -> None:
+    """httpx gives up after 5 s by default; the spec's request timeout must be the only limit."""
+    port = find_free_port()
+    # A 5 s request modelled at about 7.5 s (the simulator sleeps its stage times).
+    argv = [sys.executable, "-m", "h3bench.sim", "--port", str(port), "--time-scale", "0.01", "--jitter-cv", "0",
+            "--compile-s", "0", "--workers", "1"]
+    server = ServerProcess(argv, port=port, log_path=tmp_path / "sim.log", startup_budget_s=60).start()
+    try:
+        request = GenerationRequest("a long request", duration_s=5.0, size="64x64")
+        with VideoClient(server.base_url, timeout=120) as client:
+            generate = client.generate_sync if mode == "sync" else client.generate_async
+            result = generate(request, tmp_path / "out.mp4")
+    finally:
+        server.stop()
+    assert result.e2e_s > 6.0, "the request was not longer than httpx's default timeout"
+    assert result.size_bytes > 0

@@ -84,3 +84,11 @@ def test_a_candidate_only_run_runs_the_anchored_order_and_matches_stored_baselin
 def test_candidate_only_without_stored_bundle_keeps_the_spec_order(sim):
     schedule = Schedule(sim, "candidate")
     assert [b.position for b in schedule.blocks if b.duration == 5.0] == [2, 3, 6, 7]
+
+
+def test_the_plan_of_a_candidate_only_run_lists_its_anchored_blocks(sim, tmp_path):
+    from h3bench.plan import make_plan
+
+    planned = make_plan(sim, arms="candidate", anchored=True, lock_path=tmp_path / "lock")
+    assert "".join(b.letter for b in planned.blocks if b.duration == 5.0) == "BABBAB"
+    assert len(make_plan(sim, arms="candidate", lock_path=tmp_path / "lock").blocks) == 8  # the spec's B blocks

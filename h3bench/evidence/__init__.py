@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from h3bench.evidence.bundle import DEFAULT_ROOT, FORMAT, SAMPLE_KINDS, Bundle
+from h3bench.evidence.bundle import DEFAULT_ROOT, FORMAT, LIFECYCLE, SAMPLE_KINDS, SAMPLES, SERVERS, Bundle
 from h3bench.evidence.verify import VerifyReport, verify
 
-__all__ = ["DEFAULT_ROOT", "FORMAT", "SAMPLE_KINDS", "Bundle", "VerifyReport", "verify"]
+__all__ = ["DEFAULT_ROOT", "FORMAT", "LIFECYCLE", "SAMPLES", "SAMPLE_KINDS", "SERVERS", "Bundle", "VerifyReport", "verify"]

@@ -5,7 +5,9 @@ Layout of a bundle (``<root>/<UTC timestamp>-<spec name>-<spec id[:12]>/``)::
     manifest.json            written at creation: spec id and spec, h3bench version,
                              environment, start time, inputs, source and model identity
     samples.jsonl            one line per request; ``kind`` is warmup | measured | audit
-    lifecycle.jsonl          one line per server process
+    servers.jsonl            one line per server process when it is launched (what a
+                             resume must stop if the run is killed)
+    lifecycle.jsonl          one line per server process, when it has been stopped
     outputs/<sha256>.mp4     the returned MP4s, named by their content hash
     logs/<name>              server logs, copied in at the end of each block
     verdict.json             written once
@@ -14,6 +16,12 @@ Layout of a bundle (``<root>/<UTC timestamp>-<spec name>-<spec id[:12]>/``)::
                              and size of every file the run wrote
     addenda.jsonl            one line per file added after close (re-validation),
                              with its SHA-256 and size
+    resume-<n>/              one segment per resume of an interrupted run: its own
+                             resume.json, samples, servers, lifecycle, logs, quality,
+                             verdict and final.json; outputs go to the shared outputs/
+
+Readers see every segment in order (:meth:`Bundle.segments`);
+:meth:`Bundle.by_segment` also says which segment each record came from.
 
 Nothing in a bundle is ever rewritten: the raw samples are kept, and a newer
 validator writes a new result beside the frozen old one. How each write is made
@@ -35,12 +43,13 @@ from types import TracebackType
 from typing import Any
 
 import h3bench
+from h3bench import interrupts
 from h3bench.environment import environment
 from h3bench.errors import EvidenceError
 from h3bench.evidence import files
-from h3bench.hashing import Digest
+from h3bench.hashing import Digest, sha256_file
 
-__all__ = ["DEFAULT_ROOT", "FORMAT", "SAMPLE_KINDS", "Bundle"]
+__all__ = ["DEFAULT_ROOT", "FORMAT", "LIFECYCLE", "SAMPLES", "SAMPLE_KINDS", "SERVERS", "Bundle", "segments_of"]
 
 FORMAT = "h3bench-evidence/1"
 DEFAULT_ROOT = "h3bench-evidence"
@@ -48,7 +57,9 @@ SAMPLE_KINDS = ("warmup", "measured", "audit")
 
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
+SERVERS = "servers.jsonl"
 LIFECYCLE = "lifecycle.jsonl"
+RESUME = "resume.json"
 VERDICT = "verdict.json"
 FINAL = "final.json"
 ADDENDA = "addenda.jsonl"
@@ -59,6 +70,12 @@ QUALITY = "quality"
 OUTPUT_NAME = re.compile(r"([0-9a-f]{64})\.mp4")
 
 _PathLike = str | os.PathLike[str]
+
+
+def segments_of(path: Path) -> list[str]:
+    """The segments of the bundle at ``path``, in order: ``""`` and each ``"resume-<n>/"``."""
+    resumes = [p.name for p in path.glob("resume-*") if p.is_dir() and p.name[7:].isdigit()]
+    return ["", *(f"{name}/" for name in sorted(resumes, key=lambda name: int(name[7:])))]
 
 
 class _State(enum.Enum):
@@ -75,10 +92,11 @@ class Bundle:
     Every attempt to rewrite a file raises :class:`~h3bench.errors.EvidenceError`.
     """
 
-    def __init__(self, path: Path, spec_id: str, state: _State) -> None:
+    def __init__(self, path: Path, spec_id: str, state: _State, segment: str = "") -> None:
         self.path = path
         self.spec_id = spec_id
         self._state = state
+        self.segment = segment  # "" for the first run, "resume-<n>/" for a resume
         # relpath -> running digest of what this writer wrote (WRITING only).
         self._written: dict[str, Digest] = {}
         self._manifest: dict[str, Any] | None = None
@@ -154,10 +172,9 @@ class Bundle:
 
     @classmethod
     def locate(cls, planned: Path, session: str) -> Path | None:
-        """The bundle that run ``session`` created at ``planned`` (or, if that name was taken, beside it)."""
+        """The bundle that run ``session`` wrote at ``planned`` (or, if that name was taken, beside it)."""
         for path in [planned, *sorted(planned.parent.glob(f"{planned.name}-*"))]:
-            manifest = path / MANIFEST
-            if manifest.is_file() and files.read_json(manifest).get("session") == session:
+            if (path / MANIFEST).is_file() and session in cls.open(path).sessions():
                 return path
         return None
 
@@ -192,6 +209,57 @@ class Bundle:
         bundle._manifest = manifest
         return bundle
 
+    def segments(self) -> list[str]:
+        """The runs this bundle holds, in order: ``""`` (the first) and each ``"resume-<n>/"``."""
+        return segments_of(self.path)
+
+    @classmethod
+    def resume(cls, path: _PathLike, record: Mapping[str, Any]) -> Bundle:
+        """Start a new segment of an interrupted run; ``record`` (what the resume found) goes in its resume.json.
+
+        A last segment that never closed (the run was killed) is sealed first, with
+        the hashes its files have now: ``final.json`` says so (outcome ``killed``).
+        """
+        bundle = cls.open(path)
+        last = bundle.segments()[-1]
+        if not (bundle.path / last / FINAL).is_file():
+            bundle._seal_killed(last)
+        segment = f"resume-{len(bundle.segments())}/"
+        for sub in ("", LOGS, QUALITY):
+            (bundle.path / segment / sub).mkdir(parents=True, exist_ok=sub != "")
+        files.fsync_dir(bundle.path)
+        bundle._state, bundle.segment = _State.WRITING, segment
+        document = {"resumed_at": files.now(), "environment": environment(), **record}
+        bundle._write_once(segment + RESUME, [files.json_document(document, bundle.path / segment / RESUME)])
+        return bundle
+
+    def _listed(self) -> set[str]:
+        listed: set[str] = set()
+        for segment in self.segments():
+            final = self.path / segment / FINAL
+            if final.is_file():
+                listed.update(files.read_json(final).get("files", {}))
+        return listed
+
+    def _seal_killed(self, segment: str) -> None:
+        """Seal a segment whose run was killed before it could: its files as they are now."""
+        listed = self._listed()
+        others = [s for s in self.segments() if s and s != segment]
+        present = sorted(p.relative_to(self.path).as_posix() for p in self.path.rglob("*") if p.is_file())
+        # The segment's own files, and the outputs it stored (they live in the shared outputs/).
+        mine = [rel for rel in present if rel not in listed and rel != ADDENDA
+                and not any(rel.startswith(other) for other in others)
+                and (rel.startswith((segment, f"{OUTPUTS}/")))]
+        final = {
+            "ended_at": files.now(),
+            "outcome": "killed",
+            "error": None,
+            "interrupted": "the run ended without closing its bundle (killed, or the host went down)",
+            "sealed_by": "resume: the hashes are those the files had when the resume began",
+            "files": {rel: sha256_file(self.path / rel).to_dict() for rel in mine},
+        }
+        self._write_once_sealed(segment + FINAL, final)
+
     def close(self, error: str | None = None, *, interrupted: str | None = None) -> None:
         """Seal the bundle: write ``final.json`` with the end time, outcome and file hashes.
 
@@ -210,7 +278,7 @@ class Bundle:
             "interrupted": interrupted,
             "files": {rel: digest.to_dict() for rel, digest in sorted(self._written.items())},
         }
-        self._write_once(FINAL, [files.json_document(final, self.path / FINAL)])
+        self._write_once_sealed(self.segment + FINAL, final)
         self._state = _State.SEALED
 
     def __enter__(self) -> Bundle:
@@ -237,8 +305,12 @@ class Bundle:
         self._append(SAMPLES, sample)
 
     def append_lifecycle(self, event: dict[str, Any]) -> None:
-        """Append one server process's lifecycle record."""
+        """Append one server process's lifecycle record, once it has been stopped."""
         self._append(LIFECYCLE, event)
+
+    def append_server(self, event: dict[str, Any]) -> None:
+        """Append a server process's launch (block, pid, port, marker)."""
+        self._append(SERVERS, event)
 
     def store_output(self, src: _PathLike, *, move: bool = False) -> tuple[str, str]:
         """Copy an MP4 into ``outputs/<sha256>.mp4``; the same bytes twice are stored once.
@@ -248,10 +320,11 @@ class Bundle:
         self._require_writing(OUTPUTS)
         src_path = Path(src)
         try:
-            tmp, digest = files.stage(self.path / OUTPUTS, files.read_chunks(src_path))
-            relpath = f"{OUTPUTS}/{digest.hexdigest}.mp4"
-            if files.commit(tmp, self.path / relpath):
-                self._written[relpath] = digest
+            with interrupts.deferred():  # the output and its record, both or neither
+                tmp, digest = files.stage(self.path / OUTPUTS, files.read_chunks(src_path))
+                relpath = f"{OUTPUTS}/{digest.hexdigest}.mp4"
+                if files.commit(tmp, self.path / relpath):
+                    self._written[relpath] = digest
             if move:
                 src_path.unlink()
         except OSError as exc:
@@ -260,7 +333,7 @@ class Bundle:
 
     def store_log(self, src: _PathLike, name: str) -> str:
         """Copy a server log into ``logs/<name>`` (e.g. ``candidate-5s-block2.log``); returns the relpath."""
-        relpath = f"{LOGS}/{files.safe_name(name, 'log name', self.path)}"
+        relpath = f"{self.segment}{LOGS}/{files.safe_name(name, 'log name', self.path)}"
         self._require_writing(relpath)
         src_path = Path(src)
         if not src_path.is_file():
@@ -269,15 +342,17 @@ class Bundle:
         return relpath
 
     def write_verdict(self, verdict: dict[str, Any]) -> None:
-        """Write ``verdict.json``, once."""
-        self._write_once(VERDICT, [files.json_document(verdict, self.path / VERDICT)])
+        """Write ``verdict.json`` (of this segment), once."""
+        relpath = self.segment + VERDICT
+        self._write_once(relpath, [files.json_document(verdict, self.path / relpath)])
 
     def write_quality(self, validator_version: str, result: dict[str, Any]) -> str:
         """Write ``quality/<validator_version>.json``; an existing version is never overwritten.
 
         Returns the relpath. Re-validating with a newer validator adds a file beside the old one.
         """
-        relpath = f"{QUALITY}/{files.safe_name(validator_version, 'validator version', self.path)}.json"
+        segment = self.segment if self._state is _State.WRITING else ""  # addenda go to the top level
+        relpath = f"{segment}{QUALITY}/{files.safe_name(validator_version, 'validator version', self.path)}.json"
         document = {"validator_version": validator_version, "written_at": files.now(), "result": result}
         self._write_once(relpath, [files.json_document(document, self.path / relpath)])
         return relpath
@@ -290,27 +365,37 @@ class Bundle:
                 path=str(self.path / relpath),
             )
 
-    def _append(self, relpath: str, record: dict[str, Any]) -> None:
+    def _append(self, name: str, record: dict[str, Any]) -> None:
+        relpath = self.segment + name
         self._require_writing(relpath)
         line = files.json_line(record, self.path / relpath)
-        files.append_line(self.path / relpath, line)
-        self._written.setdefault(relpath, Digest()).update(line)
+        with interrupts.deferred():  # the line and its hash, both or neither
+            files.append_line(self.path / relpath, line)
+            self._written.setdefault(relpath, Digest()).update(line)
 
     def _write_once(self, relpath: str, chunks: Iterable[bytes]) -> None:
         target = self.path / relpath
         if target.exists():
             raise EvidenceError(f"{target}: already written; evidence is never rewritten", path=str(target))
-        try:
-            tmp, digest = files.stage(target.parent, chunks)
-            created = files.commit(tmp, target)
-        except OSError as exc:
-            raise EvidenceError(f"{target}: write failed, nothing written ({exc})", path=str(target)) from exc
-        if not created:
-            raise EvidenceError(f"{target}: already written; evidence is never rewritten", path=str(target))
-        if self._state is _State.WRITING:
-            self._written[relpath] = digest
-        else:
-            self._append_addendum(relpath, digest)
+        with interrupts.deferred():  # the file and its record, both or neither
+            try:
+                tmp, digest = files.stage(target.parent, chunks)
+                created = files.commit(tmp, target)
+            except OSError as exc:
+                raise EvidenceError(f"{target}: write failed, nothing written ({exc})", path=str(target)) from exc
+            if not created:
+                raise EvidenceError(f"{target}: already written; evidence is never rewritten", path=str(target))
+            if self._state is _State.WRITING:
+                self._written[relpath] = digest
+            else:
+                self._append_addendum(relpath, digest)
+
+    def _write_once_sealed(self, relpath: str, document: dict[str, Any]) -> None:
+        """A final.json: written once, listed in no other file."""
+        tmp, _ = files.stage((self.path / relpath).parent, [files.json_document(document, self.path / relpath)])
+        if not files.commit(tmp, self.path / relpath):
+            raise EvidenceError(f"{self.path / relpath}: already written; evidence is never rewritten",
+                                path=str(self.path / relpath))
 
     def _append_addendum(self, relpath: str, digest: Digest) -> None:
         path = self.path / ADDENDA
@@ -326,19 +411,42 @@ class Bundle:
 
     @property
     def is_complete(self) -> bool:
-        """Whether the run closed (``final.json`` exists)."""
-        return (self.path / FINAL).is_file()
+        """Whether the last run closed (its ``final.json`` exists)."""
+        return (self.path / self.segments()[-1] / FINAL).is_file()
+
+    def final(self) -> dict[str, Any] | None:
+        """The last segment's ``final.json``, or None while it is open."""
+        path = self.path / self.segments()[-1] / FINAL
+        return files.read_json(path) if path.is_file() else None
+
+    def by_segment(self, name: str) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``(segment, record)`` for every line of one JSONL file (``"samples.jsonl"``, ...), segment by segment."""
+        for segment in self.segments():
+            for _, record in files.iter_jsonl(self.path / segment / name):
+                yield segment, record
 
     def samples(self, kind: str | None = None) -> Iterator[dict[str, Any]]:
-        """Yield the sample records in order, optionally only those of one ``kind``."""
-        for _, record in files.iter_jsonl(self.path / SAMPLES):
+        """Yield the sample records of every segment in order, optionally only those of one ``kind``."""
+        for _, record in self.by_segment(SAMPLES):
             if kind is None or record.get("kind") == kind:
                 yield record
 
     def lifecycle(self) -> Iterator[dict[str, Any]]:
-        """Yield the lifecycle records in order."""
-        for _, record in files.iter_jsonl(self.path / LIFECYCLE):
+        """Yield the lifecycle records of every segment in order."""
+        for _, record in self.by_segment(LIFECYCLE):
             yield record
+
+    def servers(self) -> Iterator[dict[str, Any]]:
+        """Yield the server launches of every segment in order."""
+        for _, record in self.by_segment(SERVERS):
+            yield record
+
+    def sessions(self) -> list[str]:
+        """The id of every run that wrote into this bundle (its servers carry it in their environment)."""
+        found = [self.manifest.get("session")]
+        found += [files.read_json(self.path / s / RESUME).get("session") for s in self.segments()[1:]
+                  if (self.path / s / RESUME).is_file()]
+        return [s for s in found if isinstance(s, str)]
 
     def outputs(self) -> tuple[str, ...]:
         """The SHA-256 of every stored output, sorted."""
@@ -354,17 +462,19 @@ class Bundle:
         return path
 
     def read_verdict(self) -> dict[str, Any] | None:
-        """The verdict, or None when none has been written yet."""
-        path = self.path / VERDICT
-        return files.read_json(path) if path.is_file() else None
+        """The latest verdict, or None when none has been written yet."""
+        paths = [self.path / s / VERDICT for s in self.segments() if (self.path / s / VERDICT).is_file()]
+        return files.read_json(paths[-1]) if paths else None
 
     def quality_versions(self) -> tuple[str, ...]:
-        """The validator versions with a stored result, sorted by name."""
-        return tuple(sorted(p.stem for p in (self.path / QUALITY).glob("*.json")))
+        """The validator versions with a stored result in any segment, sorted by name."""
+        return tuple(sorted({p.stem for s in self.segments() for p in (self.path / s / QUALITY).glob("*.json")}))
 
     def read_quality(self, validator_version: str) -> dict[str, Any]:
-        """The result that ``validator_version`` wrote."""
-        path = self.path / QUALITY / f"{files.safe_name(validator_version, 'validator version', self.path)}.json"
+        """The latest result that ``validator_version`` wrote."""
+        name = f"{files.safe_name(validator_version, 'validator version', self.path)}.json"
+        candidates = [self.path / s / QUALITY / name for s in self.segments()]
+        path = next((p for p in reversed(candidates) if p.is_file()), candidates[0])
         document = files.read_json(path)
         if not isinstance(document, dict) or "result" not in document:
             raise EvidenceError(f"{path}: not a quality result (no 'result')", path=str(path))

@@ -9,7 +9,17 @@ from typing import Any
 
 from h3bench.errors import EvidenceError
 from h3bench.evidence import files
-from h3bench.evidence.bundle import ADDENDA, FINAL, LIFECYCLE, MANIFEST, OUTPUT_NAME, OUTPUTS, SAMPLES
+from h3bench.evidence.bundle import (
+    ADDENDA,
+    FINAL,
+    LIFECYCLE,
+    MANIFEST,
+    OUTPUT_NAME,
+    OUTPUTS,
+    SAMPLES,
+    SERVERS,
+    segments_of,
+)
 from h3bench.hashing import Digest, sha256_file
 
 __all__ = ["VerifyReport", "verify"]
@@ -22,8 +32,8 @@ class VerifyReport:
     """What :func:`verify` found. ``problems`` has one human-readable line per finding."""
 
     path: str
-    complete: bool  # final.json was there
-    outcome: str | None  # "completed" or "aborted" from final.json
+    complete: bool  # every segment's final.json was there
+    outcome: str | None  # the last segment's: "completed", "interrupted", "killed" or "aborted"
     files_checked: int  # files whose hash was compared
     problems: tuple[str, ...]
 
@@ -64,9 +74,10 @@ def _listing(value: Any, source: str, problems: list[str]) -> dict[str, tuple[st
 def verify(path: _PathLike) -> VerifyReport:
     """Re-hash a bundle and name every file that changed, went missing or appeared unlisted.
 
-    Files are checked against ``final.json`` and ``addenda.jsonl``. A bundle without
-    ``final.json`` (an interrupted run) is reported as incomplete; its outputs, which
-    are named by their hash, and its addenda are still checked, and its JSONL files
+    Files are checked against every segment's ``final.json`` and ``addenda.jsonl``;
+    each file is listed exactly once. A segment without ``final.json`` (a run that
+    is still going, or was killed) is reported as incomplete; its outputs, which
+    are named by their hash, and the addenda are still checked, and its JSONL files
     are still parsed.
     """
     root = Path(path)
@@ -89,17 +100,26 @@ def verify(path: _PathLike) -> VerifyReport:
     except EvidenceError as exc:
         problems.append(f"{MANIFEST}: {exc}")
 
+    segments = segments_of(root)
+    listed: dict[str, tuple[str, int]] = {}
     final: Any = None
-    if (root / FINAL).is_file():
+    complete = True
+    for segment in segments:
+        name = segment + FINAL
+        if not (root / name).is_file():
+            complete, final = False, None
+            problems.append(f"incomplete: no {name} (the run did not close); only outputs and addenda were verified")
+            continue
         try:
-            final = files.read_json(root / FINAL)
+            final = files.read_json(root / name)
         except EvidenceError as exc:
-            problems.append(f"{FINAL}: {exc}")
+            problems.append(f"{name}: {exc}")
             final = {}
-    else:
-        problems.append(f"incomplete: no {FINAL} (the run did not close); only outputs and addenda were verified")
-    complete = final is not None
-    listed = _listing(final.get("files") if isinstance(final, dict) else None, FINAL, problems) if complete else {}
+        for path, value in _listing(final.get("files") if isinstance(final, dict) else None, name, problems).items():
+            if path in listed:
+                problems.append(f"{path}: listed twice ({name})")
+            listed[path] = value
+    finals = {segment + FINAL for segment in segments}
 
     addenda: dict[str, tuple[str, int]] = {}
     try:
@@ -136,10 +156,10 @@ def verify(path: _PathLike) -> VerifyReport:
             # A listed output was checked above; an unlisted one can still be checked against its name.
             elif rel not in expected and digest_of(rel).hexdigest != match.group(1):
                 problems.append(f"{rel}: changed (content sha256 {digest_of(rel).hexdigest} differs from its name)")
-        if complete and rel not in expected and rel not in (FINAL, ADDENDA):
+        if complete and rel not in expected and rel not in finals and rel != ADDENDA:
             problems.append(f"{rel}: not listed in {FINAL} or {ADDENDA}")
 
-    for rel in (SAMPLES, LIFECYCLE, ADDENDA):
+    for rel in [ADDENDA, *(s + name for s in segments for name in (SAMPLES, SERVERS, LIFECYCLE))]:
         if rel in present:
             problems.extend(_jsonl_problems(root / rel, rel))
 

@@ -9,7 +9,18 @@ from __future__ import annotations
 
 from h3bench.runspec.arms import BASELINE, PLACEHOLDERS, Arm
 from h3bench.runspec.spec import RunSpec, load_runspec, parse_runspec, require_same_spec
-from h3bench.runspec.tables import UNPINNED, Gates, Hardware, InputFile, Inputs, Model, Protocol, Source, Workload
+from h3bench.runspec.tables import (
+    UNPINNED,
+    Gates,
+    Hardware,
+    Hints,
+    InputFile,
+    Inputs,
+    Model,
+    Protocol,
+    Source,
+    Workload,
+)
 
 __all__ = [
     "BASELINE",
@@ -18,6 +29,7 @@ __all__ = [
     "Arm",
     "Gates",
     "Hardware",
+    "Hints",
     "InputFile",
     "Inputs",
     "Model",

@@ -53,7 +53,7 @@ from h3bench.errors import RunSpecError
 from h3bench.hashing import sha256_file
 from h3bench.runspec.arms import BASELINE, Arm
 from h3bench.runspec.base import Frozen, raise_at
-from h3bench.runspec.tables import UNPINNED, Gates, Hardware, Inputs, Model, Protocol, Source, Workload
+from h3bench.runspec.tables import UNPINNED, Gates, Hardware, Hints, Inputs, Model, Protocol, Source, Workload
 
 __all__ = ["RunSpec", "load_runspec", "parse_runspec", "require_same_spec"]
 
@@ -73,6 +73,7 @@ class RunSpec(Frozen):
     arms: dict[StrictStr, Arm]
     protocol: Protocol
     gates: Gates = Gates()
+    hints: Hints | None = None
 
     # Where the spec came from; neither is part of the id.
     _spec_dir: Path | None = PrivateAttr(default=None)
@@ -114,6 +115,14 @@ class RunSpec(Frozen):
                     self.protocol.audit_seed,
                 )
             )
+        if self.hints is not None:
+            durations = {f"{d:g}" for d in self.workload.durations}
+            for hinted, per_duration in self.hints.e2e_s.items():
+                if hinted not in self.arms:
+                    problems.append((("hints", "e2e_s", hinted), f"no arm named {hinted!r}", hinted))
+                for duration in sorted(set(per_duration) - durations):
+                    message = f"{duration!r} is not one of the workload's durations {sorted(durations)}"
+                    problems.append((("hints", "e2e_s", hinted, duration), message, duration))
         raise_at(problems, "RunSpec")
         return self
 

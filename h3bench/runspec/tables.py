@@ -10,7 +10,7 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, field
 from h3bench.quality.checks import Thresholds
 from h3bench.runspec.base import Frozen, raise_at
 
-__all__ = ["UNPINNED", "Gates", "Hardware", "InputFile", "Inputs", "Model", "Protocol", "Source", "Workload"]
+__all__ = ["UNPINNED", "Gates", "Hardware", "Hints", "InputFile", "Inputs", "Model", "Protocol", "Source", "Workload"]
 
 UNPINNED = "UNPINNED"
 _BLOCK_ORDER = re.compile(r"(?:AB|BA)+")
@@ -126,7 +126,10 @@ class Protocol(Frozen):
     output must differ from the fixed-seed outputs and its E2E must be within
     ``audit_latency_tolerance`` (relative) of the block's median, or the
     candidate is stopped. ``shutdown_budget_s`` is one budget for every arm,
-    disclosed in the report.
+    disclosed in the report. ``request_api`` is how a request is sent:
+    ``sync`` (``POST /v1/videos/sync``, the E2E with no polling in it) or
+    ``async`` (a job, polled; its progress shows while an hour-long request
+    runs, at the cost of up to 100 ms of polling in E2E).
     """
 
     order: StrictStr = "ABBAABBA"
@@ -138,6 +141,7 @@ class Protocol(Frozen):
     audit: StrictBool = True
     audit_seed: Annotated[StrictInt, Field(ge=0)] = 1
     audit_latency_tolerance: _Positive = 0.25
+    request_api: Literal["sync", "async"] = "sync"
     lossless_baseline_blocks: Annotated[StrictInt, Field(ge=0)] | None = None
     anchored_order: StrictStr = "BABBAB"
 
@@ -200,3 +204,20 @@ class Gates(Thresholds):
             message = f"must be below rms_ratio_max ({self.rms_ratio_max:g})"
             raise_at([(("rms_ratio_min",), message, self.rms_ratio_min)], "Gates")
         return self
+
+
+class Hints(Frozen):
+    """What ``h3bench plan`` estimates a campaign from when no earlier bundle of the spec exists.
+
+    ``e2e_s`` gives, per arm, the seconds of one request per duration
+    (``{"5": 745.43, "15": 5887.24}``); ``startup_s`` one server start (weight
+    load), ``compile_s`` what the first request adds (regional compilation),
+    ``shutdown_s`` one stop. ``source`` says where the figures come from.
+    """
+
+    source: Annotated[StrictStr, Field(min_length=1)]
+    e2e_s: dict[StrictStr, dict[StrictStr, _Positive]] = Field(default_factory=dict)
+    startup_s: Annotated[StrictFloat, Field(ge=0)] = 0.0
+    compile_s: Annotated[StrictFloat, Field(ge=0)] = 0.0
+    shutdown_s: Annotated[StrictFloat, Field(ge=0)] = 0.0
+

@@ -1,0 +1,72 @@
+"""Path options behave the same written ``--opt PATH`` or ``--opt=PATH``, inside the project or outside it.
+
+pytest picks its rootdir before it knows the plugin's options, so a path
+written after a space used to become the rootdir: the project's pytest.ini
+was ignored, the harness's own tests were collected with the campaign, and
+relative paths went wrong. Each case collects the campaign in a subprocess
+(``--collect-only``) and compares what was collected, and from which rootdir.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests_unit.campaign_project import bundle_of, run_campaign, write_campaign
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]
+
+
+@pytest.fixture
+def project(pytester) -> dict[str, Path]:
+    """The campaign project, a stray harness test in it, and copies of its spec and a baseline bundle outside."""
+    spec = write_campaign(pytester.path, protocol={"audit": False})
+    pytester.makepyfile(**{"tests_unit/test_stray": "def test_stray():\n    pass\n"})
+    run_campaign(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable").assert_outcomes(passed=2)
+    outside = pytester.path.parent / f"{pytester.path.name}-outside"
+    shutil.copytree(pytester.path / "inputs", outside / "inputs")
+    shutil.copy(spec, outside / "spec.toml")
+    bundle = bundle_of(pytester)
+    shutil.copytree(bundle, outside / "evidence" / bundle.name)
+    (outside / "weights").mkdir()
+    return {"root": pytester.path, "outside": outside, "spec": spec, "bundle": bundle}
+
+
+def _cases(project: dict[str, Path]) -> dict[str, dict[str, list[str]]]:
+    """Per option: the option and its value, inside and outside the project."""
+    inside, outside = project["root"], project["outside"]
+    bundle = project["bundle"]
+    return {
+        "--runspec": {"inside": ["spec.toml"], "outside": [str(outside / "spec.toml")]},  # relative: to where pytest runs
+        "--evidence-dir": {"inside": [str(inside / "ev")], "outside": [str(outside / "ev")]},
+        "--lpips-dir": {"inside": [str(inside / "inputs")], "outside": [str(outside / "weights")]},
+        "--baseline-evidence": {"inside": [str(bundle)], "outside": [str(outside / "evidence" / bundle.name)]},
+        "--resume": {"inside": [str(bundle)], "outside": [str(outside / "evidence" / bundle.name)]},
+    }
+
+
+def _collect(pytester: pytest.Pytester, project: dict[str, Path], option: str, where: str, form: str) -> list[str]:
+    value = _cases(project)[option][where][0]
+    arg = [f"{option}={value}"] if form == "equals" else [option, value]
+    extra = ["--arm", "candidate"] if option == "--baseline-evidence" else []
+    # Every path of an "outside" case is outside, so that no argument points pytest at the project.
+    spec = project["spec"] if where == "inside" else project["outside"] / "spec.toml"
+    runspec = [] if option == "--runspec" else [f"--runspec={spec}"]
+    result = pytester.runpytest_subprocess(*runspec, *arg, *extra, "--collect-only", "-q", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
+    return [line for line in result.stdout.lines if "::" in line]
+
+
+@pytest.mark.parametrize("option", ["--runspec", "--evidence-dir", "--lpips-dir", "--baseline-evidence", "--resume"])
+def test_both_forms_inside_and_outside_collect_the_same_campaign(pytester, project, option):
+    collected = {
+        (where, form): _collect(pytester, project, option, where, form)
+        for where in ("inside", "outside") for form in ("equals", "space")
+    }
+
+    reference = collected[("inside", "equals")]
+    assert reference and all(line.startswith(("tests_perf", "tests_lifecycle", "tests_quality")) for line in reference)
+    for key, items in collected.items():
+        assert items == reference, f"{option} {key}: {len(items)} items, the reference {len(reference)}"
