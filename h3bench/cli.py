@@ -226,7 +226,8 @@ def _run_verify(args: argparse.Namespace) -> int:
 
 def _configure_validate(parser: argparse.ArgumentParser) -> None:
     _configure_bundle(parser)
-    parser.add_argument("--lossless", action="store_true", help="also judge against the control envelope")
+    parser.add_argument("--lossless", action="store_true",
+                        help="also run the lossless test against the baseline's own variability")
     parser.add_argument("--lpips-dir", help="directory with the LPIPS weights (default: $H3BENCH_LPIPS_DIR)")
     parser.add_argument("--lpips-device", default="cpu", help="torch device for LPIPS (default: %(default)s)")
 

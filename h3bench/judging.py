@@ -1,4 +1,4 @@
-"""Judging a campaign's outputs: matched pairs through every gate, the lossless envelope, LPIPS status.
+"""Judging a campaign's outputs: matched pairs through every gate, the lossless test, LPIPS status.
 
 Results travel as records (plain JSON, so xdist workers can send theirs to
 the controller on their test reports) and are kept typed:
@@ -9,6 +9,7 @@ candidate and duration. A matched pair that fails a gate stops its candidate
 
 from __future__ import annotations
 
+import itertools
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -16,20 +17,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from h3bench import lossless, media, quality
 from h3bench.errors import H3BenchError
 from h3bench.outcome import Outcome
 from h3bench.progress import Progress
-from h3bench.quality import QualityReport, Status
+from h3bench.quality import QualityReport, Status, json_safe
 from h3bench.records import Stop
 from h3bench.runspec import RunSpec
-from h3bench.schedule import CandidateWorkload, MatchedPair, OutputRef, Schedule
+from h3bench.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule
 
 if TYPE_CHECKING:  # torch loads only when LPIPS is measured
     from h3bench.metrics.lpips import LpipsWeights
 
 __all__ = ["Judge", "LosslessOutcome", "LpipsStatus", "PairOutcome"]
 
+_CROSS_DAY = ("candidate-only run: the stored bundle's baseline processes count as exchangeable with today's, which "
+              "holds only if the environment is really unchanged since it was recorded")
 _LPIPS_HOW = ("Put alexnet-owt-7be5be79.pth (and alex.pth) in a directory and pass --lpips-dir DIR or set "
               "H3BENCH_LPIPS_DIR; they are hash-checked against the pins shipped with h3bench.")
 
@@ -125,6 +130,7 @@ class Judge:
         self.digests: dict[str, media.DecodedDigest] = {}
         self._reports: dict[str, QualityReport] = {}  # this process's comparisons
         self._verdicts: dict[str, lossless.LosslessVerdict] = {}
+        self._deviations_cache: dict[tuple[media.DecodedDigest, ...], dict[str, float | None]] = {}
         self._new_records: list[dict[str, Any]] = []
         self._lpips: LpipsStatus | None = None  # authenticated once, on first use
         self._lpips_weights: LpipsWeights | None = None
@@ -180,26 +186,75 @@ class Judge:
     # -- lossless ------------------------------------------------------------------
 
     def lossless(self, case: CandidateWorkload) -> lossless.LosslessVerdict:
-        """The candidate's deviations against the control envelope, with exact-equality diagnostics."""
+        """The relabelling test on the full process × process deviation matrix of one candidate and duration.
+
+        Request r of every pair of processes is compared: baseline–baseline,
+        candidate–baseline and candidate–candidate. Comparisons are cached by
+        the pair of decoded digests, so identical outputs (all requests of a
+        simulator process) are compared once, and bitwise-equal ones never.
+        """
         if case.id not in self._verdicts:
-            usable = [(a, b) for a, b in self.schedule.control_pairs(case) if self.available(a) and self.available(b)]
-            controls = [self._compare_outputs(a, b) for a, b in usable]
-            processes = len({(a.block.id, b.block.id) for a, b in usable})
+            baseline, candidate = self._lossless_processes(case)
+            processes = [*baseline, *candidate]
+            metrics = [m for m in lossless.DEVIATIONS if m not in self.optional_checks()]
+            k = self.spec.protocol.requests_per_block
             pairs = [p for p in self.schedule.matched_pairs(case)
                      if self.available(p.baseline) and self.available(p.candidate)]
-            candidates = [(self.compare(p), self._digests_equal(p.baseline, p.candidate)) for p in pairs]
-            metrics = [m for m in lossless.DEVIATIONS if m not in self.optional_checks()]
-            gates = self.spec.gates
-            verdict = lossless.judge(candidates, controls, tolerance=gates.control_envelope_tolerance,
-                                     min_controls=gates.min_control_pairs, independent_controls=processes,
-                                     metrics=metrics)
+            for pair in pairs:  # the matched pairs are compared anyway: their deviations seed the cache
+                self._deviations_cache.setdefault(self._digest_key(pair.baseline, pair.candidate),
+                                                  lossless.deviations(self.compare(pair)))
+            matrices = {m: np.full((k, len(processes), len(processes)), np.nan) for m in metrics}
+            for (i, a), (j, b) in itertools.combinations(enumerate(processes), 2):
+                for r in range(k):
+                    found = self._deviations(OutputRef(a, r), OutputRef(b, r))
+                    for m in metrics:
+                        matrices[m][r, i, j] = matrices[m][r, j, i] = np.nan if found[m] is None else found[m]
+            bitwise = {f"candidate:{p.id}": self._digests_equal(p.baseline, p.candidate) for p in pairs}
+            caveats = [_CROSS_DAY] if self.schedule.anchored else []
+            verdict = lossless.judge(matrices, len(baseline), exact=bool(bitwise) and all(bitwise.values()),
+                                     metrics=metrics, alpha=lossless.ALPHA, caveats=caveats)
             self._verdicts[case.id] = verdict
-            # Exact-equality diagnostics for every pair, controls included (decoded frames and PCM hashed).
-            bitwise = {f"control:{a.id}~{b.id}": self._digests_equal(a, b) for a, b in usable}
-            bitwise.update({f"candidate:{p.id}": equal for p, (_, equal) in zip(pairs, candidates, strict=True)})
+            medians = {m: np.median(matrices[m], axis=0).tolist() for m in metrics} if processes else {}
             self._record({"kind": "lossless", "id": case.id, "candidate": case.candidate, "duration": case.duration,
-                          "result": {**verdict.to_dict(), "decoded_bitwise_equal": bitwise}})
+                          "result": {**verdict.to_dict(),
+                                     "processes": {"baseline": [b.id for b in baseline],
+                                                   "candidate": [b.id for b in candidate]},
+                                     "pair_deviations": json_safe(medians),
+                                     "decoded_bitwise_equal": bitwise}})
         return self._verdicts[case.id]
+
+    def _lossless_processes(self, case: CandidateWorkload) -> tuple[list[Block], list[Block]]:
+        """Baseline and candidate processes whose every measured output can be had.
+
+        The blocks the case needs run first in a live campaign (``locate``);
+        other series' baseline blocks count when they ran.
+        """
+        k = self.spec.protocol.requests_per_block
+        for block in self.schedule.blocks_of(case):
+            if not self.available(OutputRef(block, 0)):
+                try:
+                    self.locate(OutputRef(block, 0))
+                except H3BenchError:
+                    pass  # a failed or skipped block is one process fewer; the verdict counts what remains
+
+        def usable(blocks: list[Block]) -> list[Block]:
+            return [b for b in blocks if all(self.available(OutputRef(b, r)) for r in range(k))]
+
+        baseline, candidate = self.schedule.lossless_processes(case)
+        return usable(baseline), usable(candidate)
+
+    def _digest_key(self, a: OutputRef, b: OutputRef) -> tuple[media.DecodedDigest, ...]:
+        da, db = self.digest(a), self.digest(b)
+        return tuple(sorted((da, db), key=lambda d: (d.video_sha256 or "", d.pcm_sha256 or "")))
+
+    def _deviations(self, a: OutputRef, b: OutputRef) -> dict[str, float | None]:
+        """The deviations of two outputs: 0 when they decode bitwise equal, else one comparison per digest pair."""
+        key = self._digest_key(a, b)
+        if key[0] == key[1]:
+            return dict.fromkeys(lossless.DEVIATIONS, 0.0)
+        if key not in self._deviations_cache:
+            self._deviations_cache[key] = lossless.deviations(self._compare_outputs(a, b))
+        return self._deviations_cache[key]
 
     def digest(self, ref: OutputRef) -> media.DecodedDigest:
         path = self.locate(ref)

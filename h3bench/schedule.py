@@ -1,42 +1,80 @@
-"""The schedule: a RunSpec's AB/BA blocks, and the cases every campaign test is parametrized by.
+"""The schedule: a RunSpec's blocks, and the cases every campaign test is parametrized by.
 
-Per duration and candidate, the blocks follow the spec's order string
-(``ABBAABBA`` by default): ``A`` is a baseline block, ``B`` a candidate
-block, and each block is one fresh server process. Adjacent blocks form the
-AB/BA pairs that the statistics pair (:func:`h3bench.stats.paired_block_ratios`).
+Per duration, blocks run in this order, each one fresh server process:
+
+1. the **lossless control blocks** (``protocol.lossless_baseline_blocks``,
+   by default 2 when ``gates.lossless`` is on): baseline blocks that only
+   add baseline processes to the lossless test. They run first, so they also
+   absorb first-block-of-the-day effects, and they are never used for speed;
+2. per candidate, the spec's order (``ABBAABBA`` by default): ``A`` a
+   baseline block, ``B`` a candidate block. Adjacent blocks form the AB/BA
+   pairs that the statistics pair (:func:`h3bench.stats.paired_block_ratios`).
+
+A candidate-only run (``--arm candidate --baseline-evidence BUNDLE``) runs,
+per duration and candidate, ``protocol.anchored_order`` instead (``BABBAB``
+by default): its ``A`` blocks are fresh baseline **anchors** of the day, and
+the speed verdict compares the candidate with them
+(:func:`h3bench.stats.anchored_speed_report`). The stored bundle's blocks are
+the rest of the schedule: they give the shift report, the quality
+references (the i-th candidate block is matched with the i-th stored
+baseline block of its series) and baseline processes for the lossless test.
 
 The cases, in schedule order:
 
-- ``block``: one per block (the perf tests time it, the lifecycle tests check it);
+- ``block``: one per block this session runs (the perf tests time it, the
+  lifecycle tests check it);
 - ``baseline_output``: one per measured request of each baseline block;
 - ``matched_pair``: each measured candidate output and the baseline output of
-  the same inputs and seed, from the partner block of its AB/BA pair;
+  the same inputs and seed, from the partner block;
 - ``candidate_workload``: one per candidate and duration (the lossless judgement).
 
-Control pairs, for lossless mode, are baseline outputs of the same request
-index from two different baseline blocks: two distinct server processes.
+The lossless test of a candidate at a duration (:meth:`Schedule.lossless_processes`)
+counts as baseline processes every baseline block of that duration: the
+control blocks, the ``A`` blocks of every candidate's series and, in a
+candidate-only run, the anchors.
 """
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
 from typing import Literal
 
 from h3bench.runspec import BASELINE, RunSpec
 
-__all__ = ["CASE_FIXTURES", "Block", "CandidateWorkload", "Case", "MatchedPair", "OutputRef", "Schedule", "plan"]
+__all__ = [
+    "CASE_FIXTURES",
+    "CONTROLS",
+    "DEFAULT_CONTROL_BLOCKS",
+    "Block",
+    "CandidateWorkload",
+    "Case",
+    "MatchedPair",
+    "OutputRef",
+    "Schedule",
+    "control_blocks",
+    "plan",
+]
+
+DEFAULT_CONTROL_BLOCKS = 2  # 4 + 2 baseline processes against 4 candidate ones: see h3bench.lossless
+CONTROLS = BASELINE  # the series of the control blocks: no candidate can be called "baseline"
+Design = Literal["paired", "controls", "anchored"]
 
 
 @dataclass(frozen=True)
 class Block:
-    """One server process of one arm, at one position of the AB/BA order."""
+    """One server process of one arm, at one position of its series' order.
+
+    ``design`` says which order: ``paired`` (the spec's AB/BA order),
+    ``controls`` (a lossless control block) or ``anchored`` (a candidate-only
+    run's anchored order).
+    """
 
     duration: float
-    candidate: str  # the candidate this block's series compares with the baseline
+    candidate: str  # the candidate whose series this block belongs to; CONTROLS for a control block
     arm: str  # "baseline" or the candidate's name
-    position: int  # 1-based position in the order string
+    position: int  # 1-based position in its series' order
     letter: Literal["A", "B"]  # A: baseline, B: candidate
+    design: Design = "paired"
 
     @property
     def pair(self) -> int:
@@ -45,7 +83,8 @@ class Block:
 
     @property
     def id(self) -> str:
-        return f"{self.duration:g}s-{self.candidate}-{self.position}{self.letter}-{self.arm}"
+        tag = "-anchored" if self.design == "anchored" else ""
+        return f"{self.duration:g}s-{self.candidate}{tag}-{self.position}{self.letter}-{self.arm}"
 
 
 @dataclass(frozen=True)
@@ -78,7 +117,7 @@ class OutputRef:
 
 @dataclass(frozen=True)
 class MatchedPair:
-    """A candidate output and its baseline output: same inputs and seed, paired blocks."""
+    """A candidate output and its baseline output: same inputs and seed, partner blocks."""
 
     baseline: OutputRef
     candidate: OutputRef
@@ -90,37 +129,58 @@ class MatchedPair:
     @property
     def id(self) -> str:
         b = self.candidate.block
-        return f"{b.duration:g}s-{b.candidate}-pair{b.pair}-r{self.candidate.index}"
+        where = f"anchored{b.position}" if b.design == "anchored" else f"pair{b.pair}"
+        return f"{b.duration:g}s-{b.candidate}-{where}-r{self.candidate.index}"
 
 
 Case = Block | OutputRef | MatchedPair | CandidateWorkload
 CASE_FIXTURES = ("block", "baseline_output", "matched_pair", "candidate_workload")
 
 
-def plan(spec: RunSpec, arms: str = "all") -> tuple[Block, ...]:
-    """Per duration, per candidate, the blocks in the spec's order; ``arms`` filters them."""
-    blocks = []
+def control_blocks(spec: RunSpec) -> int:
+    """Lossless control blocks per duration: the spec's number, else 2 when ``gates.lossless`` is on."""
+    count = spec.protocol.lossless_baseline_blocks
+    return count if count is not None else (DEFAULT_CONTROL_BLOCKS if spec.gates.lossless else 0)
+
+
+def _series(duration: float, candidate: str, order: str, design: Design) -> list[Block]:
+    return [Block(duration, candidate, BASELINE if letter == "A" else candidate, position, "A" if letter == "A" else "B",
+                  design) for position, letter in enumerate(order, start=1)]
+
+
+def plan(spec: RunSpec, arms: str = "all", *, anchored: bool = False) -> tuple[Block, ...]:
+    """Per duration: the control blocks, then each candidate's series; ``arms`` filters them.
+
+    ``anchored`` gives a candidate-only run's blocks instead: each
+    candidate's anchored order, anchors included.
+    """
+    blocks: list[Block] = []
     for duration in spec.workload.durations:
+        if anchored:
+            for candidate in spec.candidates:
+                blocks += _series(duration, candidate, spec.protocol.anchored_order, "anchored")
+            continue
+        blocks += _series(duration, CONTROLS, "A" * control_blocks(spec), "controls")
         for candidate in spec.candidates:
-            for position, letter in enumerate(spec.protocol.order, start=1):
-                arm = BASELINE if letter == "A" else candidate
-                if arms == "all" or (arms == BASELINE) == (arm == BASELINE):
-                    blocks.append(Block(duration, candidate, arm, position, "A" if arm == BASELINE else "B"))
-    return tuple(blocks)
+            blocks += _series(duration, candidate, spec.protocol.order, "paired")
+    return tuple(b for b in blocks if anchored or arms == "all" or (arms == BASELINE) == (b.arm == BASELINE))
 
 
 class Schedule:
     """The blocks one session runs, in order, and the test cases they make.
 
-    ``arms`` selects the blocks this session runs; in a candidate-only run
-    (``--arm candidate`` against a stored baseline) the baseline blocks come
-    from the stored bundle, and still give the baseline outputs and pairs.
+    ``arms`` selects the blocks this session runs. A candidate-only run
+    (``anchored``) runs the anchored orders, and its other blocks come from
+    the stored bundle (:attr:`stored_blocks`).
     """
 
-    def __init__(self, spec: RunSpec, arms: str = "all") -> None:
+    def __init__(self, spec: RunSpec, arms: str = "all", *, anchored: bool = False) -> None:
         self.spec = spec
-        self.blocks = plan(spec, arms)
-        self.baseline_blocks = tuple(b for b in plan(spec) if b.arm == BASELINE)
+        self.anchored = anchored
+        self.blocks = plan(spec, arms, anchored=anchored)
+        self.stored_blocks = tuple(b for b in plan(spec) if b.arm == BASELINE) if anchored else ()
+        self.baseline_blocks = tuple(b for b in (*self.stored_blocks, *(self.blocks if anchored else plan(spec)))
+                                     if b.arm == BASELINE)
         self._order = {block.id: index for index, block in enumerate(self.blocks)}
 
     def index(self, block: Block) -> int:
@@ -141,11 +201,23 @@ class Schedule:
             return [MatchedPair(OutputRef(self.partner(b), i), OutputRef(b, i))
                     for b in self.blocks if b.arm != BASELINE for i in range(k)]
         if fixture == "candidate_workload":
-            return list(dict.fromkeys(CandidateWorkload(b.candidate, b.duration) for b in self.blocks))
+            return list(dict.fromkeys(CandidateWorkload(b.candidate, b.duration)
+                                      for b in self.blocks if b.design != "controls"))
         raise ValueError(f"no campaign cases for fixture {fixture!r}")
 
     def partner(self, block: Block) -> Block:
-        """The baseline block of the same AB/BA pair."""
+        """The baseline block a candidate block's outputs are matched with.
+
+        The other block of its AB/BA pair; in a candidate-only run, the
+        stored baseline block of its series with the same rank (cycling when
+        the stored series has fewer).
+        """
+        if block.design == "anchored":
+            stored = [b for b in self.stored_blocks
+                      if b.design == "paired" and b.candidate == block.candidate and b.duration == block.duration]
+            ours = [b for b in self.blocks if b.arm != BASELINE and b.candidate == block.candidate
+                    and b.duration == block.duration]
+            return stored[ours.index(block) % len(stored)]
         position = block.position + (1 if block.position % 2 else -1)
         return Block(block.duration, block.candidate, BASELINE, position, "A")
 
@@ -154,14 +226,28 @@ class Schedule:
         return [p for p in pairs if isinstance(p, MatchedPair)
                 and p.candidate.block.candidate == case.candidate and p.duration == case.duration]
 
-    def control_pairs(self, case: CandidateWorkload) -> list[tuple[OutputRef, OutputRef]]:
-        """Baseline outputs of the same inputs from different server processes: every two baseline blocks."""
-        baselines = [b for b in self.baseline_blocks if b.candidate == case.candidate and b.duration == case.duration]
-        k = self.spec.protocol.requests_per_block
-        return [(OutputRef(a, i), OutputRef(b, i)) for a, b in itertools.combinations(baselines, 2) for i in range(k)]
+    def series(self, duration: float, candidate: str) -> list[Block]:
+        """The blocks a candidate's speed comparison uses: its series in this session's order."""
+        return [b for b in self.blocks if b.duration == duration and b.candidate == candidate]
+
+    def stored_series(self, duration: float, candidate: str) -> list[Block]:
+        """A candidate-only run: the stored baseline blocks of the candidate's series (the shift report)."""
+        return [b for b in self.stored_blocks
+                if b.duration == duration and b.candidate == candidate and b.design == "paired"]
+
+    def lossless_processes(self, case: CandidateWorkload) -> tuple[list[Block], list[Block]]:
+        """Baseline and candidate processes of a candidate's lossless test, each in schedule order."""
+        baseline = [b for b in self.baseline_blocks if b.duration == case.duration]
+        candidate = [b for b in self.blocks
+                     if b.arm == case.candidate and b.candidate == case.candidate and b.duration == case.duration]
+        return baseline, candidate
 
     def blocks_of(self, case: object) -> tuple[Block, ...]:
-        """The blocks a test of ``case`` reads; what a selection of tests needs to run."""
+        """The blocks a test of ``case`` reads; what a selection of tests needs to run.
+
+        A lossless test needs its candidate's series and the control blocks;
+        the other series' baseline blocks are counted when they ran.
+        """
         if isinstance(case, Block):
             return (case,)
         if isinstance(case, OutputRef):
@@ -169,8 +255,9 @@ class Schedule:
         if isinstance(case, MatchedPair):
             return (case.baseline.block, case.candidate.block)
         if isinstance(case, CandidateWorkload):
-            return tuple(b for b in plan(self.spec)
-                         if b.candidate == case.candidate and b.duration == case.duration)
+            baseline, candidate = self.lossless_processes(case)
+            own = [b for b in baseline if b.candidate in (case.candidate, CONTROLS)]
+            return (*own, *candidate)
         return ()
 
     def case_by_id(self) -> dict[str, Case]:

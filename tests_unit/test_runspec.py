@@ -113,6 +113,7 @@ def test_minimal_spec_fills_every_default(spec_dir: Path):
         3,
     )
     assert spec.protocol.audit and spec.protocol.audit_seed == 1
+    assert spec.protocol.lossless_baseline_blocks is None and spec.protocol.anchored_order == "BABBAB"
     gates = spec.gates
     assert (gates.ssim_min, gates.psnr_min_db, gates.lpips_max, gates.audio_cosine_min) == (0.97, 34.0, 0.20, 0.80)
     assert (gates.rms_ratio_min, gates.rms_ratio_max, gates.speed_margin) == (0.5, 2.0, 0.02)
@@ -223,6 +224,9 @@ def test_require_same_spec():
         ("protocol.order", "ABBC", "protocol.order", "adjacent AB/BA pairs"),
         ("protocol.order", "", "protocol.order", "adjacent AB/BA pairs"),
         ("protocol.audit_seed", 0, "protocol.audit_seed", "must differ from workload.seed (0)"),
+        ("protocol.anchored_order", "AAB C", "protocol.anchored_order", "A (fresh baseline anchor) and B"),
+        ("protocol.anchored_order", "AA", "protocol.anchored_order", "at least one B"),
+        ("protocol.lossless_baseline_blocks", -1, "protocol.lossless_baseline_blocks", "greater than or equal to 0"),
         ("protocol.warmup", 1, "protocol.warmup", "Extra inputs are not permitted"),
         ("protocol.audit", 1, "protocol.audit", "valid boolean"),
         ("workload.size", "1345x768", "workload.size", "multiples of 32"),
