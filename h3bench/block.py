@@ -189,7 +189,7 @@ def _device_checks(spec: RunSpec) -> tuple[NpuSmiCheck, ...]:
 def _server(spec: RunSpec, block: Block, log_path: Path) -> ServerProcess:
     arm, protocol = spec.arms[block.arm], spec.protocol
     port = find_free_port(LOCALHOST)
-    env = dict(arm.env)
+    env = arm.launch_env()
     if arm.sim is not None:
         env[SIM_PROFILE_ENV] = json.dumps(arm.sim)
     return ServerProcess(

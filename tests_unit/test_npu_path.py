@@ -179,7 +179,9 @@ def test_foreign_process_on_an_npu_is_interference_that_makes_the_verdict_inconc
 
 def test_conflicting_offload_settings_kill_the_candidate_before_ready_and_fail_it(pytester, npu_smi):
     npu_smi.answer(IDLE)
-    spec = write_npu_campaign(pytester, "offload_config", "--diffusion-offload-config", '{"strategy": "layer_wise"}')
+    # The DLO flag with a config that resolves to plain layer-wise offload (rank-local is its default transfer).
+    layer_wise = '{"mode": "layer", "components": ["dit"]}'
+    spec = write_npu_campaign(pytester, "offload_config", "--diffusion-offload-config", layer_wise)
 
     result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "-rs")
 
