@@ -34,7 +34,14 @@ from typing import Any
 
 from h3bench.client import GenerationRequest, GenerationResult, Reference, VideoClient
 from h3bench.devices import DEFAULT_LOCK_PATH, DeviceLock, NpuSmiCheck
-from h3bench.errors import CleanupError, H3BenchError, InterferenceError, RequestError, ServerStartError
+from h3bench.errors import (
+    AttentionBackendError,
+    CleanupError,
+    H3BenchError,
+    InterferenceError,
+    RequestError,
+    ServerStartError,
+)
 from h3bench.evidence import Bundle
 from h3bench.measure import Measure, PlainMeasure
 from h3bench.outcome import Outcome
@@ -43,6 +50,7 @@ from h3bench.records import BlockResult, Sample
 from h3bench.runspec import BASELINE, RunSpec
 from h3bench.schedule import Block
 from h3bench.server import ExitReport, ServerProcess
+from h3bench.serverlog import read_attention_backends, require_attention_backend
 from h3bench.sim import PROFILE_ENV as SIM_PROFILE_ENV
 
 __all__ = ["AUDIT_SLACK_S", "DEVICE_LOCK_ENV", "audit_problem", "run_block"]
@@ -127,6 +135,7 @@ _FAILURE_KINDS = {
     ServerStartError: "server did not start",
     CleanupError: "incomplete process cleanup",
     RequestError: "request failed",
+    AttentionBackendError: "attention backend mismatch",
 }
 _CLEANUP = _FAILURE_KINDS[CleanupError]
 
@@ -222,6 +231,8 @@ def run_block(
     failure: str | None = None
     try:
         with DeviceLock(os.environ.get(DEVICE_LOCK_ENV, DEFAULT_LOCK_PATH)), server:
+            # Before any request: a server on the wrong attention backend measures something else.
+            require_attention_backend(spec.arms[block.arm].expected_attention_backend, log_path)
             with VideoClient(server.base_url, model=spec.model.path, timeout=protocol.request_timeout_s) as client:
                 t0 = time.perf_counter()
                 for i in range(protocol.warmups_per_block):
@@ -250,6 +261,8 @@ def run_block(
     # A broken baseline or a foreign process invalidates the comparison; it does not fail the candidate.
     invalid = block.arm == BASELINE or (failure or "").startswith(_FAILURE_KINDS[InterferenceError])
     failure_outcome = Outcome.INCONCLUSIVE if invalid else Outcome.FAIL
+    attention = {**read_attention_backends(log_path).to_dict(),
+                 "expected": spec.arms[block.arm].expected_attention_backend}
     log_rel = bundle.store_log(log_path, f"{block.id}.log") if log_path.exists() else ""
     if failure is not None and log_rel:
         failure += f"\n(the server log is kept in the bundle: {bundle.path / log_rel})"
@@ -262,6 +275,7 @@ def run_block(
         "shutdown_budget_s": protocol.shutdown_budget_s,
         "exit": _exit_dict(exit_report),
         "log_relpath": log_rel,
+        "attention_backend": attention,
         "failure": failure,
         "failure_outcome": str(failure_outcome),
     }

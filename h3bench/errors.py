@@ -12,7 +12,9 @@
     │   │                      (exit_code=, log_tail=, log_path=)
     │   ├── InterferenceError  port taken or a foreign process on the devices
     │   │                      (port=, holder=)
-    │   └── CleanupError       a worker, zombie or port survived the stop (survivors=)
+    │   ├── CleanupError       a worker, zombie or port survived the stop (survivors=)
+    │   └── AttentionBackendError  the workers resolved another attention backend
+    │                          than the arm expects (expected=, used=)
     ├── RequestError           a generation request that failed (status_code=, detail=)
     └── EvidenceError          a bundle that is incomplete, altered or mismatched (path=)
 
@@ -24,6 +26,7 @@ Foreign exceptions are translated at the boundary with ``raise ... from exc``.
 from __future__ import annotations
 
 __all__ = [
+    "AttentionBackendError",
     "CleanupError",
     "EvidenceError",
     "H3BenchError",
@@ -111,6 +114,13 @@ class CleanupError(ServerError):
     def __init__(self, message: str, *, survivors: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.survivors = survivors
+
+
+class AttentionBackendError(ServerError):
+    def __init__(self, message: str, *, expected: str, used: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.used = used
 
 
 class RequestError(H3BenchError):

@@ -98,6 +98,7 @@ class Bundle:
         name: str | None = None,
         started_at: str | None = None,
         session: str | None = None,
+        arms: Mapping[str, Any] | None = None,
     ) -> Bundle:
         """Make a new bundle directory under ``root`` and write its manifest.
 
@@ -117,6 +118,9 @@ class Bundle:
             When the run started (default: now) and the run's own id; with them a
             caller knows the bundle's path before it exists (:meth:`planned_path`)
             and can find it again (:meth:`locate`).
+        arms
+            Each arm's launch as built from the spec: its argv (placeholders
+            unsubstituted) and environment.
         """
         root_path = Path(root) if root is not None else Path.cwd() / DEFAULT_ROOT
         if not isinstance(spec_id, str) or not files.SHA256_HEX.fullmatch(spec_id):
@@ -133,6 +137,7 @@ class Bundle:
             "source": dict(source),
             "model": dict(model),
             "session": session,
+            "arms": dict(arms or {}),
         }
         # Serialize before creating anything, so bad input leaves no empty bundle behind.
         document = files.json_document(manifest, root_path / MANIFEST)
