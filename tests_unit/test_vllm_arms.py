@@ -107,7 +107,7 @@ def test_the_fake_vllm_does_what_upstream_does(case: Case):
         assert f"vllm serve: error: {case.upstream.message}" in out
         assert "usage: vllm serve [model_tag] --omni [options]" in out
         return
-    assert f"ValueError: {case.upstream.message}" in out
+    assert f"{case.upstream.error}: {case.upstream.message}" in out
     if stage == "E":
         # In the workers, after they spawned: each logs the refusal, the server gives up.
         assert any("DiffusionWorker" in line and case.upstream.message in line for line in out.splitlines())

@@ -54,10 +54,14 @@ BASE_FIELDS: dict[str, Any] = {
 
 @dataclass(frozen=True)
 class Outcome:
-    """Accepted (``stage`` None), or refused at ``stage`` with a message that contains ``message``."""
+    """Accepted (``stage`` None), or refused at ``stage`` with a message that contains ``message``.
+
+    ``error`` is the exception type upstream raises at stages C to E.
+    """
 
     stage: str | None = None
     message: str = ""
+    error: str = "ValueError"
 
     @property
     def accepted(self) -> bool:
@@ -98,6 +102,11 @@ def dit(**options: Any) -> dict[str, Any]:
 
 
 ALLGATHER = dit(weight_transfer="allgather")
+TE_ALLGATHER = {"text_encoder": {"weight_transfer": "allgather"}}
+TE_RESIDENT = {"mode": "layer", "components": ["dit", "text_encoder"],
+               "layer_options": {"text_encoder": {"weight_transfer": "rank-local", "resident_layers": 2}}}
+BOTH_ALLGATHER = {"mode": "layer", "components": ["dit", "text_encoder"], "pin_memory": True,
+                  "layer_options": {"dit": {"weight_transfer": "allgather"}, **TE_ALLGATHER}}
 RANK_LOCAL = dit(weight_transfer="rank-local")
 BACKENDS = ("FLASH_ATTN, TORCH_SDPA, SAGE_ATTN, SAGE_ATTN_3, CUDNN_ATTN, FLASHINFER_ATTN, FASTVIDEO_VSA, "
             "FLASH_ATTN_HUB, FLASH_ATTN_3_HUB, TRTLLM_ATTN, RAINFUSION_ATTN")
@@ -115,8 +124,8 @@ VAE_SIZE = ("MiniMax H3 native VAE patch parallelism currently requires vae_patc
 DEVICES = "must list the arm's device_ids"
 
 
-def refuse(stage: str, message: str) -> Outcome:
-    return Outcome(stage, message)
+def refuse(stage: str, message: str, error: str = "ValueError") -> Outcome:
+    return Outcome(stage, message, error)
 
 
 def dlo(**options: Any) -> dict[str, Any]:
@@ -165,6 +174,23 @@ CASES = (
          ("--diffusion-offload-config", js({**MODULE, "layer_options": {"dit": {}}})),
          refuse("C", "diffusion_offload_config.layer_options requires mode='layer'; configured for: dit"),
          {"offload": {"config": {**MODULE, "layer_options": {"dit": {}}}}}, "offload.config"),
+    Case("config-components-a-string", ("--diffusion-offload-config", js({"mode": "layer", "components": "dit"})),
+         refuse("C", "diffusion_offload_config.components must be a non-empty list of component names", "TypeError"),
+         {"offload": {"config": {"mode": "layer", "components": "dit"}}}, "offload.config"),
+    Case("config-components-empty", ("--diffusion-offload-config", js({"mode": "layer", "components": []})),
+         refuse("C", "offload components must not be empty"),
+         {"offload": {"config": {"mode": "layer", "components": []}}}, "offload.config"),
+    Case("config-options-for-unselected", ("--diffusion-offload-config", js({**LAYER, "layer_options": TE_ALLGATHER})),
+         refuse("C", "diffusion_offload_config.layer_options requires selecting the same component(s): text_encoder"),
+         {"offload": {"config": {**LAYER, "layer_options": TE_ALLGATHER}}}, "offload.config"),
+    Case("config-resident-text-encoder", ("--diffusion-offload-config", js(TE_RESIDENT)),
+         refuse("C", "resident_layers currently supports only the 'dit' component"),
+         {"offload": {"config": TE_RESIDENT}}, "offload.config"),
+    Case("config-pin-memory-not-bool", ("--diffusion-offload-config", js({**LAYER, "pin_memory": "yes"})),
+         refuse("C", "diffusion_offload_config.pin_memory must be a bool", "TypeError"),
+         {"offload": {"config": {**LAYER, "pin_memory": "yes"}}}, "offload.config"),
+    Case("config-both-allgather-pinned", ("--diffusion-offload-config", js(BOTH_ALLGATHER)), ACCEPT,
+         {"offload": {"config": BOTH_ALLGATHER}}),
     Case("config-bad-json", ("--diffusion-offload-config", "{bad"),
          refuse("A", "argument --diffusion-offload-config: invalid loads value: '{bad'"), None),
     Case("config-rank-local-resident",
@@ -251,6 +277,10 @@ CASES = (
     Case("mxfp4+config-allgather", ("--diffusion-offload-config", js(ALLGATHER), "--diffusion-quantization-config",
                                     js(MXFP4)), refuse("E", DLO_QUANT),
          quant(MXFP4, {"offload": {"config": ALLGATHER}}), "quantization"),
+    Case("mxfp4-text-encoder+config-text-encoder-allgather",
+         ("--diffusion-offload-config", js(BOTH_ALLGATHER), "--diffusion-quantization-config",
+          js({"text_encoder": {"method": "mxfp4"}})), refuse("E", DLO_QUANT),
+         quant({"text_encoder": {"method": "mxfp4"}}, {"offload": {"config": BOTH_ALLGATHER}}), "quantization"),
     Case("mxfp4+dlo-rank-local", (*DLO_RANK_LOCAL, "--diffusion-quantization-config", js(MXFP4)), ACCEPT,
          quant(MXFP4, dlo(transfer="rank-local"))),
     Case("mxfp4-text-encoder+dlo-allgather",
