@@ -24,6 +24,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from h3bench import __version__
 from h3bench.block import run_block
@@ -36,12 +37,20 @@ from h3bench.progress import Progress
 from h3bench.records import BlockFailed, BlockResult, CandidateStopped, headline
 from h3bench.resume import Resumed, resume_bundle
 from h3bench.review import Review
-from h3bench.runspec import RunSpec, load_runspec
+from h3bench.runspec import Arm, RunSpec, VllmArm, load_runspec
 from h3bench.schedule import Block, Case
 from h3bench.settings import Settings
 from h3bench.summary import extra_info, report_header
 
 __all__ = ["Campaign"]
+
+
+def _launch_record(arm: Arm) -> dict[str, Any]:
+    """What the manifest says of an arm's launch: the built command and environment, and what checked them."""
+    record: dict[str, Any] = {"argv": list(arm.argv), "env": arm.launch_env()}
+    if isinstance(arm, VllmArm):
+        record["rules_checked_against"] = arm.checked_against
+    return record
 
 
 class Campaign(Review):
@@ -98,6 +107,7 @@ class Campaign(Review):
                 started_at=self.started_at,
                 session=self.session,
                 extra=self.preflight.manifest(),
+                arms={name: _launch_record(arm) for name, arm in spec.arms.items()},
             )
         return self._bundle
 

@@ -406,7 +406,8 @@ def test_npu_specs_carry_the_campaign_pins(name: str, tmp_path: Path):
         assert argv[:4] == ["vllm", "serve", "m", "--omni"]
         assert argv[argv.index("--task-type") + 1] == "ref2va"
         assert argv[argv.index("--num-gpus") + 1] == str(len(spec.hardware.device_ids)), arm_name
-        assert arm.env["ASCEND_RT_VISIBLE_DEVICES"] == devices, arm_name
+        assert arm.launch_env()["ASCEND_RT_VISIBLE_DEVICES"] == devices, arm_name
+        assert arm.expected_attention_backend is not None, "every NPU arm says which attention backend it measures"
     # The input files are not here: verification fails loudly, it never skips.
     with pytest.raises(RunSpecError, match="cannot read /path/to/ref2va/input_video.mp4"):
         spec.verify_inputs()
@@ -418,6 +419,24 @@ def test_910b1_spec_pins_the_frozen_source():
     assert spec.source.engine_commit == "c7f56f0155953c7d4a77276a2f4fcbd844ab0da2"
     assert spec.source.image_digest == "sha256:7fc6c73bd19a6ef4ee8d6048009972234796a1fc1bd3067168a425343cc476f7"
     assert spec.unpinned == ("model.content_identity",)
+
+
+def test_910b1_spec_is_the_first_search_slice_with_only_the_weight_transfer_changed():
+    spec = load_runspec(SPECS / "910b1-x8.toml")
+    arms = {name: arm.model_dump(mode="json") for name, arm in spec.arms.items()}
+    assert set(arms) == {"baseline", "dlo_rank_local", "dlo_rank_local_resident"}
+    assert arms["baseline"]["offload"] == {"dlo": {"transfer": "allgather", "resident_layers": 0}, "config": None}
+    assert arms["dlo_rank_local"]["offload"]["dlo"] == {"transfer": "rank-local", "resident_layers": 0}
+    resident = arms["dlo_rank_local_resident"]["offload"]["dlo"]
+    assert resident["transfer"] == "rank-local" and 0 < resident["resident_layers"] < 50  # a bounded prefix
+    # Arithmetic and weights unchanged: no quantization, cache or attention change in any arm.
+    for arm in arms.values():
+        assert (arm["quantization"], arm["cache"]["backend"], arm["attention"]["backend"]) == (None, "none", None)
+        assert {k: v for k, v in arm.items() if k not in ("description", "offload")} == {
+            k: v for k, v in arms["baseline"].items() if k not in ("description", "offload")}
+    assert "--dlo-use-allgather" in spec.baseline.argv
+    assert spec.arms["dlo_rank_local_resident"].argv[-4:] == (
+        "--dlo-no-use-allgather", "--dlo-resident-layers", str(resident["resident_layers"]), "--trust-remote-code")
 
 
 def test_a_spec_copied_elsewhere_keeps_its_id(tmp_path: Path):

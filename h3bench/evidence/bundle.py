@@ -122,6 +122,7 @@ class Bundle:
         started_at: str | None = None,
         session: str | None = None,
         extra: Mapping[str, Any] | None = None,
+        arms: Mapping[str, Any] | None = None,
     ) -> Bundle:
         """Make a new bundle directory under ``root`` and write its manifest.
 
@@ -144,6 +145,9 @@ class Bundle:
         extra
             More sections of the manifest, such as the run's kind and the host's
             evidence (:mod:`h3bench.preflight`).
+        arms
+            Each arm's launch as built from the spec: its argv (placeholders
+            unsubstituted) and environment.
         """
         root_path = Path(root) if root is not None else Path.cwd() / DEFAULT_ROOT
         if not isinstance(spec_id, str) or not files.SHA256_HEX.fullmatch(spec_id):
@@ -160,6 +164,7 @@ class Bundle:
             "source": dict(source),
             "model": dict(model),
             "session": session,
+            "arms": dict(arms or {}),
             **(extra or {}),
         }
         # No secret is recorded (h3bench.scrub); serialize before creating anything, so bad input leaves no empty bundle.

@@ -9,6 +9,7 @@ from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, field
 
 from h3bench.quality.checks import Thresholds
 from h3bench.runspec.base import Frozen, raise_at
+from h3bench.runspec.launch import DeviceIds
 
 __all__ = ["UNPINNED", "Gates", "Hardware", "Hints", "InputFile", "Inputs", "Model", "Protocol", "Source", "Workload"]
 
@@ -22,14 +23,7 @@ class Hardware(Frozen):
     """Where the campaign runs: the simulator or one NPU host's reserved devices."""
 
     kind: Literal["sim", "910b1", "910b2", "910c", "950pr", "950dt"]
-    device_ids: tuple[Annotated[StrictInt, Field(ge=0)], ...] = ()
-
-    @field_validator("device_ids")
-    @classmethod
-    def _unique_devices(cls, value: tuple[int, ...]) -> tuple[int, ...]:
-        if len(set(value)) != len(value):
-            raise ValueError(f"device ids must be unique, got {list(value)}")
-        return value
+    device_ids: DeviceIds = ()
 
 
 class Source(Frozen):
