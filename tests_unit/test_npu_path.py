@@ -55,6 +55,7 @@ ONE_SAMPLE = {"telemetry_interval_s": 3600.0}
 # Modelled seconds x 0.0002: a 5 s request takes about 0.2 s behind the fake vllm (64x64 canvas).
 FAST = "--time-scale 0.0002 --jitter-cv 0.01"
 CANDIDATE = "dlo_rank_local"
+INVENTORY = 1  # the host's npu-smi inventory, recorded in the manifest before the first block
 
 
 class FakeNpuSmi:
@@ -141,8 +142,9 @@ def test_idle_npus_let_every_block_run_with_eight_workers_that_release_the_devic
 
     # 4 blocks (ABBA); 5 lifecycle tests x 4 blocks.
     result.assert_outcomes(passed=4 + 20)
-    # npu-smi was asked before each of the four starts, at each stop (telemetry) and after it.
-    assert npu_smi.calls == 12
+    # npu-smi was asked once for the host's inventory, then before each of the four starts, at each stop
+    # (telemetry) and after it.
+    assert npu_smi.calls == INVENTORY + 12
     events = lifecycle_of(pytester)
     assert len(events) == 4
     for event in events.values():
@@ -166,9 +168,9 @@ def test_idle_npus_let_every_block_run_with_eight_workers_that_release_the_devic
     ("answers", "blocked", "outcomes"),
     [
         # The baseline's first block already finds the foreign process: no server starts at all.
-        ((FOREIGN,), "1A-baseline", {"failed": 1, "skipped": 3}),
+        ((IDLE, FOREIGN), "1A-baseline", {"failed": 1, "skipped": 3}),
         # It appears after block 1A: the candidate's own block is refused, and still not failed.
-        ((IDLE, IDLE, IDLE, FOREIGN), f"2B-{CANDIDATE}", {"passed": 1, "failed": 1, "skipped": 2}),
+        ((IDLE, IDLE, IDLE, IDLE, FOREIGN), f"2B-{CANDIDATE}", {"passed": 1, "failed": 1, "skipped": 2}),
     ],
     ids=["before-baseline", "before-candidate"],
 )
@@ -185,7 +187,7 @@ def test_foreign_process_on_an_npu_is_interference_that_makes_the_verdict_inconc
     result.stdout.fnmatch_lines([f"*5s-{CANDIDATE}-{blocked}: {interference}*"])
     result.stdout.fnmatch_lines([f"*candidate '{CANDIDATE}' was stopped*resource interference*"])
     result.stdout.fnmatch_lines([f"verdict {CANDIDATE}: INCONCLUSIVE (stopped: *pid 8811 (python3) on NPU 3*"])
-    # Per block that ran: before its start, at its stop and after it; then one for the refused start.
+    # The inventory; per block that ran: before its start, at its stop and after it; then the refused start.
     assert npu_smi.calls == len(answers)
     refused = lifecycle_of(pytester)[f"5s-{CANDIDATE}-{blocked}"]
     assert refused["pid"] is None, "no server may start on a device that another process holds"
@@ -213,13 +215,14 @@ def test_conflicting_offload_settings_kill_the_candidate_before_ready_and_fail_i
     dead = lifecycle_of(pytester)["5s-offload_config-2B-offload_config"]
     assert dead["exit_code"] == 1 and dead["exited_before_stop"] is True and dead["startup_s"] is None
     assert verdict_of(pytester, "offload_config")["verdict"] == "FAIL"
-    assert npu_smi.calls == 6  # the dead server's devices were sampled at its stop and checked after it too
+    # The inventory, then per block: before, at the stop and after, the dead server's block too.
+    assert npu_smi.calls == INVENTORY + 6
 
 
 def test_processes_that_are_not_the_servers_after_its_stop_are_interference_not_cleanup(pytester, npu_smi):
-    # Block 1A: idle throughout. Block 2B: idle before and at its stop; after it, the serving sample's
-    # workers, whose PIDs were never the server's: another process came, which invalidates the block.
-    npu_smi.answer(IDLE, IDLE, IDLE, IDLE, IDLE, SERVING)
+    # The inventory, then block 1A: idle throughout. Block 2B: idle before and at its stop; after it, the
+    # serving sample's workers, whose PIDs were never the server's: another process came, which invalidates it.
+    npu_smi.answer(IDLE, IDLE, IDLE, IDLE, IDLE, IDLE, SERVING)
     spec = write_npu_campaign(pytester)
 
     result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "-rs")
@@ -236,7 +239,7 @@ def test_processes_that_are_not_the_servers_after_its_stop_are_interference_not_
     assert event["failure_outcome"] == "INCONCLUSIVE"
     assert event["graceful"] is True and not event["exit"]["survivors"]
     assert verdict_of(pytester, CANDIDATE)["verdict"] == "INCONCLUSIVE"
-    assert npu_smi.calls == 6
+    assert npu_smi.calls == INVENTORY + 6
 
 
 # ---- a live fake host: its processes are the simulator's own workers, and its telemetry follows them
