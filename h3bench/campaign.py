@@ -77,6 +77,7 @@ class Campaign(Review):
                 model=spec.model.model_dump(mode="json"),
                 started_at=self.started_at,
                 session=self.session,
+                lpips_weights=self.judge.weights_record(),
             )
         return self._bundle
 

@@ -98,6 +98,7 @@ class Bundle:
         name: str | None = None,
         started_at: str | None = None,
         session: str | None = None,
+        lpips_weights: Mapping[str, Any] | None = None,
     ) -> Bundle:
         """Make a new bundle directory under ``root`` and write its manifest.
 
@@ -117,6 +118,8 @@ class Bundle:
             When the run started (default: now) and the run's own id; with them a
             caller knows the bundle's path before it exists (:meth:`planned_path`)
             and can find it again (:meth:`locate`).
+        lpips_weights
+            Which pinned files the LPIPS weights come from (their paths and SHA-256).
         """
         root_path = Path(root) if root is not None else Path.cwd() / DEFAULT_ROOT
         if not isinstance(spec_id, str) or not files.SHA256_HEX.fullmatch(spec_id):
@@ -133,6 +136,7 @@ class Bundle:
             "source": dict(source),
             "model": dict(model),
             "session": session,
+            "lpips_weights": dict(lpips_weights) if lpips_weights is not None else None,
         }
         # Serialize before creating anything, so bad input leaves no empty bundle behind.
         document = files.json_document(manifest, root_path / MANIFEST)
