@@ -155,10 +155,11 @@ def loop_side(model: lpips.LPIPS, videos: list[list[np.ndarray]], pairs: list[tu
 
 def our_side(net: h3lpips.LpipsNetwork, videos: list[list[np.ndarray]], pairs: list[tuple[int, int]]) -> np.ndarray:
     used = sorted({i for pair in pairs for i in pair})
+    row = {output: i for i, output in enumerate(used)}
     scores = np.zeros((len(pairs), len(videos[0])))
     for t in range(len(videos[0])):
-        features = dict(zip(used, net.features(np.stack([videos[i][t] for i in used])), strict=True))
-        scores[:, t] = net.distances([(features[a], features[b]) for a, b in pairs])
+        batch = net.features(np.stack([videos[i][t] for i in used]))
+        scores[:, t] = net.distances(batch, [row[a] for a, _ in pairs], [row[b] for _, b in pairs])
     return scores
 
 

@@ -35,10 +35,11 @@ import numpy as np
 
 from h3bench import media
 from h3bench.errors import MediaDecodeError, MediaShapeError, WeightIntegrityError
+from h3bench.h3 import expected_shape
 from h3bench.hashing import sha256_file
 from h3bench.prefetch import prefetch
 from h3bench.quality.checks import QualityReport, Thresholds
-from h3bench.quality.compare import LpipsSettings, Measured, assemble
+from h3bench.quality.compare import LpipsSettings, Measured, assemble, audio_trim_count
 from h3bench.quality.files import Probed, require_readable
 
 if TYPE_CHECKING:
@@ -85,8 +86,9 @@ class _End:
 
     info: media.MediaInfo | None
     error: str | None
-    pcm: np.ndarray | None
-    video_sha256: str | None
+    pcm: np.ndarray | None = None
+    video_sha256: str | None = None
+    spectra: tuple[int, Spectra] | None = None  # computed beside the other files' decodes
 
 
 @dataclass
@@ -233,7 +235,9 @@ class Engine:
         files = list({id(f): f for p in pairs for f in (p.base, p.cand)}.values())
         weights, _ = self._lpips_weights()
         lpips_files = {id(f) for p in pairs for f in (p.base, p.cand)} if weights is not None else set()
-        streams = {id(f): prefetch(self._decode(f, rgb=id(f) in lpips_files), _PREFETCH, name=f"decode {f.path}")
+        seconds = {id(f): {p.comparison.expect_seconds for p in pairs if f in (p.base, p.cand)} for f in files}
+        streams = {id(f): prefetch(self._decode(f, rgb=id(f) in lpips_files, seconds=seconds[id(f)]), _PREFETCH,
+                                   name=f"decode {f.path}")
                    for f in files}
         with contextlib.ExitStack() as stack:
             for stream in streams.values():
@@ -247,8 +251,14 @@ class Engine:
                 f.pcm = None
                 f.spectra.clear()
 
-    def _decode(self, file: _File, *, rgb: bool) -> Generator[media.DecodedFrame | _End, None, None]:
-        """Runs on the file's own thread: its frames, then one :class:`_End`."""
+    def _decode(
+        self, file: _File, *, rgb: bool, seconds: set[float | None]
+    ) -> Generator[media.DecodedFrame | _End, None, None]:
+        """Runs on the file's own thread: its frames, then one :class:`_End`.
+
+        When all of the file's pairs trim its audio alike, its spectra are
+        computed here too, in parallel with the other files' work.
+        """
         try:
             has_video, has_audio = media.streams_of(file.path)
             video = sha = None
@@ -258,9 +268,15 @@ class Engine:
                 video, sha = reader.info, reader.sha256
             pcm, audio = media.read_audio(file.path) if has_audio else (None, None)
             info = media.MediaInfo(file.path, os.path.getsize(file.path), video, audio)
-            yield _End(info, None, pcm, sha)
         except MediaDecodeError as exc:
-            yield _End(None, str(exc), None, None)
+            yield _End(None, str(exc))
+            return
+        spectra = None
+        if pcm is not None and audio is not None and len(seconds) == 1:
+            (expect,) = seconds
+            count = audio_trim_count(audio, expected_shape(expect) if expect is not None else None)
+            spectra = _spectra_of(pcm, count)
+        yield _End(info, None, pcm, sha, spectra)
 
     def _stream(self, pairs: list[_Pair], files: list[_File], streams: dict[int, Any], *, lpips: bool) -> None:
         """Read every file's frames in lockstep and feed them to every pair they belong to."""
@@ -293,6 +309,8 @@ class Engine:
 
     def _finish(self, file: _File, end: _End) -> None:
         file.info, file.error, file.pcm = end.info, end.error, end.pcm
+        if end.spectra is not None:
+            file.spectra[end.spectra[0]] = end.spectra[1]
         if self.digests and end.error is None:
             pcm = media.pcm_sha256(end.pcm) if end.pcm is not None else None
             file.digest = media.DecodedDigest(end.video_sha256, pcm)
@@ -378,6 +396,16 @@ class Engine:
             if count not in file.spectra:
                 file.spectra[count] = audio.spectra(pcm)
         return audio.spectra_cosine(base.spectra[base_count], cand.spectra[cand_count]), audio.rms_ratio(b, c)
+
+
+def _spectra_of(pcm: np.ndarray, count: int) -> tuple[int, Spectra] | None:
+    """The spectra of ``pcm`` trimmed to ``count`` samples, when the spectral cosine could use them."""
+    from h3bench.metrics import audio
+
+    if pcm.ndim != 2 or pcm.dtype.kind != "f" or not 1 + max(audio.N_FFTS) // 2 <= count <= pcm.shape[1]:
+        return None
+    trimmed = np.ascontiguousarray(pcm[:, :count], dtype=np.float32)
+    return (count, audio.spectra(trimmed)) if np.isfinite(trimmed).all() else None
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
