@@ -215,7 +215,7 @@ def test_authenticated_weights_carry_provenance(weights, weight_dir):
         ("backbone", weight_dir.resolve() / BACKBONE), ("heads", weight_dir.resolve() / HEADS)]
     assert weights.source.to_dict()["files"][0]["sha256"] == weights.backbone_sha256
     assert weights.backbone_sha256 == sha256(weight_dir / BACKBONE)
-    assert weights.heads_sha256 == UPSTREAM_HEADS_SHA
+    assert weights.source.files[1].sha256 == UPSTREAM_HEADS_SHA
     assert sorted(weights.features) == sorted(
         f"{index}.{kind}" for index in (0, 3, 6, 8, 10) for kind in ("weight", "bias")
     )
@@ -239,7 +239,7 @@ def test_environment_variables_are_honoured(weight_dir, monkeypatch):
     monkeypatch.setenv(h3lpips.PINS_ENV, str(weight_dir / "pins.toml"))
     weights = h3lpips.authenticate_weights()
     assert weights.source.kind == "torchvision"
-    assert weights.backbone_path == weight_dir.resolve() / BACKBONE
+    assert weights.source.files[0].path == weight_dir.resolve() / BACKBONE
 
 
 def test_no_directory_at_all_is_refused(monkeypatch, weight_dir, tmp_path):
@@ -254,8 +254,8 @@ def test_no_directory_at_all_is_refused(monkeypatch, weight_dir, tmp_path):
 def test_heads_fall_back_to_the_lpips_wheel(weight_dir, tmp_path):
     root = copy_weights(weight_dir, tmp_path / "w", only=(BACKBONE,))
     weights = h3lpips.authenticate_weights(root, pins=weight_dir / "pins.toml")
-    assert weights.heads_path == WHEEL_HEADS
-    assert weights.heads_sha256 == UPSTREAM_HEADS_SHA
+    assert weights.source.files[1].path == WHEEL_HEADS
+    assert weights.source.files[1].sha256 == UPSTREAM_HEADS_SHA
 
 
 @pytest.mark.parametrize("name", [BACKBONE, "heads.pth"])

