@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Comparison", "Engine", "components"]
 
-_PREFETCH = 4  # decoded frames held ahead per file
+_PREFETCH_FRAMES = 16  # decoded frames held ahead over a group's files (at least 4 per file)
 _BATCH_PIXELS = 8 * 1344 * 768  # frames per AlexNet pass: eight at H3's full size, more when smaller
 
 _PathLike = str | os.PathLike[str]
@@ -236,7 +236,8 @@ class Engine:
         weights, _ = self._lpips_weights()
         lpips_files = {id(f) for p in pairs for f in (p.base, p.cand)} if weights is not None else set()
         seconds = {id(f): {p.comparison.expect_seconds for p in pairs if f in (p.base, p.cand)} for f in files}
-        streams = {id(f): prefetch(self._decode(f, rgb=id(f) in lpips_files, seconds=seconds[id(f)]), _PREFETCH,
+        depth = max(4, _PREFETCH_FRAMES // len(files))  # a pair decodes further ahead, riding out scheduling gaps
+        streams = {id(f): prefetch(self._decode(f, rgb=id(f) in lpips_files, seconds=seconds[id(f)]), depth,
                                    name=f"decode {f.path}")
                    for f in files}
         with contextlib.ExitStack() as stack:
