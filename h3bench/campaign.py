@@ -108,6 +108,7 @@ class Campaign(Review):
                 session=self.session,
                 extra=self.preflight.manifest(),
                 arms={name: _launch_record(arm) for name, arm in spec.arms.items()},
+                lpips_weights=self.judge.weights_record(),
             )
         return self._bundle
 

