@@ -102,7 +102,12 @@ def run_campaign(pytester: pytest.Pytester, spec: Path, *args: str) -> pytest.Ru
     )
 
 
+def bundles_in(root: Path) -> list[Path]:
+    """The evidence bundles under ``root`` (beside them, ``reports/`` holds their reports)."""
+    return sorted(p for p in root.iterdir() if (p / "manifest.json").is_file())
+
+
 def bundle_of(pytester: pytest.Pytester) -> Path:
     """The one evidence bundle that the run wrote."""
-    (path,) = (pytester.path / "evidence").iterdir()
+    (path,) = bundles_in(pytester.path / "evidence")
     return path

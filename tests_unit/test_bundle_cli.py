@@ -29,7 +29,7 @@ import pytest
 import h3bench.quality
 from h3bench.cli import EXIT_CODES, main
 from h3bench.outcome import Outcome
-from tests_unit.campaign_project import write_campaign
+from tests_unit.campaign_project import bundles_in, write_campaign
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def bundle(tmp_path_factory) -> Path:
     # The noisy candidate fails its quality tests (exit 1); anything else means the campaign did not run.
     if proc.returncode != pytest.ExitCode.TESTS_FAILED or not evidence.is_dir():
         pytest.fail(f"campaign exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    (path,) = evidence.iterdir()
+    (path,) = bundles_in(evidence)
     assert sorted(p.name for p in (path / "quality").iterdir()) == [f"{ORIGINAL}.json"]
     return path
 
