@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import warnings
 from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from typing import Any
@@ -392,11 +393,14 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 def _report_line(campaign: Campaign) -> str:
     """Write the report beside the bundle, which pytest_sessionfinish has sealed; a failure never fails the session."""
     try:
-        from h3bench.report import write_report
+        with warnings.catch_warnings():
+            # pytest applies the tests' filterwarnings (error) here too; a plotting library's warning is no error.
+            warnings.simplefilter("default")
+            from h3bench.report import write_report
 
-        lpips = campaign.settings.lpips_dir
-        written = write_report(campaign.bundle.path, lpips_dir=str(lpips) if lpips else None,
-                               lpips_device=campaign.settings.lpips_device)
+            lpips = campaign.settings.lpips_dir
+            written = write_report(campaign.bundle.path, lpips_dir=str(lpips) if lpips else None,
+                                   lpips_device=campaign.settings.lpips_device)
     except Exception as exc:  # the campaign's outcome stands whatever happens to its report
         return f"report: not written ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0]})"
     return f"report: {written.html}"

@@ -10,7 +10,10 @@ NPU-like spec), only smaller and faster; ``run_campaign`` runs it.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +103,29 @@ def run_campaign(pytester: pytest.Pytester, spec: Path, *args: str) -> pytest.Ru
         "--runspec", str(spec), "--evidence-dir", str(pytester.path / "evidence"), "-p", "no:cacheprovider", *args,
         timeout=600,
     )
+
+
+def noisy_campaign(project: Path, candidate: str) -> tuple[Path, str]:
+    """Run a campaign whose candidate adds video noise in a child pytest: its one bundle and what pytest printed.
+
+    For module fixtures, which cannot use pytester: the child is not an xdist
+    worker and has a device lock of its own (as the campaign_subprocess_env
+    fixture arranges). The noisy candidate fails its quality tests (exit 1);
+    any other exit means the campaign did not run, and the test fails.
+    """
+    spec = write_campaign(project, candidates={candidate: {"video_noise": 12.0}})
+    evidence = project / "evidence"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env["H3BENCH_DEVICE_LOCK"] = str(project / "devices.lock")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--runspec", str(spec), "--evidence-dir", str(evidence),
+         "-p", "no:cacheprovider", "-q"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=900,
+    )
+    if proc.returncode != pytest.ExitCode.TESTS_FAILED or not evidence.is_dir():
+        pytest.fail(f"campaign exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    (path,) = bundles_in(evidence)
+    return path, proc.stdout
 
 
 def bundles_in(root: Path) -> list[Path]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -38,7 +37,7 @@ from h3bench.report.pictures import worst_pair_pictures
 from h3bench.review import Review
 from h3bench.settings import Settings
 from tests_unit import browser
-from tests_unit.campaign_project import bundles_in, write_campaign
+from tests_unit.campaign_project import noisy_campaign, write_campaign
 
 pytestmark = pytest.mark.slow
 
@@ -55,20 +54,8 @@ class Run:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Run:
     """One real campaign run: its bundle, and what pytest printed (the report's path last in its summary)."""
-    project = tmp_path_factory.mktemp("campaign")
-    spec = write_campaign(project, candidates={CANDIDATE: {"video_noise": 12.0}})
-    evidence = project / "evidence"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
-    env["H3BENCH_DEVICE_LOCK"] = str(project / "devices.lock")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--runspec", str(spec), "--evidence-dir", str(evidence),
-         "-p", "no:cacheprovider", "-q"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=900,
-    )
-    if proc.returncode != pytest.ExitCode.TESTS_FAILED or not evidence.is_dir():
-        pytest.fail(f"campaign exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    (path,) = bundles_in(evidence)
-    return Run(path, proc.stdout)
+    path, stdout = noisy_campaign(tmp_path_factory.mktemp("campaign"), CANDIDATE)
+    return Run(path, stdout)
 
 
 @pytest.fixture(scope="module")
