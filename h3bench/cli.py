@@ -10,7 +10,13 @@
                                      what a campaign will run and cost, before anything runs
     h3bench run --runspec FILE [--arm ARM] [--evidence-dir DIR] [--resume BUNDLE] ...
                                      a whole campaign without pytest (see h3bench.cli_campaign)
+    h3bench report BUNDLE [--out DIR] [--lpips-dir DIR] [--lpips-device DEV]
+                                     report.html and summary.md of a bundle that verifies
     h3bench sim ...                  (every argument goes to h3bench.sim.main)
+
+``report`` writes ``report.html`` (self-contained) and ``summary.md``, by
+default into ``<bundle's parent>/reports/<bundle name>/``, and prints both
+paths; a bundle that does not verify is refused (exit 2).
 
 Exit codes: ``compare`` and ``validate`` exit with their verdict, 0 PASS,
 1 FAIL and 3 INCONCLUSIVE; ``verify`` exits 0 for an intact bundle and 1
@@ -224,12 +230,16 @@ def _run_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _configure_lpips(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lpips-dir", help="directory with the LPIPS weights (default: $H3BENCH_LPIPS_DIR)")
+    parser.add_argument("--lpips-device", default="cpu", help="torch device for LPIPS (default: %(default)s)")
+
+
 def _configure_validate(parser: argparse.ArgumentParser) -> None:
     _configure_bundle(parser)
     parser.add_argument("--lossless", action="store_true",
                         help="also run the lossless test against the baseline's own variability")
-    parser.add_argument("--lpips-dir", help="directory with the LPIPS weights (default: $H3BENCH_LPIPS_DIR)")
-    parser.add_argument("--lpips-device", default="cpu", help="torch device for LPIPS (default: %(default)s)")
+    _configure_lpips(parser)
 
 
 def _run_validate(args: argparse.Namespace) -> int:
@@ -251,11 +261,30 @@ def _run_validate(args: argparse.Namespace) -> int:
     return EXIT_CODES[outcome]
 
 
+def _configure_report(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle", help="an evidence bundle directory")
+    parser.add_argument("--out", metavar="DIR",
+                        help="directory for report.html and summary.md (default: <bundle's parent>/reports/<bundle name>)")
+    _configure_lpips(parser)  # only for the worst pair's per-frame LPIPS curve
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    # matplotlib, librosa and scikit-image load only for a report.
+    from h3bench.report import write_report
+
+    written = write_report(_bundle_dir(args.bundle), args.out, lpips_dir=args.lpips_dir, lpips_device=args.lpips_device)
+    print(f"report: {written.html}")
+    print(f"summary: {written.summary}")
+    return 0
+
+
 SUBCOMMANDS: dict[str, Subcommand | Passthrough] = {
     "verify": Subcommand("re-hash an evidence bundle and name every file that changed or went missing",
                          _configure_bundle, _run_verify),
     "validate": Subcommand("re-run the quality gates on a bundle's outputs; the result goes beside the old ones",
                            _configure_validate, _run_validate),
+    "report": Subcommand("write a self-contained report.html and a summary.md of a bundle that verifies",
+                         _configure_report, _run_report),
     "probe": Subcommand("describe a media file's streams (counts verified by decoding)", _configure_probe, _run_probe),
     "compare": Subcommand(
         "run every format check and quality gate of a candidate MP4 against its baseline",

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -29,7 +28,7 @@ import pytest
 import h3bench.quality
 from h3bench.cli import EXIT_CODES, main
 from h3bench.outcome import Outcome
-from tests_unit.campaign_project import write_campaign
+from tests_unit.campaign_project import noisy_campaign
 
 pytestmark = pytest.mark.slow
 
@@ -42,21 +41,7 @@ CONSOLE_SCRIPT = Path(sys.executable).with_name("h3bench")
 @pytest.fixture(scope="module")
 def bundle(tmp_path_factory) -> Path:
     """The bundle of one real campaign run, with the quality result its session wrote."""
-    project = tmp_path_factory.mktemp("campaign")
-    spec = write_campaign(project, candidates={CANDIDATE: {"video_noise": 12.0}})
-    evidence = project / "evidence"
-    # Not an xdist worker, and a device lock of its own (see the campaign_subprocess_env fixture).
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
-    env["H3BENCH_DEVICE_LOCK"] = str(project / "devices.lock")
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "--runspec", str(spec), "--evidence-dir", str(evidence),
-         "-p", "no:cacheprovider", "-q"],
-        cwd=project, env=env, capture_output=True, text=True, timeout=900,
-    )
-    # The noisy candidate fails its quality tests (exit 1); anything else means the campaign did not run.
-    if proc.returncode != pytest.ExitCode.TESTS_FAILED or not evidence.is_dir():
-        pytest.fail(f"campaign exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    (path,) = evidence.iterdir()
+    path, _ = noisy_campaign(tmp_path_factory.mktemp("campaign"), CANDIDATE)
     assert sorted(p.name for p in (path / "quality").iterdir()) == [f"{ORIGINAL}.json"]
     return path
 
