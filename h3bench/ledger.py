@@ -152,9 +152,9 @@ class LedgerReport:
 
     path: str
     entries: int
-    bundles_checked: int
-    problems: tuple[str, ...]
-    not_found: tuple[str, ...]
+    bundles_checked: int  # bundles found, verified and derived again
+    problems: tuple[str, ...]  # each names its line; any one makes the ledger fail
+    not_found: tuple[str, ...]  # entries whose bundle is neither at its recorded path nor under --bundles
 
     @property
     def ok(self) -> bool:
