@@ -12,6 +12,10 @@
                                      a whole campaign without pytest (see h3bench.cli_campaign)
     h3bench report BUNDLE [--out DIR] [--lpips-dir DIR] [--lpips-device DEV]
                                      report.html and summary.md of a bundle that verifies
+    h3bench ledger add BUNDLE | show | verify [--bundles DIR] [--ledger FILE]
+                                     the hash-chained ledger of candidates (see h3bench.ledger)
+    h3bench history DIR... [--html FILE] [--json]
+                                     baseline medians across campaigns, with flagged steps
     h3bench sim ...                  (every argument goes to h3bench.sim.main)
 
 ``report`` writes ``report.html`` (self-contained) and ``summary.md``, by
@@ -19,8 +23,9 @@ default into ``<bundle's parent>/reports/<bundle name>/``, and prints both
 paths; a bundle that does not verify is refused (exit 2).
 
 Exit codes: ``compare`` and ``validate`` exit with their verdict, 0 PASS,
-1 FAIL and 3 INCONCLUSIVE; ``verify`` exits 0 for an intact bundle and 1
-otherwise. Usage errors, paths that cannot be read and refused
+1 FAIL and 3 INCONCLUSIVE; ``verify`` and ``ledger verify`` exit 0 for an
+intact bundle or ledger and 1 otherwise; ``history`` exits 1 while a flagged
+regression is ongoing. Usage errors, paths that cannot be read and refused
 configuration (UsageError, RunSpecError, WeightIntegrityError) exit 2; any
 other H3BenchError exits 1. Errors are one line on stderr, never a traceback.
 
@@ -43,7 +48,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from h3bench import __version__, cli_campaign, media, quality
+from h3bench import __version__, cli_campaign, cli_ledger, media, quality
 from h3bench.errors import H3BenchError, RunSpecError, UsageError, WeightIntegrityError
 from h3bench.h3 import expected_shape
 from h3bench.outcome import Outcome
@@ -295,6 +300,10 @@ SUBCOMMANDS: dict[str, Subcommand | Passthrough] = {
                        cli_campaign.configure_plan, cli_campaign.run_plan),
     "run": Subcommand("run a whole campaign without pytest: blocks, quality, verdict, sealed bundle",
                       cli_campaign.configure_run, cli_campaign.run_campaign),
+    "ledger": Subcommand("the append-only, hash-chained ledger of candidates: add a bundle, show, verify",
+                         cli_ledger.configure_ledger, cli_ledger.run_ledger),
+    "history": Subcommand("the baseline's E2E medians across campaigns, with flagged step changes",
+                          cli_ledger.configure_history, cli_ledger.run_history),
     "sim": Passthrough("run the vLLM-Omni simulator server (arguments go to h3bench.sim)", _run_sim),
 }
 
