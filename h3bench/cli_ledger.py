@@ -43,7 +43,7 @@ def _outcome_text(value: Any) -> str:
 
 def ledger_table(entries: Sequence[dict[str, Any]]) -> list[str]:
     """The ledger as text: one table per hardware kind, entries in ledger order, reasons under each line."""
-    header = ("#", "DATE", "SPEC", "CANDIDATE", "DUR", "SOURCE", "EFFECT (B/A, 95% CI)", "QUALITY", "LOSSLESS",
+    header = ("#", "DATE", "SPEC", "CANDIDATE", "DUR", "SOURCE", "EFFECT (B/A, bounds)", "QUALITY", "LOSSLESS",
               "HELD-OUT", "VERDICT", "VALIDATOR")
     lines: list[str] = []
     for kind in sorted({str(e.get("hardware")) for e in entries}):

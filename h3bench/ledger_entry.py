@@ -25,6 +25,7 @@ from typing import Any
 
 from h3bench import stats
 from h3bench.errors import UsageError
+from h3bench.intervals import Levels, error_levels
 from h3bench.outcome import Outcome, combine
 from h3bench.runspec import BASELINE
 from h3bench.stored import StoredBundle
@@ -47,17 +48,17 @@ def refuse_diagnostic(bundle: StoredBundle) -> None:
         )
 
 
-def _effect(bundle: StoredBundle, candidate: str, duration: float, margin: float,
-            results: list[Any]) -> dict[str, Any]:
+def _effect(candidate: str, duration: float, margin: float, results: list[Any], levels: Levels) -> dict[str, Any]:
+    """The paired ratio with its bounds at the campaign's own error levels, recomputed from the samples."""
     blocks = [stats.BlockSamples("A" if r.block.arm == BASELINE else "B", r.latencies) for r in results
               if r.block.candidate == candidate and r.block.duration == duration and r.failure is None
               and r.latencies]
     if {b.role for b in blocks} != {"A", "B"}:
         return {"ratio": None, "ci_low": None, "ci_high": None, "k": 0,
                 "why": "no successful block of both arms in this bundle"}
-    estimate = stats.speed_report(blocks, margin=margin).estimate
+    estimate = stats.speed_report(blocks, margin=margin, levels=levels).estimate
     return {"ratio": estimate.geomean, "ci_low": estimate.ci_low, "ci_high": estimate.ci_high,
-            "confidence": estimate.confidence, "k": estimate.k, "design": estimate.design,
+            "levels": {"low": levels.fail_level, "high": levels.pass_level}, "k": estimate.k, "design": estimate.design,
             "why": None if estimate.ci_low is not None else "; ".join(estimate.notes)}
 
 
@@ -122,7 +123,8 @@ def entries_of(bundle: StoredBundle) -> list[dict[str, Any]]:
                 "candidate": candidate,
                 "duration": key,
                 **bundle.attribution(candidate),
-                "effect": _effect(bundle, candidate, duration, spec.gates.speed_margin, results),
+                "effect": _effect(candidate, duration, spec.gates.speed_margin, results,
+                                  error_levels(len(spec.workload.durations), len(spec.candidates))),
                 "quality": durations.get("quality", NOT_RUN),
                 "lossless": durations.get("lossless", NOT_RUN),
                 "heldout": heldout if heldout is not None else NOT_RUN,

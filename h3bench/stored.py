@@ -113,9 +113,14 @@ class StoredBundle:
                 "combination_of": list(arm.get("combination_of") or [])}
 
     def baseline_command(self) -> str:
-        """The baseline arm's launch, as canonical JSON: its argv (or vLLM command table) and environment."""
+        """The baseline arm's launch, as canonical JSON: the argv and environment the manifest recorded, else the arm.
+
+        A vLLM arm's options are its command; its description is not.
+        """
+        recorded = (self.manifest.get("arms") or {}).get(BASELINE)
         arm = self.arm(BASELINE)
-        launch = {key: arm[key] for key in ("argv", "vllm", "env") if arm.get(key)}
+        launch = ({key: recorded[key] for key in ("argv", "env") if key in recorded} if isinstance(recorded, dict)
+                  else {key: value for key, value in arm.items() if key != "description" and value})
         return json.dumps(launch, sort_keys=True, separators=(",", ":"))
 
     def heldout(self, candidate: str, duration: str) -> dict[str, Any] | None:

@@ -28,8 +28,10 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runspecs"
 
 
 def npu_spec(kind: str = "910b1", devices: int = 8, **arms: dict[str, Any]) -> RunSpec:
-    """The 8x910B1 fixture spec, on another hardware kind or with other candidates (argv and env only)."""
-    data = load_runspec(FIXTURES / "910b1-x8.toml").model_dump(mode="json")
+    """The 8x910B1 fixture spec (4 devices: the 950PR one), on another hardware kind or with other candidates."""
+    fixture = "910b1-x8.toml" if devices == 8 else "950pr-x4.toml"
+    data = load_runspec(FIXTURES / fixture).model_dump(mode="json")
+    data["hints"] = None  # the hints name the fixture's own candidates
     data["hardware"] = {"kind": kind, "device_ids": list(range(devices))}
     if arms:
         baseline = data["arms"]["baseline"]
@@ -43,8 +45,9 @@ def verdict_of(spec: RunSpec, parts: Mapping[str, Mapping[str, Outcome]]) -> dic
     for candidate in spec.candidates:
         part = parts.get(candidate, {})
         speed = part.get("speed", Outcome.PASS)
-        durations = {f"{d:g}s": DurationVerdict(speed, (f"speed {speed} (simulated)",), part.get("quality", Outcome.PASS),
-                                                 3, False, None) for d in spec.workload.durations}
+        durations = {f"{d:g}s": DurationVerdict(speed, (f"speed {speed} (simulated)",), None,
+                                                 part.get("quality", Outcome.PASS), 3, False, None)
+                     for d in spec.workload.durations}
         candidates[candidate] = CandidateVerdict(durations, None).to_dict()
     return {"spec_id": spec.spec_id, "run": "FORMAL", "interrupted": None, "candidates": candidates}
 

@@ -26,7 +26,7 @@ def campaign_series(root: Path, *, step: float | None, seed: int, kind: str = "9
     spec = npu_spec(kind, devices)
     if argv_tail:
         data = spec.model_dump(mode="json")
-        data["arms"]["baseline"]["argv"] = [*data["arms"]["baseline"]["argv"], *argv_tail]
+        data["arms"]["baseline"]["extra_args"] = [*data["arms"]["baseline"]["extra_args"], *argv_tail]
         spec = type(spec).model_validate(data)
     bundles = []
     for number in range(CAMPAIGNS):
