@@ -24,7 +24,7 @@ from typing import Any
 
 from h3bench import lossless, quality, stats, telemetry
 from h3bench.errors import EvidenceError, UsageError
-from h3bench.evidence import Bundle
+from h3bench.evidence import Bundle, require_verified
 from h3bench.intervals import error_levels
 from h3bench.judging import Judge, LpipsStatus
 from h3bench.measure import Measure
@@ -65,7 +65,8 @@ class Review:
 
     @classmethod
     def from_bundle(cls, path: str | Path, settings: Settings) -> Review:
-        """Review a stored bundle under its own spec."""
+        """Review a stored bundle under its own spec, once it verifies (EvidenceError naming the files otherwise)."""
+        require_verified(path, "it is not read")
         bundle = Bundle.open(path)
         spec = parse_runspec(bundle.manifest["spec"], source=f"{path}/manifest.json")
         review = cls(spec, settings, bundle_path=bundle.path)

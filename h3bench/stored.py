@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from h3bench.errors import EvidenceError, RunSpecError
-from h3bench.evidence import Bundle, verify
+from h3bench.evidence import Bundle, require_verified
 from h3bench.evidence.bundle import FINAL, QUALITY, segments_of
 from h3bench.evidence.files import read_json
 from h3bench.preflight import DIAGNOSTIC
@@ -175,9 +175,7 @@ def open_verified(path: str | Path) -> StoredBundle:
     root = Path(path)
     if not (root / "manifest.json").is_file():
         raise EvidenceError(f"{root}: not an evidence bundle (no manifest.json)", path=str(root))
-    report = verify(root)
-    if not report.ok:
-        raise EvidenceError(f"{root}: the bundle does not verify: " + "; ".join(report.problems), path=str(root))
+    require_verified(root, "it is not read")
     bundle = Bundle.open(root)
     final_path = root / bundle.segments()[-1] / FINAL
     data = final_path.read_bytes()

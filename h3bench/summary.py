@@ -46,19 +46,37 @@ def report_header(review: Review, arms: str, evidence: str) -> list[str]:
     return lines
 
 
-def stage_medians(samples: Iterable[Sample]) -> str:
-    """Median seconds of each top-level stage, and the derived mux-and-transfer remainder."""
+DERIVED_STAGE = "mux+transfer (derived)"
+
+
+def stage_median_values(samples: Iterable[Sample]) -> tuple[dict[str, float], int]:
+    """Median seconds of each top-level stage and of the derived remainder; and in how many requests it is negative.
+
+    E2E is measured around the stages, so a negative remainder means the
+    samples are inconsistent: it is a data error, never a median.
+    """
     samples = list(samples)
-    parts = []
+    medians: dict[str, float] = {}
     for stage in TOP_LEVEL_STAGES:
         values = [v for s in samples for k, v in s.stage_durations.items()
                   if k.count(".") <= 1 and k.rpartition(".")[2] == stage]
         if values:
-            parts.append(f"{stage} {statistics.median(values):.3f}")
+            medians[stage] = statistics.median(values)
     rest = [r for s in samples if s.e2e_s is not None
             if (r := mux_and_transfer_s(s.e2e_s, s.stage_durations)) is not None]
-    if rest:
-        parts.append(f"mux+transfer (derived) {statistics.median(rest):.3f}")
+    negative = sum(1 for r in rest if r < 0)
+    if rest and not negative:
+        medians[DERIVED_STAGE] = statistics.median(rest)
+    return medians, negative
+
+
+def stage_medians(samples: Iterable[Sample]) -> str:
+    """The stage medians as one terminal line, with a negative remainder reported as the data error it is."""
+    samples = list(samples)
+    medians, negative = stage_median_values(samples)
+    parts = [f"{stage} {value:.3f}" for stage, value in medians.items()]
+    if negative:
+        parts.append(f"{DERIVED_STAGE}: DATA ERROR, E2E shorter than its stages in {negative} request(s)")
     return ", ".join(parts)
 
 

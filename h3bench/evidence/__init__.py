@@ -8,6 +8,17 @@
 from __future__ import annotations
 
 from h3bench.evidence.bundle import DEFAULT_ROOT, FORMAT, LIFECYCLE, SAMPLE_KINDS, SAMPLES, SERVERS, Bundle
-from h3bench.evidence.verify import VerifyReport, verify
+from h3bench.evidence.verify import VerifyReport, require_verified, verify
 
-__all__ = ["DEFAULT_ROOT", "FORMAT", "LIFECYCLE", "SAMPLES", "SAMPLE_KINDS", "SERVERS", "Bundle", "VerifyReport", "verify"]
+__all__ = [
+    "DEFAULT_ROOT",
+    "FORMAT",
+    "LIFECYCLE",
+    "SAMPLES",
+    "SAMPLE_KINDS",
+    "SERVERS",
+    "Bundle",
+    "VerifyReport",
+    "require_verified",
+    "verify",
+]

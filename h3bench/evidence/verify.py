@@ -23,7 +23,7 @@ from h3bench.evidence.bundle import (
 )
 from h3bench.hashing import Digest, sha256_file
 
-__all__ = ["VerifyReport", "verify"]
+__all__ = ["VerifyReport", "final_sha256", "require_verified", "verify"]
 
 _PathLike = str | os.PathLike[str]
 
@@ -72,8 +72,18 @@ def _listing(value: Any, source: str, problems: list[str]) -> dict[str, tuple[st
     return listed
 
 
-def verify(path: _PathLike) -> VerifyReport:
+def final_sha256(path: _PathLike) -> str | None:
+    """SHA-256 of the last segment's ``final.json``: the anchor a run prints, for ``verify --expect``."""
+    final = Path(path) / segments_of(Path(path))[-1] / FINAL
+    return sha256_file(final).hexdigest if final.is_file() else None
+
+
+def verify(path: _PathLike, expect_final_sha256: str | None = None) -> VerifyReport:
     """Re-hash a bundle and name every file that changed, went missing or appeared unlisted.
+
+    ``final.json`` holds the hashes of everything else, so whoever rewrites it
+    can forge them all; with ``expect_final_sha256`` (the anchor the run printed
+    and put in pytest-benchmark's ``machine_info``) that is caught too.
 
     Files are checked against every segment's ``final.json`` and ``addenda.jsonl``;
     each file is listed exactly once. A segment without ``final.json`` (a run that
@@ -121,6 +131,11 @@ def verify(path: _PathLike) -> VerifyReport:
                 problems.append(f"{path}: listed twice ({name})")
             listed[path] = value
     finals = {segment + FINAL for segment in segments}
+    if expect_final_sha256 is not None:
+        found = final_sha256(root)
+        if found != expect_final_sha256.lower():
+            problems.append(f"{segments[-1] + FINAL}: SHA-256 {found or 'absent'}, but the run's anchor is "
+                            f"{expect_final_sha256} (final.json was rewritten)")
 
     addenda: dict[str, tuple[str, int]] = {}
     try:
@@ -191,3 +206,16 @@ def _unterminated(path: Path) -> bool:
             return False
         f.seek(-1, os.SEEK_END)
         return f.read(1) != b"\n"
+
+
+def require_verified(path: _PathLike, purpose: str) -> VerifyReport:
+    """Verify the bundle at ``path`` before ``purpose`` reads it; EvidenceError naming every problem otherwise.
+
+    Every reader of a stored bundle (validate, report, history, ledger, a
+    candidate-only run's baseline) goes through here: numbers from a bundle
+    that does not verify are never printed, judged or written back.
+    """
+    report = verify(path)
+    if not report.ok:
+        raise EvidenceError(f"{path} does not verify, so {purpose}: {'; '.join(report.problems)}", path=str(path))
+    return report

@@ -26,7 +26,6 @@ from typing import Any
 from h3bench import stats
 from h3bench.errors import H3BenchError, UsageError
 from h3bench.evidence import Bundle, VerifyReport, files, verify
-from h3bench.h3 import TOP_LEVEL_STAGES, mux_and_transfer_s
 from h3bench.lossless import DEVIATIONS
 from h3bench.quality import Status
 from h3bench.records import BlockResult, Sample
@@ -34,6 +33,7 @@ from h3bench.review import Review
 from h3bench.runspec import RunSpec
 from h3bench.schedule import MatchedPair
 from h3bench.settings import Settings
+from h3bench.summary import DERIVED_STAGE, stage_median_values
 
 __all__ = [
     "DERIVED_STAGE",
@@ -50,7 +50,6 @@ __all__ = [
 ]
 
 TELEMETRY = "telemetry.jsonl"
-DERIVED_STAGE = "mux+transfer (derived)"
 GATE_METRICS = tuple(DEVIATIONS)  # ssim, psnr_db, lpips, audio_spectral_cosine, audio_rms_ratio
 
 
@@ -223,18 +222,8 @@ def _lpips_detail(quality: dict[str, Any]) -> str | None:
 
 
 def stage_medians(samples: Iterable[Sample]) -> dict[str, float]:
-    """Median seconds of each top-level stage the samples report, and the derived mux-and-transfer remainder."""
-    samples = list(samples)
-    medians: dict[str, float] = {}
-    for stage in TOP_LEVEL_STAGES:
-        values = [v for s in samples for k, v in s.stage_durations.items()
-                  if k.count(".") <= 1 and k.rpartition(".")[2] == stage]
-        if values:
-            medians[stage] = statistics.median(values)
-    rest = [r for s in samples if s.e2e_s is not None and (r := mux_and_transfer_s(s.e2e_s, s.stage_durations)) is not None]
-    if rest:
-        medians[DERIVED_STAGE] = statistics.median(rest)
-    return medians
+    """Median seconds of each top-level stage the samples report, and the derived remainder unless it is negative."""
+    return stage_median_values(samples)[0]
 
 
 def number(value: Any) -> float | None:
