@@ -28,10 +28,12 @@ from typing import Any
 
 from h3bench import __version__
 from h3bench.block import run_block
-from h3bench.evidence import Bundle
+from h3bench.evidence import Bundle, files
 from h3bench.evidence.files import now
+from h3bench.evidence.verify import final_sha256
 from h3bench.measure import Measure, PlainMeasure
 from h3bench.pace import Pace
+from h3bench.plan import bundle_bytes
 from h3bench.preflight import preflight
 from h3bench.progress import Progress
 from h3bench.records import BlockFailed, BlockResult, CandidateStopped, headline
@@ -60,6 +62,9 @@ class Campaign(Review):
         self.inputs = spec.verify_inputs()
         # Pins and the host's own evidence, checked before any server starts (h3bench.preflight).
         self.preflight = preflight(spec, spec_file=settings.runspec, allow_unpinned=settings.allow_unpinned)
+        # Before any server starts: blocks whose evidence cannot be written would be lost.
+        files.require_writable(settings.evidence_root.resolve() if settings.resume is None else settings.resume.parent,
+                               bundle_bytes(spec, settings.arm, anchored=settings.baseline_evidence is not None))
         self.session = uuid.uuid4().hex  # the run's own id, recorded in the manifest
         self.started_at = now()
         planned = Bundle.planned_path(settings.evidence_root, spec.name, spec.spec_id, self.started_at)
@@ -189,6 +194,12 @@ class Campaign(Review):
                 progress(f"h3bench: block {block.id}: {headline(str(exc))}")
 
     # -- the end -----------------------------------------------------------------------
+
+    def anchor(self) -> str | None:
+        """SHA-256 of the sealed bundle's final.json, or None before it is sealed (or when nothing ran)."""
+        if self._bundle is None or not self._bundle.is_complete:
+            return None
+        return final_sha256(self._bundle.path)
 
     def finish(self, interrupted: str | None = None) -> None:
         """Write the quality results and verdict.json, then seal the bundle; nothing if no block ran."""

@@ -3,7 +3,8 @@
     h3bench probe FILE [--json]
     h3bench compare BASELINE CANDIDATE [--json] [--expect-seconds S]
                     [--no-lpips] [--lpips-dir DIR] [--lpips-device DEV]
-    h3bench verify BUNDLE [--json]   re-hash an evidence bundle
+    h3bench verify BUNDLE [--json] [--expect SHA256]
+                                     re-hash an evidence bundle (against the run's anchor)
     h3bench validate BUNDLE [--json] [--lossless] [--lpips-dir DIR] [--lpips-device DEV]
                                      re-run the gates; the result goes beside the old ones
     h3bench plan --runspec FILE [--arm ARM] [-m MARKEXPR] [--history DIR]
@@ -43,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -222,10 +224,18 @@ def _bundle_dir(path: str) -> Path:
     return Path(path)
 
 
+def _configure_verify(parser: argparse.ArgumentParser) -> None:
+    _configure_bundle(parser)
+    parser.add_argument("--expect", metavar="SHA256",
+                        help="the final.json SHA-256 the run printed (its terminal summary, or machine_info)")
+
+
 def _run_verify(args: argparse.Namespace) -> int:
     from h3bench.evidence import verify
 
-    report = verify(_bundle_dir(args.bundle))
+    if args.expect is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", args.expect):
+        raise UsageError(f"--expect {args.expect}: not a SHA-256 (64 hexadecimal digits)")
+    report = verify(_bundle_dir(args.bundle), expect_final_sha256=args.expect)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, allow_nan=False))
     else:
@@ -285,7 +295,7 @@ def _run_report(args: argparse.Namespace) -> int:
 
 SUBCOMMANDS: dict[str, Subcommand | Passthrough] = {
     "verify": Subcommand("re-hash an evidence bundle and name every file that changed or went missing",
-                         _configure_bundle, _run_verify),
+                         _configure_verify, _run_verify),
     "validate": Subcommand("re-run the quality gates on a bundle's outputs; the result goes beside the old ones",
                            _configure_validate, _run_validate),
     "report": Subcommand("write a self-contained report.html and a summary.md of a bundle that verifies",

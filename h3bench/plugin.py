@@ -470,6 +470,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(line)
     if campaign.interrupted:
         terminalreporter.write_line(f"the bundle is sealed as INTERRUPTED: {campaign.interrupted}")
+    anchor = campaign.anchor()
+    if anchor is not None:
+        terminalreporter.write_line(f"final.json SHA-256 {anchor} (h3bench verify BUNDLE --expect {anchor})")
     terminalreporter.write_line(_report_line(campaign))
 
 
@@ -489,7 +492,17 @@ def _report_line(campaign: Campaign) -> str:
     return f"report: {written.html}"
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> None:
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # before pytest-benchmark saves: machine_info gets the anchor
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> Generator[None, None, None]:
     campaign = session.config.stash.get(_CAMPAIGN_KEY, None)
     if isinstance(campaign, Campaign):
         campaign.finish(_interruption(session, exitstatus))
+    yield
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
+    """The sealed bundle and its final.json SHA-256: an anchor outside the bundle that a rewrite cannot forge."""
+    campaign = config.stash.get(_CAMPAIGN_KEY, None)
+    if isinstance(campaign, Campaign) and (anchor := campaign.anchor()) is not None:
+        machine_info["h3bench"] = {"bundle": str(campaign.bundle.path), "final_json_sha256": anchor}

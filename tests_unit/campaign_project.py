@@ -124,7 +124,7 @@ def noisy_campaign(project: Path, candidate: str) -> tuple[Path, str]:
     env["H3BENCH_DEVICE_LOCK"] = str(project / "devices.lock")
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--runspec", str(spec), "--evidence-dir", str(evidence),
-         "-p", "no:cacheprovider", "-q"],
+         "-p", "no:cacheprovider", "-q", f"--benchmark-json={project / 'benchmark.json'}"],
         cwd=project, env=env, capture_output=True, text=True, timeout=900,
     )
     if proc.returncode != pytest.ExitCode.TESTS_FAILED or not evidence.is_dir():

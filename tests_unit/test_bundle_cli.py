@@ -39,11 +39,16 @@ CONSOLE_SCRIPT = Path(sys.executable).with_name("h3bench")
 
 
 @pytest.fixture(scope="module")
-def bundle(tmp_path_factory) -> Path:
-    """The bundle of one real campaign run, with the quality result its session wrote."""
-    path, _ = noisy_campaign(tmp_path_factory.mktemp("campaign"), CANDIDATE)
+def campaign(tmp_path_factory) -> tuple[Path, str]:
+    """The bundle of one real campaign run, with the quality result its session wrote, and what pytest printed."""
+    path, stdout = noisy_campaign(tmp_path_factory.mktemp("campaign"), CANDIDATE)
     assert sorted(p.name for p in (path / "quality").iterdir()) == [f"{ORIGINAL}.json"]
-    return path
+    return path, stdout
+
+
+@pytest.fixture(scope="module")
+def bundle(campaign) -> Path:
+    return campaign[0]
 
 
 @pytest.fixture
@@ -98,6 +103,31 @@ def _add_stray_file(root: Path) -> str:
     (root / "logs" / "notes.txt").write_text("added after the run\n")
     return "logs/notes.txt: not listed in final.json or addenda.jsonl"
 
+def test_the_run_prints_its_anchor_and_verify_expect_catches_a_forged_final_json(campaign, copy, capsys):
+    bundle, stdout = campaign
+    anchor = hashlib.sha256((bundle / "final.json").read_bytes()).hexdigest()
+    assert f"final.json SHA-256 {anchor} (h3bench verify BUNDLE --expect {anchor})" in stdout
+    machine_info = json.loads((bundle.parents[1] / "benchmark.json").read_text())["machine_info"]
+    assert machine_info["h3bench"] == {"bundle": str(bundle), "final_json_sha256": anchor}
+    assert run_cli(capsys, "verify", str(copy), "--expect", anchor)[0] == 0
+
+    # A forger changes a sample and rewrites final.json with the new hash: the bundle verifies on its own ...
+    samples = copy / "samples.jsonl"
+    samples.chmod(0o644)
+    samples.write_text(samples.read_text().replace('"ok": true', '"ok": true ', 1))
+    final = json.loads((copy / "final.json").read_text())
+    final["files"]["samples.jsonl"] = {"sha256": hashlib.sha256(samples.read_bytes()).hexdigest(),
+                                       "size": samples.stat().st_size}
+    (copy / "final.json").unlink()
+    (copy / "final.json").write_text(json.dumps(final, indent=2, sort_keys=True))
+    assert run_cli(capsys, "verify", str(copy))[0] == 0
+
+    # ... but not against the anchor the run printed.
+    code, out, _ = run_cli(capsys, "verify", str(copy), "--expect", anchor)
+    assert code == 1 and f"but the run's anchor is {anchor} (final.json was rewritten)" in out
+    assert run_cli(capsys, "verify", str(copy), "--expect", "not-a-hash")[0] == 2
+
+
 
 @pytest.mark.parametrize("damage", [_flip_output_byte, _delete_samples, _add_stray_file],
                          ids=["output-byte-changed", "samples-deleted", "stray-file"])
@@ -147,6 +177,28 @@ def test_validate_with_the_recorded_version_is_refused_and_writes_nothing(bundle
     assert f"is already validated with {ORIGINAL}; its result is frozen" in err
     assert "Traceback" not in err
     assert snapshot(bundle) == before
+
+
+def test_validate_refuses_a_tampered_bundle_naming_the_files_and_writes_nothing(copy, capsys):
+    """Quality results deleted and the candidate's E2E halved: nothing is re-judged, printed or appended."""
+    for result in (copy / "quality").iterdir():
+        result.unlink()
+    samples = copy / "samples.jsonl"
+    samples.chmod(0o644)
+    records = [json.loads(line) for line in samples.read_text().splitlines()]
+    for record in records:
+        if record.get("arm") == CANDIDATE and record.get("e2e_s"):
+            record["e2e_s"] /= 2
+    samples.write_text("".join(json.dumps(r) + "\n" for r in records))
+    before = snapshot(copy)
+
+    code, out, err = run_cli(capsys, "validate", str(copy))
+
+    assert code == 1 and out == ""
+    assert "does not verify, so it is not read" in err
+    assert "samples.jsonl: changed" in err and f"quality/{ORIGINAL}.json: missing" in err
+    assert "ratio" not in err and "Traceback" not in err
+    assert snapshot(copy) == before, "no quality result written, nothing appended to addenda.jsonl"
 
 
 def test_newer_validator_writes_its_result_beside_the_frozen_one(copy, capsys, newer_validator):
