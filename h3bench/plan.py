@@ -34,7 +34,7 @@ from h3bench.records import load_results
 from h3bench.runspec import UNPINNED, RunSpec
 from h3bench.schedule import Block, plan
 
-__all__ = ["BYTES_PER_PIXEL_FRAME", "Cost", "Plan", "cost_of", "make_plan", "plan_lines"]
+__all__ = ["BYTES_PER_PIXEL_FRAME", "Cost", "Plan", "bundle_bytes", "cost_of", "make_plan", "plan_lines"]
 
 # Measured on the simulator's H.264 crf 18 outputs (0.2 bit per pixel and frame), plus 128 kbit/s of AAC.
 BYTES_PER_PIXEL_FRAME = 0.2 / 8
@@ -172,6 +172,13 @@ def _device_problems(spec: RunSpec) -> list[str]:
     except H3BenchError as exc:
         return [f"devices: {exc}"]
     return []
+
+
+def bundle_bytes(spec: RunSpec, arms: str = "all", *, anchored: bool = False) -> float:
+    """The disk the blocks of ``arms`` need for their outputs, by the output-size model of :func:`make_plan`."""
+    protocol = spec.protocol
+    requests = protocol.warmups_per_block + protocol.requests_per_block + int(protocol.audit)
+    return sum(_output_model(spec, block.duration) * requests for block in plan(spec, arms, anchored=anchored))
 
 
 def make_plan(

@@ -304,6 +304,20 @@ def test_several_errors_are_all_listed(data):
     assert "\n  workload.size: " in message and "\n  protocol.requests_per_block: " in message
 
 
+@pytest.mark.parametrize(("durations", "reasons"), [
+    ([3, 16], ["workload.durations[0]: Input should be greater than or equal to 4 (got 3)",
+               "workload.durations[1]: Input should be less than or equal to 15 (got 16)"]),
+    ([], ["workload.durations: Tuple should have at least 1 item after validation, not 0 (got [])"]),
+], ids=["out-of-range", "empty"])
+def test_durations_out_of_range_are_named_without_a_second_confusing_line(data, durations, reasons):
+    with pytest.raises(RunSpecError) as info:
+        parse(edited(data, "workload.durations", durations))
+    message = str(info.value)
+    assert all(reason in message for reason in reasons)
+    # Only the real reasons: one line per refused duration, none for the emptied list pydantic counted after.
+    assert message.count("workload.durations") == len(reasons)
+
+
 def test_toml_syntax_error_names_the_file_and_line(tmp_path: Path):
     path = tmp_path / "broken.toml"
     path.write_text('name = "x"\n[protocol\n', encoding="utf-8")

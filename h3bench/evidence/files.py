@@ -16,6 +16,8 @@ import math
 import os
 import re
 import secrets
+import shutil
+import tempfile
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -185,3 +187,32 @@ def read_json(path: Path) -> Any:
         raise EvidenceError(f"{path}: no such file", path=str(path)) from exc
     except ValueError as exc:
         raise EvidenceError(f"{path}: not valid JSON ({exc})", path=str(path)) from exc
+
+
+# Beyond the outputs a bundle holds logs, JSONL records and the report: a margin, not a measurement.
+SPACE_MARGIN = 1.5
+
+
+def require_writable(root: Path, need_bytes: float) -> None:
+    """Check that bundles can be made under ``root`` and that its file system has ``need_bytes`` (with a margin).
+
+    Raises
+    ------
+    UsageError
+        ``root`` cannot be created or written, or has too little space; one message that says which and where.
+    """
+    from h3bench.errors import UsageError
+
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=".h3bench-write-check-", dir=root)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise UsageError(f"the evidence directory {root} cannot be written ({exc.strerror or exc}); "
+                         "choose another with --evidence-dir, nothing was started") from exc
+    free = shutil.disk_usage(root).free
+    if free < need_bytes * SPACE_MARGIN:
+        raise UsageError(f"the evidence directory {root} has {free / 1e6:.0f} MB free, but the plan estimates "
+                         f"{need_bytes / 1e6:.0f} MB for this campaign's outputs ({need_bytes * SPACE_MARGIN / 1e6:.0f} "
+                         "MB with the margin for logs and records); free some space or choose another --evidence-dir")

@@ -215,6 +215,12 @@ class RunSpec(Frozen):
         return self.input_files()
 
 
+def _real_errors(errors: list[Any]) -> list[Any]:
+    """Drop a list's "too short" when its items were refused: pydantic drops invalid items first, then counts."""
+    refused = {tuple(e["loc"][:-1]) for e in errors if e["loc"] and isinstance(e["loc"][-1], int)}
+    return [e for e in errors if not (e["type"] == "too_short" and tuple(e["loc"]) in refused)] or errors
+
+
 def _field_path(loc: tuple[int | str, ...]) -> str:
     path = ""
     for part in loc:
@@ -243,7 +249,7 @@ def parse_runspec(data: Mapping[str, Any], *, source: str, spec_dir: str | os.Pa
     try:
         spec = RunSpec.model_validate(data)
     except ValidationError as exc:
-        errors = exc.errors()
+        errors = _real_errors(exc.errors())
         lines = [f"{_field_path(error['loc']) or '(top level)'}: {_describe(error)}" for error in errors]
         raise RunSpecError(
             f"{source}: invalid RunSpec: " + ("\n  ".join(["", *lines]) if len(lines) > 1 else lines[0]),
