@@ -62,6 +62,9 @@ class Campaign(Review):
         self.inputs = spec.verify_inputs()
         # Pins and the host's own evidence, checked before any server starts (h3bench.preflight).
         self.preflight = preflight(spec, spec_file=settings.runspec, allow_unpinned=settings.allow_unpinned)
+        if settings.baseline_evidence is None:  # a candidate-only run has its own anchored design
+            self.preflight = self.preflight.with_design(spec, lossless_on=settings.lossless or spec.gates.lossless,
+                                                        allow_underpowered=settings.allow_underpowered)
         # Before any server starts: blocks whose evidence cannot be written would be lost.
         files.require_writable(settings.evidence_root.resolve() if settings.resume is None else settings.resume.parent,
                                bundle_bytes(spec, settings.arm, anchored=settings.baseline_evidence is not None))

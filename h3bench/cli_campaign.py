@@ -43,6 +43,10 @@ def configure_settings(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lossless", action="store_true", help="judge against the baseline's own variability")
     parser.add_argument("--lpips-dir", type=Path, dest="lpips_dir", help="directory with the LPIPS weights")
     parser.add_argument("--lpips-device", default="cpu", dest="lpips_device", help="torch device for LPIPS")
+    parser.add_argument("--allow-unpinned", action="store_true", dest="allow_unpinned",
+                        help="run a RunSpec with UNPINNED or TODO fields anyway, as a DIAGNOSTIC run")
+    parser.add_argument("--allow-underpowered", action="store_true", dest="allow_underpowered",
+                        help="run a RunSpec whose design cannot reach its verdict anyway, as a DIAGNOSTIC run")
 
 
 def settings_from(args: argparse.Namespace, *, resume: Path | None = None) -> Settings:
@@ -55,6 +59,8 @@ def settings_from(args: argparse.Namespace, *, resume: Path | None = None) -> Se
         lpips_dir=args.lpips_dir,
         lpips_device=args.lpips_device,
         resume=resume,
+        allow_unpinned=args.allow_unpinned,
+        allow_underpowered=args.allow_underpowered,
     )
 
 

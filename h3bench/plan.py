@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from h3bench.design import design_problems, design_warnings
 from h3bench.devices import DEFAULT_LOCK_PATH, DeviceLock
 from h3bench.errors import H3BenchError
 from h3bench.evidence import Bundle
@@ -161,7 +162,7 @@ def _problems(spec: RunSpec, lpips_dir: Path | None, lock_path: str | Path) -> l
         problems.append(f"the device lock {lock_path} is held by {holder}: another campaign is running on this host")
     if spec.hardware.kind != "sim":
         problems += _device_problems(spec)
-    return problems
+    return problems + design_problems(spec, lossless_on=spec.gates.lossless) + design_warnings(spec)
 
 
 def _device_problems(spec: RunSpec) -> list[str]:

@@ -89,6 +89,7 @@ HELP_LPIPS_DEVICE = "device for LPIPS: cpu, cuda or npu (default cpu)"
 HELP_RESUME = "continue this interrupted evidence bundle: finished blocks are kept, the rest run again"
 HELP_PROGRESS = "without a terminal, print a progress line every SECONDS while a long step runs (default 60)"
 HELP_ALLOW_UNPINNED = "run a RunSpec with UNPINNED or TODO fields anyway; the bundle is marked DIAGNOSTIC"
+HELP_ALLOW_UNDERPOWERED = "run a RunSpec whose design cannot reach its verdict anyway; the bundle is marked DIAGNOSTIC"
 
 
 def _arm(value: str) -> str:
@@ -126,6 +127,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--lpips-device", dest="h3_lpips_device", default="cpu", help=HELP_LPIPS_DEVICE)
     group.addoption("--allow-unpinned", dest="h3_allow_unpinned", action="store_true", default=False,
                     help=HELP_ALLOW_UNPINNED)
+    group.addoption("--allow-underpowered", dest="h3_allow_underpowered", action="store_true", default=False,
+                    help=HELP_ALLOW_UNDERPOWERED)
     group.addoption("--resume", dest="h3_resume", type=_existing_path, default=None, help=HELP_RESUME)
     group.addoption("--progress-interval", dest="h3_progress_interval", type=_seconds, default=60.0,
                     metavar="SECONDS", help=HELP_PROGRESS)
@@ -155,6 +158,7 @@ def _resolve(config: pytest.Config) -> Settings:
         lpips_device=config.getoption("h3_lpips_device"),
         resume=config.getoption("h3_resume"),
         allow_unpinned=config.getoption("h3_allow_unpinned"),
+        allow_underpowered=config.getoption("h3_allow_underpowered"),
     )
 
 
@@ -332,6 +336,8 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         line += f" --resume {settings.resume}"
     if settings.allow_unpinned:
         line += " --allow-unpinned"
+    if settings.allow_underpowered:
+        line += " --allow-underpowered"
     campaign = config.stash.get(_CAMPAIGN_KEY, None)
     if not isinstance(campaign, Campaign):
         return [line]

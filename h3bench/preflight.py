@@ -18,6 +18,7 @@ On the simulator these are recorded as absent.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ from typing import Any
 
 from h3bench import host
 from h3bench.checkpoint import content_identity
+from h3bench.design import design_problems
 from h3bench.errors import RunSpecError
 from h3bench.ports import LOCALHOST
 from h3bench.runspec import UNPINNED, RunSpec
@@ -96,10 +98,23 @@ class Preflight:
     unpinned: tuple[str, ...]
     host: dict[str, Any]
     unverified: tuple[str, ...]  # pins that the host could not confirm
+    underpowered: tuple[str, ...] = ()  # why the design cannot reach its verdict (h3bench.design)
 
     def manifest(self) -> dict[str, Any]:
-        return {"run": {"kind": self.kind, "unpinned": list(self.unpinned), "unverified": list(self.unverified)},
+        return {"run": {"kind": self.kind, "unpinned": list(self.unpinned), "unverified": list(self.unverified),
+                        "underpowered": list(self.underpowered)},
                 "host": self.host}
+
+    def with_design(self, spec: RunSpec, *, lossless_on: bool, allow_underpowered: bool) -> Preflight:
+        """Refuse a design that cannot reach its verdict, or with ``allow_underpowered`` mark the run DIAGNOSTIC."""
+        problems = tuple(design_problems(spec, lossless_on=lossless_on))
+        if not problems:
+            return self
+        if not allow_underpowered:
+            raise RunSpecError(f"{spec.name}: this design cannot reach the verdict it asks for: {'; '.join(problems)}; "
+                               "change the spec (a new frozen spec), or pass --allow-underpowered for a DIAGNOSTIC "
+                               "run", field_path="protocol")
+        return dataclasses.replace(self, kind=DIAGNOSTIC, underpowered=problems)
 
 
 def _mismatch(field: str, pinned: str, found: str, how: str) -> RunSpecError:

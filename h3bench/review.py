@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from h3bench import lossless, quality, stats, telemetry
+from h3bench.design import design_warnings
 from h3bench.errors import EvidenceError, UsageError
 from h3bench.evidence import Bundle, require_verified
 from h3bench.intervals import error_levels
@@ -298,8 +299,12 @@ class Review:
     def run_notes(self) -> list[str]:
         """What the manifest says about the run itself: a DIAGNOSTIC run, pins the host could not confirm."""
         run = self.bundle.manifest.get("run") or {}
-        lines = [f"DIAGNOSTIC run (--allow-unpinned): not a formal result; unpinned: {', '.join(run['unpinned'])}"
-                 ] if run.get("kind") == "DIAGNOSTIC" else []
+        lines = []
+        if run.get("unpinned"):
+            lines.append(f"DIAGNOSTIC run (--allow-unpinned): not a formal result; unpinned: {', '.join(run['unpinned'])}")
+        lines += [f"DIAGNOSTIC run (--allow-underpowered): not a formal result; {problem}"
+                  for problem in run.get("underpowered", ())]
+        lines += [f"design: {warning}" for warning in design_warnings(self.spec)]
         return lines + [f"not verified: {item}" for item in run.get("unverified", ())]
 
     # -- re-validation -------------------------------------------------------------------

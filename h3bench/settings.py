@@ -25,6 +25,7 @@ class Settings:
     lpips_device: str = "cpu"
     resume: Path | None = None  # continue this interrupted bundle
     allow_unpinned: bool = False  # run a spec with UNPINNED or TODO fields, as a DIAGNOSTIC run
+    allow_underpowered: bool = False  # run a spec whose design cannot reach its verdict, as a DIAGNOSTIC run
 
     @classmethod
     def for_bundle(cls, bundle: Path, *, lossless: bool, lpips_dir: str | None, lpips_device: str) -> Settings:

@@ -1,0 +1,79 @@
+"""A spec whose design cannot reach the verdict it asks for is refused when it loads, naming the design that can."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from h3bench.design import REFERENCE_NOISE, design_problems, design_warnings, speed_power
+from h3bench.runspec import load_runspec, parse_runspec
+from tests_unit.campaign_project import run_campaign, write_campaign
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def sim_spec(order: str, **protocol):
+    data = load_runspec(REPO / "fixtures" / "runspecs" / "sim.toml").model_dump(mode="json")
+    data["protocol"].update(order=order, **protocol)
+    return parse_runspec(data, source="test")
+
+
+def test_the_default_design_can_reach_every_verdict_it_asks_for():
+    spec = sim_spec("ABBAABBA")
+
+    assert design_problems(spec, lossless_on=True) == [] and design_warnings(spec) == []
+
+
+def test_one_pair_gives_no_interval_and_the_refusal_names_the_smallest_design_that_can():
+    (problem,) = design_problems(sim_spec("AB"), lossless_on=True)
+
+    assert problem.startswith("protocol.order = 'AB' cannot reach a speed verdict: one AB/BA pair gives no interval")
+    assert problem.endswith('the smallest design with the power it is built for is order = "ABBAABBA"')
+
+
+def test_a_lossless_test_without_enough_baseline_processes_is_refused_with_the_control_blocks_it_needs():
+    (problem,) = design_problems(sim_spec("ABBA", lossless_baseline_blocks=0), lossless_on=True)
+
+    assert "the lossless test cannot reach a verdict with 2 baseline and 2 candidate processes" in problem
+    assert problem.endswith("protocol.lossless_baseline_blocks = 6")
+    assert design_problems(sim_spec("ABBA", lossless_baseline_blocks=6), lossless_on=True) == []
+    assert design_problems(sim_spec("ABBA", lossless_baseline_blocks=0), lossless_on=False) == []
+
+
+def test_the_power_figures_come_from_the_verdicts_own_bounds():
+    # A true 10 % speedup at the reference noise: ABBA finds it rarely, ABBAABBA almost always (both durations).
+    abba, abbaabba = speed_power("ABBA", 3, 0.02, 2, 1), speed_power("ABBAABBA", 3, 0.02, 2, 1)
+    assert abba < 0.2 and abbaabba > 0.95
+    # No effect at all: PASS stays within the campaign-wide level (at most 2.5 % false "faster").
+    assert speed_power("ABBAABBA", 3, 0.02, 2, 1, ratio=1.0) <= 0.025
+    (warning,) = design_warnings(sim_spec("ABBA"))
+    assert f"calls a true 10% speedup PASS in only {abba:.0%} of campaigns" in warning
+    assert f"{REFERENCE_NOISE[0]:.0%} request and {REFERENCE_NOISE[1]:.0%} process noise" in warning
+
+
+@pytest.mark.usefixtures("campaign_subprocess_env")
+def test_an_underpowered_spec_is_refused_before_any_server_starts(pytester):
+    spec = write_campaign(pytester.path, protocol={"order": "AB"})
+
+    result = run_campaign(pytester, spec)
+
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*this design cannot reach the verdict it asks for: protocol.order = 'AB'*"
+                                 "or pass --allow-underpowered for a DIAGNOSTIC run*"])
+    assert not (pytester.path / "evidence").exists() or not any((pytester.path / "evidence").iterdir())
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("campaign_subprocess_env")
+def test_allow_underpowered_runs_it_as_a_diagnostic_run_that_says_why(pytester):
+    spec = write_campaign(pytester.path, protocol={"order": "AB"})
+
+    result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "--allow-underpowered")
+
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*DIAGNOSTIC run (--allow-underpowered): not a formal result; protocol.order = 'AB'*"])
+    (bundle,) = (pytester.path / "evidence").glob("*/manifest.json")
+    run = json.loads(bundle.read_text())["run"]
+    assert run["kind"] == "DIAGNOSTIC" and run["underpowered"][0].startswith("protocol.order = 'AB'")
