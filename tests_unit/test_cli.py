@@ -104,6 +104,15 @@ def test_identical_files_pass_with_lpips_and_exit_0(small, tmp_path, capsys, lpi
     assert all(set(check) == {"name", "status", "value", "threshold", "detail"} for check in data["checks"])
 
 
+def test_the_json_says_why_the_spectral_cosine_can_exceed_1(small, capsys):
+    path = small()
+    _, data = _compare_json(capsys, str(path), str(path), "--no-lpips")
+
+    assert "float32 as upstream's formula is" in data["descriptions"]["audio_spectral_cosine"]
+    assert "not clipped" in data["descriptions"]["audio_spectral_cosine"]
+    assert data["audio_spectral_cosine"] == pytest.approx(1.0, abs=1e-5)  # identical audio, as upstream computes it
+
+
 def test_identical_files_without_lpips_are_inconclusive_and_exit_3(small, capsys):
     path = small()
     assert main(["compare", str(path), str(path), "--no-lpips"]) == 3

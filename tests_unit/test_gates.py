@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from h3bench import h3, media, quality
+from h3bench.cli import EXIT_CODES, main
 from h3bench.errors import UsageError
 from h3bench.metrics import audio, ssim_psnr
 from h3bench.outcome import Outcome
@@ -284,6 +285,21 @@ def test_a_file_that_does_not_decode_fails_decodable_without_raising(clip, tmp_p
     assert str(path) in check.detail
     assert report.verdict is Outcome.FAIL
     assert {c.status for c in report.checks if c.name != "decodable"} == {Status.NOT_MEASURED}
+
+
+@pytest.mark.parametrize("broken", [b"", np.random.default_rng(1).bytes(20_000)], ids=["empty", "random_bytes"])
+def test_a_broken_baseline_invalidates_the_comparison_instead_of_failing_the_candidate(clip, tmp_path, weights, broken,
+                                                                                         capsys):
+    baseline = tmp_path / "baseline.mp4"
+    baseline.write_bytes(broken)
+    report = quality.compare(baseline, clip(), lpips_weights=weights)
+    check = report.check("decodable")
+    assert (check.status, check.value) == (Status.NOT_MEASURED, "baseline no, candidate yes")
+    assert check.detail.startswith("the baseline is broken, which invalidates the comparison") and str(baseline) in check.detail
+    assert report.verdict is Outcome.INCONCLUSIVE and not report.failing()
+    # The CLI's exit code says the same: 3, not a failing candidate's 1.
+    assert main(["compare", str(baseline), str(clip()), "--no-lpips"]) == EXIT_CODES[Outcome.INCONCLUSIVE] == 3
+    assert "the baseline is broken" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("where", ["missing", "directory"])

@@ -184,6 +184,14 @@ class Thresholds(BaseModel):
         return {name: getattr(self, name) for name in self.names()}
 
 
+# What a metric field of ``compare --json`` holds where its value can surprise, printed with it.
+FIELD_DESCRIPTIONS = {
+    "audio_spectral_cosine": ("multi-resolution STFT magnitude cosine, computed in float32 as upstream's formula is: "
+                              "its rounding can give values slightly above 1 (such as 1.0000024); they are kept "
+                              "as upstream computes them, not clipped"),
+}
+
+
 @dataclass(frozen=True)
 class QualityReport:
     """Every check of one baseline/candidate comparison, and the metric values.
@@ -239,6 +247,7 @@ class QualityReport:
                 "thresholds": self.thresholds.to_dict(),
                 "lpips_weights": self.lpips_weights,
                 "series": self._series_summary(),
+                "descriptions": FIELD_DESCRIPTIONS,
             }
         )
 

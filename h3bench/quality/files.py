@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from h3bench import media
 from h3bench.errors import MediaDecodeError, UsageError
-from h3bench.quality.checks import Check, blocked_by, not_measured, passes_if
+from h3bench.quality.checks import Check, Status, blocked_by, not_measured, passes_if
 
 __all__ = ["Probed", "decodable_check", "probe_file", "require_readable", "stream_check"]
 
@@ -63,9 +63,19 @@ def _per_file(files: Sequence[Probed], has: Callable[[Probed], bool]) -> str:
 
 
 def decodable_check(files: Sequence[Probed]) -> Check:
+    """Every file decodes. A broken baseline beside a sound candidate is not the candidate's failure.
+
+    It invalidates the comparison instead: the check is not measured, so the
+    verdict is INCONCLUSIVE, and the reason names the baseline.
+    """
     errors = [f.error for f in files if f.error is not None]
     detail = "; ".join(errors) if errors else "every file probes and decodes"
-    return passes_if(not errors, "decodable", _per_file(files, lambda f: f.error is None), "every file decodes", detail)
+    value = _per_file(files, lambda f: f.error is None)
+    broken = [f for f in files if f.error is not None]
+    if broken and all(f.role == "baseline" for f in broken):
+        return Check("decodable", Status.NOT_MEASURED, value, "every file decodes",
+                     f"the baseline is broken, which invalidates the comparison (not the candidate's failure): {detail}")
+    return passes_if(not errors, "decodable", value, "every file decodes", detail)
 
 
 def stream_check(files: Sequence[Probed], decodable: Check, kind: str) -> Check:
