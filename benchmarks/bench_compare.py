@@ -4,7 +4,7 @@ Run as ``.venv/bin/python benchmarks/bench_compare.py [--rounds N] [--lpips-roun
 
 The pair is the 15 s workload's shape, made by ffmpeg: 1344x768, 24 FPS,
 362 frames, H.264 crf 18 yuv420p, with a stereo 32 kHz AAC track of 15.075 s
-(REFERENCE §3's 800·round(40·362/24) samples). The baseline is lavfi
+(media_utils.py's 800·round(40·362/24) samples). The baseline is lavfi
 ``testsrc2`` and two sines; the candidate adds temporal noise to the video
 and a little uniform noise to the audio. The pair is cached in ``--workdir``
 (a given directory is reused and kept; the default fresh temporary one is

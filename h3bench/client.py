@@ -1,6 +1,6 @@
 """The /v1/videos client: one Ref2VA generation per call, timed from upload start to the last byte.
 
-It speaks vLLM-Omni's video API (REFERENCE §4; entrypoints/openai/api_server.py,
+It speaks vLLM-Omni's video API (entrypoints/openai/api_server.py,
 video/generation/helpers.py, protocol/videos.py):
 
 - ``POST /v1/videos/sync`` takes the multipart form and answers with the MP4

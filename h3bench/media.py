@@ -4,7 +4,7 @@ Everything here streams: no function holds a whole video in memory. Audio is
 small (15 s of stereo 32 kHz float32 is under 4 MB) and is returned whole.
 
 The writer reproduces vLLM-Omni's muxing (diffusion/utils/media_utils.py, see
-REFERENCE §3): H.264 yuv420p at crf 18 and 24 FPS, AAC stereo 32 kHz, and the
+vLLM-Omni's diffusion/utils/media_utils.py): H.264 yuv420p at crf 18 and 24 FPS, AAC stereo 32 kHz, and the
 whole waveform as one AudioFrame with ``pts = 0``.
 """
 

@@ -1,4 +1,4 @@
-"""Lossless mode: the candidate's server processes against the baseline's own variability (REFERENCE §7).
+"""Lossless mode: the candidate's server processes against the baseline's own variability (campaign #293's protocol).
 
 Every baseline process of the duration (the lossless control blocks, the A
 blocks of every series) and every candidate process are compared pairwise,

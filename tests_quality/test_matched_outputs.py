@@ -1,4 +1,4 @@
-"""Quality of every measured candidate output against its matched baseline (REFERENCE §7).
+"""Quality of every measured candidate output against its matched baseline (vLLM-Omni's tests/e2e/accuracy/helpers.py).
 
 Matched means the same inputs and seed, from the paired AB/BA blocks. Each
 pair goes through every gate: SSIM, PSNR, LPIPS, audio spectral cosine, RMS

@@ -1,6 +1,6 @@
-"""Audio metrics against vLLM-Omni's definition (REFERENCE §7), two ways.
+"""Audio metrics against vLLM-Omni's definition (tests/e2e/accuracy/helpers.py), two ways.
 
-``upstream_formula`` transcribes REFERENCE §7 literally (torch, float32, as
+``upstream_formula`` transcribes upstream's tests/e2e/accuracy/helpers.py literally (torch, float32, as
 upstream's ``_audio_quality_metrics`` runs it); ours, written with numpy's FFT
 and without torch, must equal it to 1e-6, on 15 s of H3-shaped audio too,
 where upstream's float32 norm puts the cosine of identical audio near 1.0007.

@@ -1,4 +1,4 @@
-"""``h3bench verify`` and ``h3bench validate`` on a real evidence bundle (issues 4 and 5).
+"""``h3bench verify`` and ``h3bench validate`` on a real evidence bundle.
 
 One small campaign (64x64, 5 s, ABBA, real simulator processes) runs once per
 module in a pytest subprocess and leaves one bundle. Tests that write or

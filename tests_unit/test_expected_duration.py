@@ -1,4 +1,4 @@
-"""Expected-duration checks (REFERENCE §2 and §3) on MP4s muxed the way vLLM-Omni muxes them.
+"""Expected-duration checks (encoder_processing.py, media_utils.py) on MP4s muxed as vLLM-Omni muxes them.
 
 The correct files come from :func:`h3bench.media.write_mp4`, which reproduces
 vLLM-Omni's muxing (H.264 yuv420p at 24 FPS, AAC stereo 32 kHz, the whole
@@ -84,7 +84,7 @@ def _write_with_pts(path: Path, *, video_pts, audio_pts: int = 0) -> Path:
 @pytest.mark.parametrize(
     ("seconds", "frames", "latents", "samples"),
     [
-        # REFERENCE §2 states 5 s and 15 s; the others follow its formula by hand:
+        # The campaign states 5 s and 15 s; the others follow the 17n+5 and 800-per-latent rules by hand:
         # 4 s: 96 → 107 (17·6+5), 5·107/3 = 178.3 → 178; 8 s: 192 = 17·11+5, 5·192/3 = 320;
         # 10 s: 240 → 243 (17·14+5), 5·243/3 = 405.
         (4, 107, 178, 142_400),
@@ -134,7 +134,7 @@ def test_h3_output_passes_every_check(tmp_path, seconds):
 
 
 def test_decoded_pcm_carries_the_aac_padding_that_reference_measured(tmp_path):
-    # REFERENCE §3: at 5 s PyAV decodes 165 888 samples (162 AAC frames), 288 past the waveform.
+    # vLLM-Omni's diffusion/utils/media_utils.py: at 5 s PyAV decodes 165 888 samples (162 AAC frames), 288 past the waveform.
     checks = _by_name(quality.expected_duration_checks(_write(tmp_path / "ok.mp4"), 5))
     assert checks["audio_not_short"].value == 165_888
     assert checks["audio_padding"].value == 288

@@ -35,7 +35,7 @@ IDLE = SAMPLES / "910b1-x8-idle.txt"
 SERVING = SAMPLES / "910b1-x8-serving.txt"  # VLLMWorker pids 51230-51237 on NPUs 0-7
 FOREIGN = SAMPLES / "910b1-x8-foreign-process-on-npu3.txt"  # pid 8811 (python3) on NPU 3
 
-# The base serving command of campaign #293 (REFERENCE §6), as the 910B1 spec writes it.
+# The base serving command of campaign #293 (vLLM-Omni's cli/serve.py), as the 910B1 spec writes it.
 VLLM_SERVE = [
     "vllm", "serve", "{model}", "--omni", "--host", "{host}", "--port", "{port}",
     "--task-type", "ref2va", "--num-gpus", "8", "--usp", "8", "--ring", "1", "--text-encoder-tp-size", "8",

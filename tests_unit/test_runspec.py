@@ -23,7 +23,7 @@ from h3bench.runspec import RunSpec, load_runspec, parse_runspec, require_same_s
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "fixtures" / "runspecs"
 SHIPPED = sorted(SPECS.glob("*.toml"))
-# REFERENCE §1, and REF2VA_PROMPT of the upstream accuracy test (commit 8ce0c527), UTF-8 SHA-256.
+# Campaign #293's prompt, and REF2VA_PROMPT of the upstream accuracy test (commit 8ce0c527), UTF-8 SHA-256.
 UPSTREAM_VIDEO_SHA256 = "d6edc20ac82aa980c9cbd0b05b371f60d12dc8d018492e571b42de0086819c41"
 UPSTREAM_AUDIO_SHA256 = "2a48d447b343b38a2c504d5281a0c97c688db0ba87931ed9282c598bd6752454"
 UPSTREAM_PROMPT_SHA256 = "91c1340ea893aede82312dec30a6ae8c975c1def921348fc1cc45ccc86b315dd"

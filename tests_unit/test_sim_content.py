@@ -60,7 +60,7 @@ def audio_metrics(baseline: Path, candidate: Path, samples: int) -> tuple[float,
     ],
 )
 def test_h3_shapes(duration: float, frames: int, latents: int, samples: int) -> None:
-    """REFERENCE §2: 5 s → 124 frames and 165 600 samples, 15 s → 362 and 482 400; the rest by the same rules."""
+    """time_request.py: 5 s → 124 frames and 165 600 samples, 15 s → 362 and 482 400; the rest by the same rules."""
     assert frame_count(duration) == frames
     assert latent_frames(frames) == latents
     assert audio_sample_count(frames) == samples
@@ -89,7 +89,7 @@ def test_rendered_mp4_has_h3_counts(tmp_path: Path, duration: float) -> None:
     assert (audio.codec, audio.sample_rate, audio.channels) == ("aac", 32_000, 2)
     expected = audio_sample_count(frames)
     assert audio.duration_s == pytest.approx(expected / 32_000, abs=1e-3)
-    # Decoded AAC keeps the padding of its last frame (REFERENCE §3).
+    # Decoded AAC keeps the padding of its last frame (vLLM-Omni's diffusion/utils/media_utils.py).
     assert expected <= audio.samples < expected + 1024
 
 

@@ -132,7 +132,7 @@ class Bundle:
         root
             Parent directory of bundles; default ``./h3bench-evidence``.
         spec_id
-            The frozen RunSpec's id, the SHA-256 of its canonical JSON (issue 4).
+            The frozen RunSpec's id, the SHA-256 of its canonical JSON.
         spec
             The RunSpec as plain JSON data; copied into the manifest.
         inputs, source, model

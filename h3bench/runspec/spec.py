@@ -1,4 +1,4 @@
-"""RunSpec: the frozen description of one campaign (issue 4; REFERENCE §1 and §8).
+"""RunSpec: the frozen description of one campaign (campaign #293's frozen scope and protocol).
 
 A RunSpec is a TOML file, validated into frozen pydantic models that forbid
 unknown keys. It fixes everything a comparison holds constant: hardware,
@@ -19,7 +19,7 @@ declared (each candidate is compared only inside its own AB/BA blocks).
 
 Bundles from different ids are never compared (:func:`require_same_spec`):
 the campaign says a changed environment needs a new frozen RunSpec before
-comparisons (REFERENCE §8).
+comparisons (campaign #293's protocol).
 
 Placeholders
 ------------

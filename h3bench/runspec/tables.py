@@ -27,7 +27,7 @@ class Hardware(Frozen):
 
 
 class Source(Frozen):
-    """The engine's source commit and the container image digest (REFERENCE §8)."""
+    """The engine's source commit and the container image digest (campaign #293's protocol)."""
 
     engine_commit: Annotated[StrictStr, Field(pattern=rf"^(?:[0-9a-f]{{40}}|{UNPINNED})$")]
     image_digest: Annotated[StrictStr, Field(pattern=rf"^(?:sha256:[0-9a-f]{{64}}|{UNPINNED})$")]
@@ -48,7 +48,7 @@ class InputFile(Frozen):
 
 
 class Inputs(Frozen):
-    """The Ref2VA request inputs: prompt, reference video and reference audio (REFERENCE §1, §4)."""
+    """The Ref2VA request inputs: prompt, reference video and reference audio (campaign #293; api_server.py)."""
 
     prompt: Annotated[StrictStr, Field(min_length=1)]
     reference_video: InputFile
@@ -56,7 +56,7 @@ class Inputs(Frozen):
 
 
 class Workload(Frozen):
-    """What every request asks for (REFERENCE §1); durations in seconds, within [4, 15] (REFERENCE §2)."""
+    """What every request asks for (campaign #293); durations in seconds, within [4, 15] (minimax_h3 time_request.py)."""
 
     durations: tuple[Annotated[StrictFloat, Field(ge=4, le=15)], ...] = Field((5.0, 15.0), min_length=1)
     size: StrictStr = "1344x768"
@@ -94,7 +94,7 @@ class Workload(Frozen):
 
 
 class Protocol(Frozen):
-    """How blocks run (REFERENCE §8, issues 4 and 5).
+    """How blocks run (campaign #293's protocol).
 
     ``order`` is the block sequence per duration: ``A`` is a baseline block,
     ``B`` a candidate block, each a fresh server process. It must be made of

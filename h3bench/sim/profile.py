@@ -8,7 +8,7 @@ FILE.toml`` and from one command-line flag per field.
 Latency model
 -------------
 Shaped like the ref2va rows of the Ascend 950PR stage table
-(seeds/recipe-MiniMax-H3-NPU-950PR.md, vLLM-Omni 0.28.0, 1344x768, 49 DiT
+(the recipe MiniMax-H3-NPU-950PR.md, vLLM-Omni 0.28.0, 1344x768, 49 DiT
 steps). Every ``*_s`` pair gives a stage's modelled seconds at the table's two
 shapes, 5 s (124 frames, latent T = 37) and 15 s (362 frames, T = 107); the
 defaults are the lossless row, and a faster arm copies the lossy one.

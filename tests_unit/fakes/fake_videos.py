@@ -1,7 +1,7 @@
 """A tiny /v1/videos server (FastAPI + uvicorn, vLLM-Omni's stack) for the client tests.
 
 It returns one given MP4 for every request and answers like vLLM-Omni
-(REFERENCE §4). The prompt injects failures:
+(vLLM-Omni's entrypoints/openai/api_server.py). The prompt injects failures:
 
 - ``status:<code>``: that HTTP status; 500 uses vLLM's ErrorResponse JSON
   (``error.message``), the others FastAPI's ``detail``;
