@@ -223,7 +223,7 @@ def test_authenticated_weights_carry_provenance(weights, weight_dir):
 
 
 def test_repository_pins_are_upstreams(weight_dir, monkeypatch):
-    """fixtures/lpips_pins.toml pins the real files (alex.pth, torchvision's AlexNet), and so refuses the stand-in."""
+    """h3bench/data/lpips_pins.toml pins the real files (alex.pth, torchvision's AlexNet), and so refuses the stand-in."""
     monkeypatch.delenv(h3lpips.PINS_ENV, raising=False)
     table = tomllib.loads(h3lpips.DEFAULT_PINS.read_text(encoding="utf-8"))
     assert table["backbone"] == {"file": BACKBONE, "sha256": UPSTREAM_BACKBONE_SHA, "size": 244_408_911}
