@@ -14,7 +14,7 @@ import re
 import pytest
 
 from h3bench import evidence
-from tests_unit.campaign_project import bundle_of, write_campaign
+from tests_unit.campaign_project import bundle_of, bundles_in, write_campaign
 from tests_unit.campaign_project import run_campaign as run
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]
@@ -206,7 +206,7 @@ def test_candidate_only_run_is_anchored_to_fresh_baseline_blocks_and_reports_the
         "*today's anchors are *% against the stored baseline's 2 blocks*",
         f"*candidate-only run: quality references and the shift report from the stored baseline {baseline}*",
     ])
-    (bundle,) = evidence_dir.iterdir()
+    (bundle,) = bundles_in(evidence_dir)
     verdict = json.loads((bundle / "verdict.json").read_text())["candidates"]["clean"]["durations"]["5s"]
     assert verdict["speed_estimate"]["shift"] is not None and verdict["quality_pairs"] == 12
     assert "".join(block.split("-")[3][-1] for block in verdict["blocks"]) == "BABBAB"

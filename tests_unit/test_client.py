@@ -245,7 +245,8 @@ def test_async_generation_against_the_simulator(files, request_with_refs, tmp_pa
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["sync", "async"])
-def test_a_request_longer_than_every_client_side_default_is_not_cut_short(tmp_path: Path, mode: str) -> None:
+def test_a_request_longer_than_every_client_side_default_is_not_cut_short(tmp_path: Path, mode: str,
+                                                                           files: dict[str, Path]) -> None:
     """httpx gives up after 5 s by default; the spec's request timeout must be the only limit."""
     port = find_free_port()
     # A 5 s request modelled at about 7.5 s (the simulator sleeps its stage times).
@@ -253,7 +254,8 @@ def test_a_request_longer_than_every_client_side_default_is_not_cut_short(tmp_pa
             "--compile-s", "0", "--workers", "1"]
     server = ServerProcess(argv, port=port, log_path=tmp_path / "sim.log", startup_budget_s=60).start()
     try:
-        request = GenerationRequest("a long request", duration_s=5.0, size="64x64")
+        request = GenerationRequest("a long request", duration_s=5.0, size="64x64",
+                                    references=(Reference.from_path(files["video"]), Reference.from_path(files["audio"])))
         with VideoClient(server.base_url, timeout=120) as client:
             generate = client.generate_sync if mode == "sync" else client.generate_async
             result = generate(request, tmp_path / "out.mp4")

@@ -110,9 +110,11 @@ def test_the_fixture_specs_fields_to_pin_are_all_listed() -> None:
     spec = SPECS / "910b1-x8.toml"
     data = tomllib.loads(spec.read_text())
     fields = unpinned_fields(parse_runspec(data, source=str(spec)), spec)
-    assert fields == ["model.content_identity", "model.path", "inputs.reference_video", "arms.baseline.argv"]
+    assert fields == ["model.content_identity", "model.path", "inputs.reference_video",
+                      "arms.dlo_rank_local_resident.offload"]
     with pytest.raises(RunSpecError, match="a formal run refuses fields that are UNPINNED or marked TODO: "
-                                           "model.content_identity, model.path, inputs.reference_video, arms.baseline.argv"):
+                                           "model.content_identity, model.path, inputs.reference_video, "
+                                           "arms.dlo_rank_local_resident.offload"):
         preflight(parse_runspec(data, source=str(spec)), spec_file=spec, allow_unpinned=False)
 
 
@@ -201,5 +203,6 @@ def test_an_unpinned_campaign_is_refused_unless_it_runs_as_diagnostic(pytester) 
                                  "DIAGNOSTIC run (--allow-unpinned): not a formal result; unpinned: model.content_identity"])
     bundle = bundle_of(pytester)
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert manifest["run"] == {"kind": "DIAGNOSTIC", "unpinned": ["model.content_identity"], "unverified": []}
+    assert manifest["run"] == {"kind": "DIAGNOSTIC", "unpinned": ["model.content_identity"], "unverified": [],
+                               "underpowered": []}
     assert json.loads((bundle / "verdict.json").read_text())["run"] == "DIAGNOSTIC"

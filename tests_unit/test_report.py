@@ -177,14 +177,17 @@ def test_the_gate_table_shows_every_gate_against_its_threshold_and_the_failures(
     assert "Checks failing in any pair: psnr_db, ssim." in section
 
 
-def test_the_worst_pair_is_the_one_with_the_lowest_stored_ssim(run):
+def test_the_worst_pair_is_the_one_with_the_highest_lpips_else_the_lowest_ssim(run):
     contents = read_contents(run.bundle)
 
     quality = Bundle.open(run.bundle).read_quality(contents.quality_version)
-    lowest = min((r["ssim"], pair_id) for pair_id, r in quality["pairs"].items())
+    # The highest LPIPS when the pairs have one (the default weights are there), else the lowest SSIM.
+    measured = [(r["lpips"], pair_id) for pair_id, r in quality["pairs"].items() if r.get("lpips") is not None]
+    expected = max(measured) if measured else min((r["ssim"], pair_id) for pair_id, r in quality["pairs"].items())
     worst = contents.worst[CANDIDATE]
-    assert (worst.value, worst.pair.id) == lowest and worst.metric == "ssim"
-    assert worst.frame == quality["pairs"][lowest[1]]["series"]["ssim_worst_frame"]["index"]
+    assert (worst.value, worst.pair.id) == expected and worst.metric == ("lpips" if measured else "ssim")
+    series = quality["pairs"][expected[1]]["series"]
+    assert worst.frame == series["lpips_worst_frame" if measured else "ssim_worst_frame"]["index"]
 
 
 def test_a_worst_pair_whose_outputs_are_not_in_the_bundle_gets_a_note_instead_of_pictures(run):
@@ -342,7 +345,7 @@ def test_the_summary_has_the_verdict_a_table_per_duration_and_the_path_of_the_re
     assert (f"[{est.ci_low:.4f}, {est.ci_high:.4f}]" if est.ci_low is not None else "| no interval |") in row
     assert f"| {verdict['durations']['5s']['speed']} | FAIL (" in row
     gates = next(line for line in lines if line.startswith(f"- {CANDIDATE} gates (worst value over the matched pairs"))
-    assert "ssim 0." in gates and "(>= 0.97, 0/" in gates and "lpips not measured" in gates
+    assert "ssim 0." in gates and "(>= 0.97, 0/" in gates and ("lpips 0." in gates or "lpips not measured" in gates)
     assert lines[-1] == f"Full report: `{written.html}`"
 
 

@@ -363,6 +363,7 @@ VLLM_BASE = ["vllm", "serve", "MiniMaxAI/MiniMax-H3", "--omni", "--host", "127.0
 
 
 LAYER_WISE = '{"mode":"layer","components":["dit"]}'
+INPUTS = Path(__file__).resolve().parents[1] / "fixtures" / "inputs"
 
 
 def vllm_server(tmp_path: Path, *flags: str, env: dict[str, str] | None = None) -> ServerProcess:
@@ -400,7 +401,7 @@ def test_fake_vllm_dies_before_inference_on_bad_settings(tmp_path: Path, flags: 
 
 def test_fake_vllm_serves_the_simulator(tmp_path: Path) -> None:
     """A valid command becomes the simulator, with one worker per --num-gpus, and stops cleanly."""
-    from h3bench.client import GenerationRequest, VideoClient
+    from h3bench.client import GenerationRequest, Reference, VideoClient
 
     srv = vllm_server(tmp_path, "--enable-distributed-layerwise-offload", "--dlo-no-use-allgather",
                       env={"FAKE_VLLM_SIM_ARGS": "--time-scale 0"})
@@ -408,7 +409,9 @@ def test_fake_vllm_serves_the_simulator(tmp_path: Path) -> None:
         workers = [p for p in srv.snapshot() if "spawn_main" in " ".join(p.cmdline)]
         assert len(workers) == 2 and {p.ppid for p in workers} == {srv.pid}
         with VideoClient(srv.base_url, model="MiniMaxAI/MiniMax-H3", timeout=60) as client:
-            result = client.generate_sync(GenerationRequest("a lamb", duration_s=4, size="256x160"),
+            result = client.generate_sync(GenerationRequest("a lamb", duration_s=4, size="256x160",
+                                                            references=(Reference.from_path(INPUTS / "ref_video.mp4"),
+                                                                        Reference.from_path(INPUTS / "ref_audio.wav"))),
                                           tmp_path / "out.mp4")
         assert result.model == "MiniMaxAI/MiniMax-H3" and result.size_bytes > 0
     assert srv.graceful is True and srv.exit_code == 0

@@ -302,7 +302,9 @@ def profile_section(contents: Contents) -> str:
     if not contents.profiles:
         return _section("profile", _note("Skipped: the bundle holds no profiled request (samples of kind "
                                          "\"profile\").", "profile"))
-    keys = [k for k in STAGE_KEYS if any(k in s.stage_durations for s in contents.profiles)]
+    # Upstream's stage keys first, then whatever else the profiler reported (denoise_step, for one).
+    reported = {k for s in contents.profiles for k in s.stage_durations}
+    keys = [k for k in STAGE_KEYS if k in reported] + sorted(reported - set(STAGE_KEYS))
     rows = [[_e(s.block_id), str(s.index), _num(s.e2e_s, 3), *(_num(s.stage_durations.get(k), 4) for k in keys)]
             for s in contents.profiles]
     header = ["block", "request", "E2E (s)", *(k.removeprefix(STAGE_PREFIX) for k in keys)]
