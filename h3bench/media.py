@@ -14,7 +14,7 @@ import contextlib
 import hashlib
 import os
 from collections.abc import Generator, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
@@ -22,6 +22,7 @@ import av
 import numpy as np
 
 from h3bench.errors import MediaDecodeError
+from h3bench.media_tags import DisplayMatrix, VideoTags, display_matrix, video_tags
 
 __all__ = [
     "AudioInfo",
@@ -57,6 +58,7 @@ class VideoInfo:
     duration_s: float | None  # declared
     start_time_s: float
     frame_pts_s: tuple[float, ...]  # presentation times of the decoded frames
+    tags: VideoTags = field(default_factory=VideoTags)  # pixel format details, display matrix, aspect and colour tags
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,8 @@ class AudioInfo:
     duration_s: float | None  # declared
     samples: int  # decoded samples per channel
     start_time_s: float
+    sample_format: str = ""  # the decoder's, e.g. ``fltp``
+    layout: str = ""  # the channel layout's name, e.g. ``stereo``
 
 
 @dataclass(frozen=True)
@@ -140,7 +144,7 @@ def streams_of(path: _PathLike) -> tuple[bool, bool]:
     return has_video, has_audio
 
 
-def _video_info(stream, pts: list[float]) -> VideoInfo:
+def _video_info(stream, pts: list[float], display: DisplayMatrix | None) -> VideoInfo:
     ctx = stream.codec_context
     rate = stream.average_rate or stream.guessed_rate or Fraction(0)
     return VideoInfo(
@@ -154,6 +158,7 @@ def _video_info(stream, pts: list[float]) -> VideoInfo:
         duration_s=_seconds(stream.duration, stream.time_base),
         start_time_s=_seconds(stream.start_time, stream.time_base) or 0.0,
         frame_pts_s=tuple(pts),
+        tags=video_tags(stream, display),
     )
 
 
@@ -194,6 +199,7 @@ class VideoReader:
     def __iter__(self) -> Generator[DecodedFrame, None, None]:
         digest = hashlib.sha256() if self.hash_planes else None
         pts: list[float] = []
+        display = None  # the first decoded frame's display matrix, if it has one
         with _open(self.path) as container:
             if not container.streams.video:
                 raise MediaDecodeError(f"{self.path}: no video stream", path=self.path)
@@ -201,6 +207,8 @@ class VideoReader:
             stream.thread_type = "AUTO"
             try:
                 for frame in container.decode(stream):
+                    if not pts:
+                        display = display_matrix(frame)
                     seconds = _seconds(frame.pts, frame.time_base)
                     pts.append(seconds if seconds is not None else float("nan"))
                     decoded = DecodedFrame(_yuv(frame), frame.to_ndarray(format="rgb24") if self.rgb else None)
@@ -210,7 +218,7 @@ class VideoReader:
                     yield decoded
             except (av.error.FFmpegError, ValueError) as exc:
                 raise _decode_error(self.path, "the video stream", exc) from exc
-            self.info = _video_info(stream, pts)
+            self.info = _video_info(stream, pts, display)
         self.sha256 = digest.hexdigest() if digest is not None else None
 
 
@@ -264,6 +272,8 @@ def read_audio(path: _PathLike) -> tuple[np.ndarray, AudioInfo]:
             duration_s=_seconds(stream.duration, stream.time_base),
             samples=int(pcm.shape[1]),
             start_time_s=_seconds(stream.start_time, stream.time_base) or 0.0,
+            sample_format=ctx.format.name if ctx.format is not None else "",
+            layout=ctx.layout.name if ctx.layout is not None else "",
         )
     return pcm, info
 
