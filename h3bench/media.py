@@ -1,7 +1,8 @@
 """Probe, stream-decode and write the MP4s that the server returns.
 
 Everything here streams: no function holds a whole video in memory. Audio is
-small (15 s of stereo 32 kHz float32 is under 4 MB) and is returned whole.
+small (15 s of stereo 32 kHz float32 is under 4 MB) and is returned whole,
+decoded into one array (ten minutes are 154 MB, held once).
 
 The writer reproduces vLLM-Omni's muxing (diffusion/utils/media_utils.py, see
 REFERENCE §3): H.264 yuv420p at crf 18 and 24 FPS, AAC stereo 32 kHz, and the
@@ -256,15 +257,15 @@ def read_audio(path: _PathLike) -> tuple[np.ndarray, AudioInfo]:
         if not container.streams.audio:
             raise MediaDecodeError(f"{os.fspath(path)}: no audio stream", path=os.fspath(path))
         stream = container.streams.audio[0]
-        chunks: list[np.ndarray] = []
-        try:
-            for frame in container.decode(stream):
-                chunks.append(_frame_pcm(frame))
-        except (av.error.FFmpegError, ValueError) as exc:
-            raise _decode_error(path, "the audio stream", exc) from exc
         ctx = stream.codec_context
         channels = int(ctx.channels)
-        pcm = np.concatenate(chunks, axis=1) if chunks else np.zeros((channels, 0), dtype=np.float32)
+        buffer = _PcmBuffer(channels, _seconds(stream.duration, stream.time_base), int(ctx.sample_rate))
+        try:
+            for frame in container.decode(stream):
+                buffer.append(_frame_pcm(frame))
+        except (av.error.FFmpegError, ValueError) as exc:
+            raise _decode_error(path, "the audio stream", exc) from exc
+        pcm = buffer.result()
         info = AudioInfo(
             codec=ctx.name,
             sample_rate=int(ctx.sample_rate),
@@ -276,6 +277,36 @@ def read_audio(path: _PathLike) -> tuple[np.ndarray, AudioInfo]:
             layout=ctx.layout.name if ctx.layout is not None else "",
         )
     return pcm, info
+
+
+class _PcmBuffer:
+    """Decoded PCM filled in place: one array sized from the declared duration, grown only if it is exceeded.
+
+    Concatenating the decoded frames at the end would hold the PCM twice
+    (300 MB for ten minutes of stereo).
+    """
+
+    def __init__(self, channels: int, seconds: float | None, rate: int) -> None:
+        capacity = int((seconds or 0.0) * rate) + 8192  # AAC padding, and a frame or two of rounding
+        self._data = np.empty((channels, capacity), dtype=np.float32)
+        self._used = 0
+
+    def append(self, chunk: np.ndarray) -> None:
+        end = self._used + chunk.shape[1]
+        if end > self._data.shape[1]:
+            grown = np.empty((self._data.shape[0], max(end, 2 * self._data.shape[1])), dtype=np.float32)
+            grown[:, :self._used] = self._data[:, :self._used]
+            self._data = grown
+        self._data[:, self._used:end] = chunk
+        self._used = end
+
+    def result(self) -> np.ndarray:
+        """The PCM, ``[channels, samples]``, contiguous (trimmed in place: no second copy)."""
+        channels = self._data.shape[0]
+        flat = self._data.reshape(-1)
+        for row in range(1, channels):  # move each row next to the one before it
+            flat[row * self._used:(row + 1) * self._used] = self._data[row, :self._used]
+        return flat[:channels * self._used].reshape(channels, self._used)
 
 
 def read_pcm(path: _PathLike) -> tuple[np.ndarray, int]:
