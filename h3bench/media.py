@@ -1,7 +1,8 @@
 """Probe, stream-decode and write the MP4s that the server returns.
 
 Everything here streams: no function holds a whole video in memory. Audio is
-small (15 s of stereo 32 kHz float32 is under 4 MB) and is returned whole.
+small (15 s of stereo 32 kHz float32 is under 4 MB) and is returned whole,
+decoded into one array (ten minutes are 154 MB, held once).
 
 The writer reproduces vLLM-Omni's muxing (diffusion/utils/media_utils.py, see
 vLLM-Omni's diffusion/utils/media_utils.py): H.264 yuv420p at crf 18 and 24 FPS, AAC stereo 32 kHz, and the
@@ -14,7 +15,7 @@ import contextlib
 import hashlib
 import os
 from collections.abc import Generator, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
@@ -22,6 +23,7 @@ import av
 import numpy as np
 
 from h3bench.errors import MediaDecodeError
+from h3bench.media_tags import DisplayMatrix, VideoTags, display_matrix, video_tags
 
 __all__ = [
     "AudioInfo",
@@ -57,6 +59,7 @@ class VideoInfo:
     duration_s: float | None  # declared
     start_time_s: float
     frame_pts_s: tuple[float, ...]  # presentation times of the decoded frames
+    tags: VideoTags = field(default_factory=VideoTags)  # pixel format details, display matrix, aspect and colour tags
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,8 @@ class AudioInfo:
     duration_s: float | None  # declared
     samples: int  # decoded samples per channel
     start_time_s: float
+    sample_format: str = ""  # the decoder's, e.g. ``fltp``
+    layout: str = ""  # the channel layout's name, e.g. ``stereo``
 
 
 @dataclass(frozen=True)
@@ -140,7 +145,7 @@ def streams_of(path: _PathLike) -> tuple[bool, bool]:
     return has_video, has_audio
 
 
-def _video_info(stream, pts: list[float]) -> VideoInfo:
+def _video_info(stream, pts: list[float], display: DisplayMatrix | None) -> VideoInfo:
     ctx = stream.codec_context
     rate = stream.average_rate or stream.guessed_rate or Fraction(0)
     return VideoInfo(
@@ -154,6 +159,7 @@ def _video_info(stream, pts: list[float]) -> VideoInfo:
         duration_s=_seconds(stream.duration, stream.time_base),
         start_time_s=_seconds(stream.start_time, stream.time_base) or 0.0,
         frame_pts_s=tuple(pts),
+        tags=video_tags(stream, display),
     )
 
 
@@ -194,6 +200,7 @@ class VideoReader:
     def __iter__(self) -> Generator[DecodedFrame, None, None]:
         digest = hashlib.sha256() if self.hash_planes else None
         pts: list[float] = []
+        display = None  # the first decoded frame's display matrix, if it has one
         with _open(self.path) as container:
             if not container.streams.video:
                 raise MediaDecodeError(f"{self.path}: no video stream", path=self.path)
@@ -201,6 +208,8 @@ class VideoReader:
             stream.thread_type = "AUTO"
             try:
                 for frame in container.decode(stream):
+                    if not pts:
+                        display = display_matrix(frame)
                     seconds = _seconds(frame.pts, frame.time_base)
                     pts.append(seconds if seconds is not None else float("nan"))
                     decoded = DecodedFrame(_yuv(frame), frame.to_ndarray(format="rgb24") if self.rgb else None)
@@ -210,7 +219,7 @@ class VideoReader:
                     yield decoded
             except (av.error.FFmpegError, ValueError) as exc:
                 raise _decode_error(self.path, "the video stream", exc) from exc
-            self.info = _video_info(stream, pts)
+            self.info = _video_info(stream, pts, display)
         self.sha256 = digest.hexdigest() if digest is not None else None
 
 
@@ -248,15 +257,15 @@ def read_audio(path: _PathLike) -> tuple[np.ndarray, AudioInfo]:
         if not container.streams.audio:
             raise MediaDecodeError(f"{os.fspath(path)}: no audio stream", path=os.fspath(path))
         stream = container.streams.audio[0]
-        chunks: list[np.ndarray] = []
-        try:
-            for frame in container.decode(stream):
-                chunks.append(_frame_pcm(frame))
-        except (av.error.FFmpegError, ValueError) as exc:
-            raise _decode_error(path, "the audio stream", exc) from exc
         ctx = stream.codec_context
         channels = int(ctx.channels)
-        pcm = np.concatenate(chunks, axis=1) if chunks else np.zeros((channels, 0), dtype=np.float32)
+        buffer = _PcmBuffer(channels, _seconds(stream.duration, stream.time_base), int(ctx.sample_rate))
+        try:
+            for frame in container.decode(stream):
+                buffer.append(_frame_pcm(frame))
+        except (av.error.FFmpegError, ValueError) as exc:
+            raise _decode_error(path, "the audio stream", exc) from exc
+        pcm = buffer.result()
         info = AudioInfo(
             codec=ctx.name,
             sample_rate=int(ctx.sample_rate),
@@ -264,8 +273,40 @@ def read_audio(path: _PathLike) -> tuple[np.ndarray, AudioInfo]:
             duration_s=_seconds(stream.duration, stream.time_base),
             samples=int(pcm.shape[1]),
             start_time_s=_seconds(stream.start_time, stream.time_base) or 0.0,
+            sample_format=ctx.format.name if ctx.format is not None else "",
+            layout=ctx.layout.name if ctx.layout is not None else "",
         )
     return pcm, info
+
+
+class _PcmBuffer:
+    """Decoded PCM filled in place: one array sized from the declared duration, grown only if it is exceeded.
+
+    Concatenating the decoded frames at the end would hold the PCM twice
+    (300 MB for ten minutes of stereo).
+    """
+
+    def __init__(self, channels: int, seconds: float | None, rate: int) -> None:
+        capacity = int((seconds or 0.0) * rate) + 8192  # AAC padding, and a frame or two of rounding
+        self._data = np.empty((channels, capacity), dtype=np.float32)
+        self._used = 0
+
+    def append(self, chunk: np.ndarray) -> None:
+        end = self._used + chunk.shape[1]
+        if end > self._data.shape[1]:
+            grown = np.empty((self._data.shape[0], max(end, 2 * self._data.shape[1])), dtype=np.float32)
+            grown[:, :self._used] = self._data[:, :self._used]
+            self._data = grown
+        self._data[:, self._used:end] = chunk
+        self._used = end
+
+    def result(self) -> np.ndarray:
+        """The PCM, ``[channels, samples]``, contiguous (trimmed in place: no second copy)."""
+        channels = self._data.shape[0]
+        flat = self._data.reshape(-1)
+        for row in range(1, channels):  # move each row next to the one before it
+            flat[row * self._used:(row + 1) * self._used] = self._data[row, :self._used]
+        return flat[:channels * self._used].reshape(channels, self._used)
 
 
 def read_pcm(path: _PathLike) -> tuple[np.ndarray, int]:

@@ -33,7 +33,7 @@ from tests_unit.campaign_project import noisy_campaign
 pytestmark = pytest.mark.slow
 
 ORIGINAL = h3bench.quality.VALIDATOR_VERSION  # read before any test patches it
-NEWER = "h3bench-quality-2"
+NEWER = f"h3bench-quality-{int(ORIGINAL.rsplit('-', 1)[1]) + 1}"
 CANDIDATE = "noisy"
 CONSOLE_SCRIPT = Path(sys.executable).with_name("h3bench")
 

@@ -181,18 +181,20 @@ def test_expect_seconds_runs_the_duration_checks_of_both_files(tmp_path, capsys)
 
 
 MISMATCHES = {
-    "frame_count": {"frames": 7},
-    "frame_size": {"width": 64},
-    "audio_channels": {"channels": 1},  # mono against stereo
-    "has_audio": {"audio_samples": None},
+    # the failing check: (the candidate's content, every check that fails)
+    "frame_count": ({"frames": 7}, ["frame_count"]),
+    "frame_size": ({"width": 64}, ["frame_size"]),
+    "audio_channels": ({"channels": 1}, ["audio_channels", "audio_channel_layout"]),  # mono against stereo
+    "has_audio": ({"audio_samples": None}, ["has_audio"]),
 }
 
 
 @pytest.mark.parametrize("failing", MISMATCHES)
 def test_mismatched_files_fail_the_format_check_and_exit_1(small, capsys, failing):
-    code, data = _compare_json(capsys, str(small()), str(small("other.mp4", **MISMATCHES[failing])), "--no-lpips")
+    content, fails = MISMATCHES[failing]
+    code, data = _compare_json(capsys, str(small()), str(small("other.mp4", **content)), "--no-lpips")
     assert (code, data["verdict"]) == (1, "FAIL")
-    assert [check["name"] for check in data["checks"] if check["status"] == "fail"] == [failing]
+    assert [check["name"] for check in data["checks"] if check["status"] == "fail"] == fails
 
 
 def test_a_file_without_video_fails_has_video(small, make_audio_only_mp4, capsys):

@@ -28,8 +28,10 @@ from tests_unit import mediagen
 
 FRAMES, WIDTH, HEIGHT, SAMPLES = 8, 96, 64, 16_000
 METRICS = ["ssim", "psnr_db", "lpips", "audio_spectral_cosine", "audio_rms_ratio"]
-FORMAT = ["decodable", "has_video", "has_audio", "frame_count", "frame_size", "frame_rate",
-          "audio_rate", "audio_channels", "audio_samples", "audio_finite"]  # fmt: skip
+FORMAT = ["decodable", "has_video", "has_audio", "frame_count", "frame_size", "frame_rate", "pixel_format",
+          "bit_depth", "display_matrix", "sample_aspect_ratio", "color_range", "color_space", "color_primaries",
+          "color_transfer", "audio_rate", "audio_channels", "audio_samples", "audio_channel_layout",
+          "audio_sample_format", "audio_finite"]  # fmt: skip
 
 
 @pytest.fixture(scope="module")

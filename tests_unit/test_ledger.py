@@ -153,12 +153,13 @@ def test_a_bundle_that_does_not_verify_is_refused_naming_the_file(tmp_path, ledg
 
 
 def test_the_validator_version_is_recorded_apart_from_the_engine(tmp_path, ledger, monkeypatch):
+    current = h3bench.quality.VALIDATOR_VERSION
     first = add_bundle(plain_bundle(tmp_path / "a", engine_commit="a" * 40), ledger).entries[0]
-    monkeypatch.setattr(h3bench.quality, "VALIDATOR_VERSION", "h3bench-quality-2")
+    monkeypatch.setattr(h3bench.quality, "VALIDATOR_VERSION", f"{current}-newer")
     second = add_bundle(plain_bundle(tmp_path / "b", engine_commit="a" * 40), ledger).entries[0]
 
-    assert first["harness"]["validator_versions"] == ["h3bench-quality-1"]
-    assert second["harness"]["validator_versions"] == ["h3bench-quality-2"]
+    assert first["harness"]["validator_versions"] == [current]
+    assert second["harness"]["validator_versions"] == [f"{current}-newer"]
     assert first["engine"] == second["engine"] and first["engine"]["engine_commit"] == "a" * 40
     assert "engine_commit" not in first["harness"] and "validator_versions" not in first["engine"]
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from h3bench.errors import MediaShapeError, UsageError
 from h3bench.h3 import AUDIO_SAMPLE_RATE as SAMPLE_RATE
+from h3bench.metrics.spectra_files import SpectrumFiles, dot, write_spectra
 
 __all__ = [
     "N_FFTS",
@@ -40,9 +41,7 @@ __all__ = [
 ]
 
 N_FFTS = (512, 1024, 2048)
-_COSINE_EPS = 1e-12
 _RMS_FLOOR = 1e-12
-_NORM_LANES = 8  # torch's float32 vector_norm on CPU
 
 
 def trim_to(pcm: np.ndarray, samples: int) -> np.ndarray:
@@ -107,7 +106,7 @@ def spectral_cosine(
 def comparable(
     baseline: np.ndarray, candidate: np.ndarray, *, baseline_rate: int = SAMPLE_RATE, candidate_rate: int = SAMPLE_RATE
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Both waveforms as contiguous float32, if :func:`spectral_cosine` can compare them.
+    """Both waveforms as float32 (the arrays themselves when they are), if :func:`spectral_cosine` can compare them.
 
     Raises
     ------
@@ -130,34 +129,28 @@ def comparable(
 
 @dataclass(frozen=True, eq=False)
 class Spectra:
-    """One waveform's STFT magnitudes at each ``n_fft``, per channel, divided by torch's norm of them.
+    """One waveform's STFT magnitudes at each ``n_fft``, per channel, in temporary files with torch's norm of each.
 
-    The cosine of two waveforms is then one float32 dot product per
+    The cosine of two waveforms is then one chunked dot product per
     ``n_fft`` and channel (:func:`spectra_cosine`), so a waveform compared
-    with several others is transformed once.
+    with several others is transformed once, and long audio needs bounded
+    memory (:mod:`h3bench.metrics.spectra_files`).
     """
 
     shape: tuple[int, int]
-    units: tuple[np.ndarray, ...]  # (n_fft, channel) in order, each flattened frequency × time
+    files: SpectrumFiles
 
 
 def spectra(pcm: np.ndarray) -> Spectra:
     """The :class:`Spectra` of float32 ``[channels, samples]`` PCM checked by :func:`comparable`."""
-    units = []
-    for n_fft in N_FFTS:
-        for magnitude in _magnitudes(pcm, n_fft, _hann(n_fft)):
-            flat = np.ascontiguousarray(magnitude).ravel()
-            units.append(flat / np.maximum(_torch_norm(flat), np.float32(_COSINE_EPS)))
-    return Spectra(pcm.shape, tuple(units))
+    return Spectra(pcm.shape, write_spectra(pcm, N_FFTS, _hann))
 
 
 def spectra_cosine(baseline: Spectra, candidate: Spectra) -> float:
     """:func:`spectral_cosine` of two waveforms from their :class:`Spectra`."""
     if baseline.shape != candidate.shape:
         raise MediaShapeError(f"audio shapes differ: baseline {baseline.shape}, candidate {candidate.shape}")
-    # F.cosine_similarity sums the products of the unit vectors, in float32.
-    return float(np.mean([float(np.sum(a * b, dtype=np.float32))
-                          for a, b in zip(baseline.units, candidate.units, strict=True)]))
+    return float(np.mean([dot(a, b) for a, b in zip(baseline.files.files, candidate.files.files, strict=True)]))
 
 
 def rms_ratio(baseline: np.ndarray, candidate: np.ndarray) -> float:
@@ -183,38 +176,6 @@ def _hann(n_fft: int) -> np.ndarray:
     return (0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(n_fft) / n_fft)).astype(np.float32)
 
 
-def _magnitudes(pcm: np.ndarray, n_fft: int, window: np.ndarray) -> np.ndarray:
-    """``torch.stft(..., center=True, pad_mode="reflect").abs()`` per channel, ``[channels, freqs, frames]``.
-
-    Frames of ``n_fft`` samples start every ``n_fft // 4`` samples of the
-    reflect-padded signal (``1 + samples // hop`` frames); numpy's FFT runs in
-    float32 on float32 input, as torch's does.
-    """
-    padded = np.pad(pcm, ((0, 0), (n_fft // 2, n_fft // 2)), mode="reflect")
-    frames = np.lib.stride_tricks.sliding_window_view(padded, n_fft, axis=1)[:, :: n_fft // 4]
-    spectrum = np.fft.rfft(frames * window, axis=-1)
-    return np.abs(spectrum).transpose(0, 2, 1)
-
-
-def _torch_norm(v: np.ndarray) -> np.float32:
-    """``torch.linalg.vector_norm`` of float32 ``v`` on CPU, in torch's order of operations.
-
-    torch accumulates the squares in 8 lanes, one after another within each
-    lane, then adds the lanes in order and the tail last. On 15 s of audio
-    that runs about 4e-4 below the exact norm, which is why upstream's cosine
-    of identical audio is above 1; keeping the order keeps upstream's values,
-    not only the exact cosine.
-    """
-    lanes = len(v) // _NORM_LANES * _NORM_LANES
-    head, tail = v[:lanes], v[lanes:]
-    # Reducing axis 0 of a C-ordered array adds row after row: each lane in sequence.
-    partial = np.add.reduce(np.square(head).reshape(-1, _NORM_LANES), axis=0, dtype=np.float32)
-    total = np.float32(0.0)
-    for value in [*partial, *np.square(tail)]:
-        total = np.float32(total + value)
-    return np.sqrt(total)
-
-
 def _validated(baseline: np.ndarray, candidate: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Check shapes, dtypes and finiteness; return both as contiguous float32 arrays."""
     for name, pcm in (("baseline", baseline), ("candidate", candidate)):
@@ -236,7 +197,7 @@ def _validated(baseline: np.ndarray, candidate: np.ndarray) -> tuple[np.ndarray,
         )
     arrays = []
     for name, pcm in (("baseline", baseline), ("candidate", candidate)):
-        pcm = np.ascontiguousarray(pcm, dtype=np.float32)
+        pcm = pcm.astype(np.float32, copy=False)  # a trimmed view is not copied: its channel rows are contiguous
         bad = pcm.size - int(np.count_nonzero(np.isfinite(pcm)))
         if bad:
             raise MediaShapeError(f"{name} PCM contains NaN/inf ({bad} non-finite of {pcm.size} samples)")

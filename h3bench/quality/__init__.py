@@ -39,4 +39,4 @@ __all__ = [
 # Recorded with every quality result. Bump it when a check or metric changes, so
 # re-validating a bundle writes a new result beside the frozen old one. Read it
 # as ``quality.VALIDATOR_VERSION`` at the time of use.
-VALIDATOR_VERSION = "h3bench-quality-1"
+VALIDATOR_VERSION = "h3bench-quality-2"  # 2: pixel format, display matrix, aspect, colour and audio layout checks

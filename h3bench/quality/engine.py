@@ -13,7 +13,8 @@ the metrics. Each frame index then serves every pair it belongs to:
   same decode (the probe contract: counts are verified by decoding);
 
 and each file's PCM is decoded once and its spectra computed once for all of
-its pairs. Memory stays bounded: a few frames per file, and one frame's
+its pairs, into temporary files (:mod:`~h3bench.metrics.spectra_files`).
+Memory stays bounded: the PCM, a few frames per file, and one frame's
 features per file. Then :func:`h3bench.quality.compare.assemble` turns each
 pair's measurements into its checks, so every report is what
 :func:`h3bench.quality.compare` gives for that pair alone.
@@ -409,7 +410,7 @@ def _spectra_of(pcm: np.ndarray, count: int) -> tuple[int, Spectra] | None:
 
     if pcm.ndim != 2 or pcm.dtype.kind != "f" or not 1 + max(audio.N_FFTS) // 2 <= count <= pcm.shape[1]:
         return None
-    trimmed = np.ascontiguousarray(pcm[:, :count], dtype=np.float32)
+    trimmed = pcm[:, :count].astype(np.float32, copy=False)  # a view: each channel row stays contiguous
     return (count, audio.spectra(trimmed)) if np.isfinite(trimmed).all() else None
 
 

@@ -1,0 +1,82 @@
+"""The spectral cosine in chunks: the same values as upstream's whole-array formula, and no files left behind.
+
+The chunk sizes are shrunk so that every split shows on short audio: STFT
+frames split across FFT calls, the norm's eight lanes carried across reads,
+a read ending mid-tail. ``upstream_formula`` is the torch transcription of
+``test_audio_metrics.py``.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import tempfile
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from h3bench import media, quality
+from h3bench.metrics import audio, spectra_files
+from tests_unit import mediagen
+from tests_unit.test_audio_metrics import upstream_formula
+
+
+@settings(max_examples=15, deadline=None)
+@given(frames=st.integers(1, 40), values=st.integers(1, 64), samples=st.integers(1025, 9000),
+       channels=st.integers(1, 2), seed=st.integers(0, 2**16))  # fmt: skip
+def test_any_chunking_gives_upstreams_values(frames, values, samples, channels, seed):
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal((channels, samples)).astype(np.float32)
+    cand = (base + 0.3 * rng.standard_normal((channels, samples))).astype(np.float32)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(spectra_files, "_FRAMES_PER_CHUNK", frames)
+        patch.setattr(spectra_files, "_VALUES_PER_READ", 8 * values)
+        cosine = audio.spectral_cosine(base, cand)
+    assert cosine == pytest.approx(upstream_formula(base, cand)[0], abs=1e-6)
+
+
+def test_the_norm_carried_across_reads_is_the_whole_arrays_to_the_bit(monkeypatch, tmp_path):
+    values = np.random.default_rng(1).random(10_003, dtype=np.float32)
+    path = tmp_path / "m.f32"
+    values.tofile(path)
+    whole = spectra_files._torch_norm(str(path), len(values))
+    monkeypatch.setattr(spectra_files, "_VALUES_PER_READ", 8 * 5)
+    assert spectra_files._torch_norm(str(path), len(values)) == whole
+    assert whole != np.float32(np.sqrt(np.sum(np.square(values.astype(np.float64)))))  # the float32 order shows
+
+
+def test_identical_15_s_keeps_upstreams_float32_value_above_one():
+    pcm = mediagen.tone(15 * audio.SAMPLE_RATE, 440.0)
+    cosine = audio.spectral_cosine(pcm, pcm.copy())
+    assert cosine == pytest.approx(upstream_formula(pcm, pcm.copy())[0], abs=1e-6)
+    assert cosine > 1.0
+
+
+def test_a_comparison_leaves_no_spectrum_files(make_mp4, monkeypatch, tmp_path):
+    made: list[str] = []
+    real_mkdtemp = tempfile.mkdtemp
+
+    def recorded(**kwargs):
+        made.append(real_mkdtemp(dir=tmp_path, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(spectra_files.tempfile, "mkdtemp", recorded)
+    clip = make_mp4(frames=4, width=96, height=64, audio_samples=16_000)
+    other = make_mp4("other.mp4", frames=4, width=96, height=64, audio_samples=16_000, freq=445.0)
+    report = quality.compare(clip, other, measure_lpips=False)
+    assert report.audio_spectral_cosine is not None
+    gc.collect()
+    assert len(made) == 2 and not any(os.path.exists(path) for path in made)
+
+
+def test_decoded_pcm_is_one_contiguous_array_equal_to_its_frames(make_mp4):
+    clip = make_mp4(frames=4, width=96, height=64, audio_samples=40_000)
+    pcm, info = media.read_audio(clip)
+    import av
+
+    with av.open(str(clip)) as container:
+        frames = [media._frame_pcm(frame) for frame in container.decode(container.streams.audio[0])]
+    assert pcm.flags["C_CONTIGUOUS"] and info.samples == pcm.shape[1]
+    assert np.array_equal(pcm, np.concatenate(frames, axis=1))
