@@ -148,7 +148,7 @@ def test_a_bundle_that_does_not_verify_is_refused_naming_the_file(tmp_path, ledg
 
     code, _, err = cli(capsys, "ledger", "add", str(bundle), "--ledger", str(ledger))
 
-    assert code == 1 and "does not verify: samples.jsonl: changed" in err
+    assert code == 1 and "does not verify, so it is not read: samples.jsonl: changed" in err
     assert not ledger.exists()
 
 
