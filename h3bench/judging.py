@@ -161,15 +161,19 @@ class Judge:
         return self._reports[pair.id]
 
     def _compare_outputs(self, baseline: OutputRef, candidate: OutputRef) -> QualityReport:
-        self.lpips_status()
         paths = self.locate(baseline), self.locate(candidate)
+        return self.compare_files(paths, candidate.duration, f"{candidate.id} against {baseline.id}")
+
+    def compare_files(self, paths: tuple[Path, Path], duration: float, label: str) -> QualityReport:
+        """Every gate on a baseline and a candidate MP4 of ``duration`` seconds (also the held-out phase's)."""
+        self.lpips_status()
         eta = statistics.median(self._took) if self._took else None
-        with self.progress.step(f"quality {candidate.id} against {baseline.id}", eta_s=eta) as step:
+        with self.progress.step(f"quality {label}", eta_s=eta) as step:
             # Without authenticated weights, compare() tries again and carries the reason into the report.
             report = quality.compare(
                 *paths,
                 thresholds=self.spec.gates,
-                expect_seconds=candidate.duration,
+                expect_seconds=duration,
                 lpips_weights=self._lpips_weights,
                 lpips_dir=self.lpips_dir,
                 lpips_device=self.lpips_device,

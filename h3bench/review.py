@@ -28,10 +28,12 @@ from h3bench.evidence import Bundle
 from h3bench.judging import Judge, LpipsStatus
 from h3bench.measure import Measure
 from h3bench.outcome import Outcome, combine
+from h3bench.preflight import diagnostic_reasons, is_diagnostic
 from h3bench.quality import QualityReport
 from h3bench.records import BlockFailed, BlockResult, CandidateStopped, Sample, Stop, headline, load_results
-from h3bench.runspec import BASELINE, RunSpec, parse_runspec, require_same_spec
-from h3bench.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule
+from h3bench.research import DIAGNOSTIC_VERDICT, diagnostic_lines, research_lines
+from h3bench.runspec import RunSpec, parse_runspec, require_same_spec
+from h3bench.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule, series_of
 from h3bench.settings import Settings
 from h3bench.summary import summary_lines
 from h3bench.verdict import CandidateVerdict, DurationVerdict
@@ -74,7 +76,11 @@ class Review:
             raise UsageError("--baseline-evidence runs only the candidate's blocks: add --arm candidate")
         stored = Review.from_bundle(path, dataclasses.replace(self.settings, arm="all", baseline_evidence=None))
         require_same_spec(stored.spec.spec_id, self.spec.spec_id)
-        if not any(r.block.arm == BASELINE and r.failure is None for r in stored.results.values()):
+        if is_diagnostic(stored.bundle.manifest):
+            raise EvidenceError(
+                f"{path} is a DIAGNOSTIC run ({'; '.join(diagnostic_reasons(stored.bundle.manifest))}): it is not a "
+                "campaign result and can never be --baseline-evidence; run the baseline formally", path=str(path))
+        if not any(r.block.letter == "A" and r.failure is None for r in stored.results.values()):
             raise EvidenceError(f"{path} holds no successful baseline block", path=str(path))
         self.stored_baseline = stored
 
@@ -127,7 +133,7 @@ class Review:
 
     def source(self, block: Block) -> Review:
         """The review that holds a block: the stored baseline's for baseline blocks of a candidate-only run."""
-        return self.stored_baseline if block.arm == BASELINE and self.stored_baseline else self
+        return self.stored_baseline if block.letter == "A" and self.stored_baseline else self
 
     def ensure(self, block: Block) -> BlockResult:
         """The block's result (BlockFailed for a failed block, CandidateStopped for one a stop rule skipped)."""
@@ -227,7 +233,7 @@ class Review:
     def verdicts(self) -> dict[str, CandidateVerdict]:
         """Per candidate: speed, quality and lossless at each duration, and the stop rule that fired."""
         out = {}
-        for candidate in self.spec.candidates:
+        for candidate in (series.name for series in series_of(self.spec)):
             durations = {
                 f"{d:g}s": DurationVerdict.of(
                     self.speed(d, candidate), self.judge.pairs_of(candidate, d), self.optional_checks(),
@@ -253,7 +259,7 @@ class Review:
         notes: list[str] = []
         for duration in self.spec.workload.durations:
             series = self.series(duration, candidate)
-            for arm in (BASELINE, candidate):
+            for arm in dict.fromkeys(r.block.arm for r in series):
                 found = [t for r in series if r.block.arm == arm and (t := self.block_telemetry(r.block)) is not None]
                 notes += telemetry.outlier_notes(f"{arm} {duration:g} s", found)
         return tuple(notes)
@@ -261,8 +267,24 @@ class Review:
     def outcome(self) -> Outcome:
         return combine(v.outcome for v in self.verdicts().values())
 
+    @property
+    def diagnostic(self) -> bool:
+        """Whether this run is DIAGNOSTIC: never a campaign result (its manifest says so)."""
+        return is_diagnostic(self.bundle.manifest)
+
+    def verdict_label(self, outcome: Outcome) -> str:
+        """How a verdict reads: ``DIAGNOSTIC (not a campaign result)`` for a diagnostic run, with what was measured."""
+        return f"{DIAGNOSTIC_VERDICT}; measured {outcome}" if self.diagnostic else str(outcome)
+
+    def research_results(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The held-out results and the acceptance that the run sealed into final.json (None before)."""
+        final = self.bundle.final() or {}
+        return final.get("heldout"), final.get("accepted")
+
     def summary_lines(self) -> list[str]:
-        return summary_lines(self)
+        lines = summary_lines(self)
+        lines[-1:-1] = research_lines(self, *self.research_results())
+        return diagnostic_lines(lines) if self.diagnostic else lines
 
     def load_quality(self) -> str | None:
         """Take the quality results that the newest validator stored in the bundle; its version, or None."""
@@ -282,10 +304,9 @@ class Review:
 
     def run_notes(self) -> list[str]:
         """What the manifest says about the run itself: a DIAGNOSTIC run, pins the host could not confirm."""
-        run = self.bundle.manifest.get("run") or {}
-        lines = [f"DIAGNOSTIC run (--allow-unpinned): not a formal result; unpinned: {', '.join(run['unpinned'])}"
-                 ] if run.get("kind") == "DIAGNOSTIC" else []
-        return lines + [f"not verified: {item}" for item in run.get("unverified", ())]
+        manifest = self.bundle.manifest
+        lines = [f"DIAGNOSTIC run: not a campaign result; {reason}" for reason in diagnostic_reasons(manifest)]
+        return lines + [f"not verified: {item}" for item in (manifest.get("run") or {}).get("unverified", ())]
 
     # -- re-validation -------------------------------------------------------------------
 

@@ -15,6 +15,13 @@ The cases, in schedule order:
 
 Control pairs, for lossless mode, are baseline outputs of the same request
 index from two different baseline blocks: two distinct server processes.
+
+A **series** is one comparison: a candidate against its control, the
+``baseline``. When the spec names an ``original_baseline`` other than the
+baseline, the final combination gets one more series, ``<final>-vs-<original>``
+(:func:`series_of`), whose ``A`` blocks run the original baseline: the direct
+comparison that campaign acceptance needs. Its name cannot be an arm's (arm
+names have no hyphen).
 """
 
 from __future__ import annotations
@@ -25,7 +32,8 @@ from typing import Literal
 
 from h3bench.runspec import BASELINE, RunSpec
 
-__all__ = ["CASE_FIXTURES", "Block", "CandidateWorkload", "Case", "MatchedPair", "OutputRef", "Schedule", "plan"]
+__all__ = ["CASE_FIXTURES", "Block", "CandidateWorkload", "Case", "MatchedPair", "OutputRef", "Schedule", "Series",
+           "plan", "series_of"]
 
 
 @dataclass(frozen=True)
@@ -36,7 +44,8 @@ class Block:
     candidate: str  # the candidate this block's series compares with the baseline
     arm: str  # "baseline" or the candidate's name
     position: int  # 1-based position in the order string
-    letter: Literal["A", "B"]  # A: baseline, B: candidate
+    letter: Literal["A", "B"]  # A: the series' control (the baseline), B: candidate
+    control: str = BASELINE  # the arm of the series' A blocks
 
     @property
     def pair(self) -> int:
@@ -97,15 +106,33 @@ Case = Block | OutputRef | MatchedPair | CandidateWorkload
 CASE_FIXTURES = ("block", "baseline_output", "matched_pair", "candidate_workload")
 
 
+@dataclass(frozen=True)
+class Series:
+    """One comparison: ``arm`` (B blocks) against ``control`` (A blocks), named ``name`` in ids and verdicts."""
+
+    name: str
+    arm: str
+    control: str = BASELINE
+
+
+def series_of(spec: RunSpec) -> tuple[Series, ...]:
+    """Every candidate against the baseline, then the final combination against a different original baseline."""
+    found = [Series(candidate, candidate) for candidate in spec.candidates]
+    if spec.final is not None and spec.final_control != BASELINE:
+        found.append(Series(f"{spec.final}-vs-{spec.final_control}", spec.final, spec.final_control))
+    return tuple(found)
+
+
 def plan(spec: RunSpec, arms: str = "all") -> tuple[Block, ...]:
-    """Per duration, per candidate, the blocks in the spec's order; ``arms`` filters them."""
+    """Per duration, per series, the blocks in the spec's order; ``arms`` (all, baseline, candidate) filters them."""
     blocks = []
     for duration in spec.workload.durations:
-        for candidate in spec.candidates:
+        for series in series_of(spec):
             for position, letter in enumerate(spec.protocol.order, start=1):
-                arm = BASELINE if letter == "A" else candidate
-                if arms == "all" or (arms == BASELINE) == (arm == BASELINE):
-                    blocks.append(Block(duration, candidate, arm, position, "A" if arm == BASELINE else "B"))
+                if arms == "all" or (arms == BASELINE) == (letter == "A"):
+                    arm = series.control if letter == "A" else series.arm
+                    blocks.append(Block(duration, series.name, arm, position, "A" if letter == "A" else "B",
+                                        series.control))
     return tuple(blocks)
 
 
@@ -120,7 +147,7 @@ class Schedule:
     def __init__(self, spec: RunSpec, arms: str = "all") -> None:
         self.spec = spec
         self.blocks = plan(spec, arms)
-        self.baseline_blocks = tuple(b for b in plan(spec) if b.arm == BASELINE)
+        self.baseline_blocks = tuple(b for b in plan(spec) if b.letter == "A")
         self._order = {block.id: index for index, block in enumerate(self.blocks)}
 
     def index(self, block: Block) -> int:
@@ -139,15 +166,15 @@ class Schedule:
             return [OutputRef(b, i) for b in self.baseline_blocks for i in range(k)]
         if fixture == "matched_pair":
             return [MatchedPair(OutputRef(self.partner(b), i), OutputRef(b, i))
-                    for b in self.blocks if b.arm != BASELINE for i in range(k)]
+                    for b in self.blocks if b.letter == "B" for i in range(k)]
         if fixture == "candidate_workload":
             return list(dict.fromkeys(CandidateWorkload(b.candidate, b.duration) for b in self.blocks))
         raise ValueError(f"no campaign cases for fixture {fixture!r}")
 
     def partner(self, block: Block) -> Block:
-        """The baseline block of the same AB/BA pair."""
+        """The control block of the same AB/BA pair."""
         position = block.position + (1 if block.position % 2 else -1)
-        return Block(block.duration, block.candidate, BASELINE, position, "A")
+        return Block(block.duration, block.candidate, block.control, position, "A", block.control)
 
     def matched_pairs(self, case: CandidateWorkload) -> list[MatchedPair]:
         pairs = self.cases("matched_pair")

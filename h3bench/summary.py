@@ -63,12 +63,13 @@ def summary_lines(review: Review) -> list[str]:
              f"shutdown budget {spec.protocol.shutdown_budget_s:g} s for every arm"]
     verdicts = review.verdicts()
     for duration in spec.workload.durations:
-        for candidate in spec.candidates:
+        for candidate in verdicts:
             series = review.series(duration, candidate)
             if not series:
                 continue
-            lines.append(f"ref2va {duration:g}s, {candidate} against baseline:")
-            for arm in ("baseline", candidate):
+            arms = sorted({r.block.arm: r.block.letter for r in series}.items(), key=lambda item: item[1])
+            lines.append(f"ref2va {duration:g}s, {candidate} against {series[0].block.control}:")
+            for arm, _ in arms:
                 samples = [s for r in series if r.block.arm == arm for s in r.measured if s.ok and s.e2e_s is not None]
                 if samples:
                     median = statistics.median(s.e2e_s for s in samples if s.e2e_s is not None)
@@ -89,7 +90,7 @@ def summary_lines(review: Review) -> list[str]:
                 lines.append(f"  lossless {d.lossless.outcome}: {d.lossless.reasons[0]}")
     for candidate, verdict in verdicts.items():
         stopped = f" (stopped: {verdict.stopped.reason})" if verdict.stopped else ""
-        lines.append(f"verdict {candidate}: {verdict.outcome}{stopped}")
+        lines.append(f"verdict {candidate}: {review.verdict_label(verdict.outcome)}{stopped}")
         lines += [f"  note: {note}" for note in verdict.notes]
     if not spec.gates.lpips_required:
         lines.append("LPIPS is not required by this RunSpec: quality verdicts do not include it.")

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictStr, field_validator
 
 from h3bench.runspec.base import Frozen
 
-__all__ = ["BASELINE", "PLACEHOLDERS", "Arm"]
+__all__ = ["BASELINE", "PLACEHOLDERS", "Arm", "Attribution"]
 
 BASELINE = "baseline"
 # What an arm's argv may contain; everything else in braces (JSON configs) is literal.
@@ -18,6 +18,19 @@ PLACEHOLDERS = ("host", "port", "model", "python")
 
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+class Attribution(Frozen):
+    """Where a candidate's change comes from.
+
+    ``kind`` is ``configuration`` (an existing upstream feature switched on:
+    configuration reuse, not a new kernel) or ``code`` (new source); ``ref``
+    is the upstream reference: a commit, a PR, or the flag and the file that
+    implements it.
+    """
+
+    kind: Literal["configuration", "code"]
+    ref: Annotated[StrictStr, Field(min_length=1)]
 
 
 class Arm(Frozen):
@@ -28,12 +41,20 @@ class Arm(Frozen):
     braces, such as JSON configs, are literal. ``env`` is added to the
     launcher's environment. ``sim`` is the simulator profile, kept opaque
     here and validated by the simulator.
+
+    A candidate records why it exists: ``hypothesis`` (one sentence),
+    ``source`` (:class:`Attribution`) and ``combination_of`` (the arms whose
+    changes it combines). The spec checks them across arms
+    (:mod:`h3bench.research`); a baseline has none of them.
     """
 
     description: Annotated[StrictStr, Field(min_length=1)]
     argv: tuple[StrictStr, ...] = Field(min_length=1)
     env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
     sim: dict[str, Any] | None = None
+    hypothesis: Annotated[StrictStr, Field(min_length=1)] | None = None
+    source: Attribution | None = None
+    combination_of: tuple[StrictStr, ...] = ()
 
     @field_validator("argv")
     @classmethod

@@ -22,6 +22,7 @@ from h3bench.h3 import STAGE_PREFIX
 from h3bench.sim.forms import SimRequest
 from h3bench.sim.pool import WorkerPool
 from h3bench.sim.profile import SimProfile
+from h3bench.sim.profiler import Profiler
 from h3bench.sim.worker import GenerationError, WorkerJob, WorkerResult
 
 __all__ = ["Engine", "VideoError", "VideoJob", "log_completed"]
@@ -72,6 +73,7 @@ class Engine:
         self._lock = asyncio.Lock()
         self._count = 0
         self._cache: dict[bytes, tuple[Path, WorkerResult]] = {}
+        self.profiler: Profiler | None = None  # with --profiler-config (h3bench.sim.profiler)
 
     async def generate(self, request: SimRequest, request_id: str, output: Path) -> WorkerResult:
         spec = request.content()
@@ -80,6 +82,7 @@ class Engine:
             shutil.copyfile(cached[0], output)
             log.warning("request %s: answered from the output cache (cache_outputs)", request_id)
             return cached[1]
+        started = time.time()
         async with self._lock:
             if self.pool.dead_reason is not None:
                 raise GenerationError(f"engine is dead: {self.pool.dead_reason}")
@@ -97,6 +100,7 @@ class Engine:
                 fail=nth == profile.fail_request,
                 crash_rank=profile.workers - 1 if nth == profile.crash_request else None,
                 hang=nth == profile.hang_request,
+                extra_video_noise=profile.degrade_video_noise if request.seed in profile.degrade_seeds else 0.0,
             )
             log.info("request %s: started (request %d; modelled %.3f s)", request_id, nth, plan.total_s)
             future = self.pool.submit(job)
@@ -106,6 +110,8 @@ class Engine:
                 # The workers finish anyway; nobody will fetch the file.
                 future.add_done_callback(lambda _: output.unlink(missing_ok=True))
                 raise
+        if self.profiler is not None:
+            self.profiler.record(request_id, started, result.stage_durations)
         if profile.cache_outputs:
             kept = self.storage / f"cache-{spec.key.hex()}.mp4"
             shutil.copyfile(output, kept)
