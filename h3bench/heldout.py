@@ -1,4 +1,4 @@
-"""The held-out phase: after the formal blocks, every candidate that passed is checked on inputs it was not measured on.
+"""The held-out phase: after the formal blocks, every candidate not rejected is checked on inputs it was not measured on.
 
 For each such candidate and duration, both arms run on every held-out case
 (each ``[heldout]`` seed with the official inputs, then each extra input at

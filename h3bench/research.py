@@ -36,9 +36,13 @@ DIAGNOSTIC_VERDICT = f"{DIAGNOSTIC} (not a campaign result)"
 
 
 def heldout_candidates(review: Review) -> list[str]:
-    """The candidates whose formal verdict passed: the ones the held-out phase checks."""
+    """The candidates the formal blocks did not reject (PASS, or INCONCLUSIVE): the ones the held-out phase checks.
+
+    An INCONCLUSIVE speed estimate is checked as well, so that its held-out
+    result is known; acceptance still needs the formal PASS.
+    """
     verdicts = review.verdicts()
-    return [c for c in review.spec.candidates if verdicts[c].outcome is Outcome.PASS]
+    return [c for c in review.spec.candidates if verdicts[c].outcome is not Outcome.FAIL]
 
 
 def _direct_series(review: Review) -> str:

@@ -198,7 +198,7 @@ def test_an_unpinned_campaign_is_refused_unless_it_runs_as_diagnostic(pytester) 
     result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "--allow-unpinned")
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["h3bench: --runspec * --allow-unpinned",
-                                 "DIAGNOSTIC run (--allow-unpinned): not a formal result; unpinned: model.content_identity"])
+                                 "DIAGNOSTIC run: not a campaign result; --allow-unpinned: model.content_identity"])
     bundle = bundle_of(pytester)
     manifest = json.loads((bundle / "manifest.json").read_text())
     assert manifest["run"] == {"kind": "DIAGNOSTIC", "unpinned": ["model.content_identity"], "unverified": []}

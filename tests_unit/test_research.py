@@ -175,11 +175,17 @@ def test_held_out_seeds_catch_a_fault_that_the_formal_seed_cannot(pytester: pyte
     assert faulty["verdict"] == "FAIL" and "seed 3: failed quality gates" in faulty["reasons"][0], summary
     assert "seed 2" not in " ".join(faulty["reasons"])
     accepted = final["accepted"]
-    assert accepted["candidates"]["faulty"]["accepted"] is False
-    assert "held-out" in accepted["candidates"]["faulty"]["reasons"][0]
-    assert accepted["candidates"]["clean"]["accepted"] and accepted["final"] == "clean" and accepted["accepted"]
-    result.stdout.fnmatch_lines(["*held-out faulty 5s: FAIL: seed 3: failed quality gates*",
-                                 "*campaign acceptance (final clean): ACCEPTED*"])
+    verdicts = json.loads((path / "verdict.json").read_text())["candidates"]
+    assert accepted["candidates"]["faulty"]["accepted"] is False and accepted["final"] == "clean"
+    result.stdout.fnmatch_lines(["*held-out faulty 5s: FAIL: seed 3: failed quality gates*"])
+    # Acceptance also needs the formal speed PASS, which a heavily loaded machine can make INCONCLUSIVE.
+    if verdicts["clean"]["verdict"] == "PASS":
+        assert accepted["candidates"]["clean"]["accepted"] and accepted["accepted"]
+        result.stdout.fnmatch_lines(["*campaign acceptance (final clean): ACCEPTED*"])
+    else:
+        assert not accepted["accepted"] and "formal verdict INCONCLUSIVE" in accepted["reasons"][0]
+    if verdicts["faulty"]["verdict"] == "PASS":
+        assert "held-out" in accepted["candidates"]["faulty"]["reasons"][0]
     samples = [json.loads(line) for line in (path / "samples.jsonl").read_text().splitlines()]
     phases = {s["phase"] for s in samples}
     assert phases == {"formal", "heldout", "profile"}
