@@ -88,7 +88,11 @@ def write_campaign(
     if source is not None:
         parts.append(_table("source", source))
     if arm_tables is not None:
-        parts += [_table(f"arms.{name}", table) for name, table in arm_tables.items()]
+        # A formal NPU spec attributes every candidate (h3bench.runspec.research).
+        attribution = {"hypothesis": "the test's candidate is faster",
+                       "source": {"kind": "configuration", "ref": "a test flag"}}
+        parts += [_table(f"arms.{name}", table if name == "baseline" else {**attribution, **table})
+                  for name, table in arm_tables.items()]
     else:
         arms = {"baseline": baseline or {}, **(candidates if candidates is not None else {"clean": {}})}
         for name, overrides in arms.items():
