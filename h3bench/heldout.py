@@ -8,7 +8,7 @@ Every case's candidate output goes through every quality gate against the
 baseline output of the same case.
 
 The requests are recorded with ``phase = "heldout"`` in ``samples.jsonl``, in
-blocks whose ids begin with ``heldout-``: no formal block has such an id, so
+blocks of the series ``heldout-<candidate>`` (ids ``5s-heldout-...``): no formal block has one, so
 they never enter the formal statistics, the audit, or the formal verdict.
 Their verdict is their own, per candidate and duration: PASS when every case
 passes every gate, FAIL when a case fails one (or the candidate's server or
