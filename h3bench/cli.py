@@ -10,11 +10,22 @@
                                      what a campaign will run and cost, before anything runs
     h3bench run --runspec FILE [--arm ARM] [--evidence-dir DIR] [--resume BUNDLE] ...
                                      a whole campaign without pytest (see h3bench.cli_campaign)
+    h3bench report BUNDLE [--out DIR] [--lpips-dir DIR] [--lpips-device DEV]
+                                     report.html and summary.md of a bundle that verifies
+    h3bench ledger add BUNDLE | show | verify [--bundles DIR] [--ledger FILE]
+                                     the hash-chained ledger of candidates (see h3bench.ledger)
+    h3bench history DIR... [--html FILE] [--json]
+                                     baseline medians across campaigns, with flagged steps
     h3bench sim ...                  (every argument goes to h3bench.sim.main)
 
+``report`` writes ``report.html`` (self-contained) and ``summary.md``, by
+default into ``<bundle's parent>/reports/<bundle name>/``, and prints both
+paths; a bundle that does not verify is refused (exit 2).
+
 Exit codes: ``compare`` and ``validate`` exit with their verdict, 0 PASS,
-1 FAIL and 3 INCONCLUSIVE; ``verify`` exits 0 for an intact bundle and 1
-otherwise. Usage errors, paths that cannot be read and refused
+1 FAIL and 3 INCONCLUSIVE; ``verify`` and ``ledger verify`` exit 0 for an
+intact bundle or ledger and 1 otherwise; ``history`` exits 1 while a flagged
+regression is ongoing. Usage errors, paths that cannot be read and refused
 configuration (UsageError, RunSpecError, WeightIntegrityError) exit 2; any
 other H3BenchError exits 1. Errors are one line on stderr, never a traceback.
 
@@ -37,7 +48,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from h3bench import __version__, cli_campaign, media, quality
+from h3bench import __version__, cli_campaign, cli_ledger, media, quality
 from h3bench.errors import H3BenchError, RunSpecError, UsageError, WeightIntegrityError
 from h3bench.h3 import expected_shape
 from h3bench.outcome import Outcome
@@ -224,11 +235,16 @@ def _run_verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def _configure_validate(parser: argparse.ArgumentParser) -> None:
-    _configure_bundle(parser)
-    parser.add_argument("--lossless", action="store_true", help="also judge against the control envelope")
+def _configure_lpips(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lpips-dir", help="directory with the LPIPS weights (default: $H3BENCH_LPIPS_DIR)")
     parser.add_argument("--lpips-device", default="cpu", help="torch device for LPIPS (default: %(default)s)")
+
+
+def _configure_validate(parser: argparse.ArgumentParser) -> None:
+    _configure_bundle(parser)
+    parser.add_argument("--lossless", action="store_true",
+                        help="also run the lossless test against the baseline's own variability")
+    _configure_lpips(parser)
 
 
 def _run_validate(args: argparse.Namespace) -> int:
@@ -250,11 +266,30 @@ def _run_validate(args: argparse.Namespace) -> int:
     return EXIT_CODES[outcome]
 
 
+def _configure_report(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("bundle", help="an evidence bundle directory")
+    parser.add_argument("--out", metavar="DIR",
+                        help="directory for report.html and summary.md (default: <bundle's parent>/reports/<bundle name>)")
+    _configure_lpips(parser)  # only for the worst pair's per-frame LPIPS curve
+
+
+def _run_report(args: argparse.Namespace) -> int:
+    # matplotlib, librosa and scikit-image load only for a report.
+    from h3bench.report import write_report
+
+    written = write_report(_bundle_dir(args.bundle), args.out, lpips_dir=args.lpips_dir, lpips_device=args.lpips_device)
+    print(f"report: {written.html}")
+    print(f"summary: {written.summary}")
+    return 0
+
+
 SUBCOMMANDS: dict[str, Subcommand | Passthrough] = {
     "verify": Subcommand("re-hash an evidence bundle and name every file that changed or went missing",
                          _configure_bundle, _run_verify),
     "validate": Subcommand("re-run the quality gates on a bundle's outputs; the result goes beside the old ones",
                            _configure_validate, _run_validate),
+    "report": Subcommand("write a self-contained report.html and a summary.md of a bundle that verifies",
+                         _configure_report, _run_report),
     "probe": Subcommand("describe a media file's streams (counts verified by decoding)", _configure_probe, _run_probe),
     "compare": Subcommand(
         "run every format check and quality gate of a candidate MP4 against its baseline",
@@ -265,6 +300,10 @@ SUBCOMMANDS: dict[str, Subcommand | Passthrough] = {
                        cli_campaign.configure_plan, cli_campaign.run_plan),
     "run": Subcommand("run a whole campaign without pytest: blocks, quality, verdict, sealed bundle",
                       cli_campaign.configure_run, cli_campaign.run_campaign),
+    "ledger": Subcommand("the append-only, hash-chained ledger of candidates: add a bundle, show, verify",
+                         cli_ledger.configure_ledger, cli_ledger.run_ledger),
+    "history": Subcommand("the baseline's E2E medians across campaigns, with flagged step changes",
+                          cli_ledger.configure_history, cli_ledger.run_history),
     "sim": Passthrough("run the vLLM-Omni simulator server (arguments go to h3bench.sim)", _run_sim),
 }
 

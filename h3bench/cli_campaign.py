@@ -39,7 +39,7 @@ def configure_settings(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--evidence-dir", type=Path, default=Path("h3bench-evidence"), dest="evidence_dir",
                         help="directory that receives the evidence bundle (default h3bench-evidence/)")
     parser.add_argument("--baseline-evidence", type=Path, dest="baseline_evidence",
-                        help="a stored bundle whose baseline a candidate-only run compares against")
+                        help="a stored bundle for a candidate-only run, which runs the anchored order against it")
     parser.add_argument("--lossless", action="store_true", help="judge against the baseline's own variability")
     parser.add_argument("--lpips-dir", type=Path, dest="lpips_dir", help="directory with the LPIPS weights")
     parser.add_argument("--lpips-device", default="cpu", dest="lpips_device", help="torch device for LPIPS")
@@ -130,7 +130,7 @@ def run_plan(args: argparse.Namespace) -> int:
         return expression is None or any(expression.evaluate(carries(c)) for c in CATEGORIES)
 
     plan = make_plan(spec, arms=args.arm, selects=selects, history=[args.evidence_dir, *args.history],
-                     lpips_dir=args.lpips_dir)
+                     lpips_dir=args.lpips_dir, anchored=args.baseline_evidence is not None)
     for line in plan_lines(plan):
         print(line)
     return 1 if plan.problems else 0

@@ -14,7 +14,9 @@
     │   │                      (port=, holder=)
     │   ├── DeviceReportError  npu-smi output that h3bench cannot read
     │   │                      (line_number=, line=, layout=)
-    │   └── CleanupError       a worker, zombie or port survived the stop (survivors=)
+    │   ├── CleanupError       a worker, zombie or port survived the stop (survivors=)
+    │   └── AttentionBackendError  the workers resolved another attention backend
+    │                          than the arm expects (expected=, used=)
     ├── RequestError           a generation request that failed (status_code=, detail=)
     └── EvidenceError          a bundle that is incomplete, altered or mismatched (path=)
 
@@ -26,6 +28,7 @@ Foreign exceptions are translated at the boundary with ``raise ... from exc``.
 from __future__ import annotations
 
 __all__ = [
+    "AttentionBackendError",
     "CleanupError",
     "DeviceReportError",
     "EvidenceError",
@@ -122,6 +125,13 @@ class CleanupError(ServerError):
     def __init__(self, message: str, *, survivors: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.survivors = survivors
+
+
+class AttentionBackendError(ServerError):
+    def __init__(self, message: str, *, expected: str, used: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.expected = expected
+        self.used = used
 
 
 class RequestError(H3BenchError):

@@ -11,9 +11,12 @@ diffusion pipeline profiler:
 - audio: 32 kHz stereo, ``round(40 * frames / 24)`` latents of 800 samples per
   channel each (5 s → 165 600 samples, 15 s → 482 400), so audio and video
   lengths differ by design;
-- the profiler's stage keys are ``"MiniMaxH3Pipeline.<method>"``; repeated
-  calls are summed, and ``denoise_step`` nests inside ``diffuse`` as the VAE
-  ``decode_latent`` calls nest inside ``decode``. MP4 muxing has no key.
+- the profiler's stage keys are ``"MiniMaxH3Pipeline.<method>"``
+  (``diffusion/profiler/diffusion_pipeline_profiler.py``); repeated calls are
+  summed, and the VAE ``decode_latent`` calls nest inside ``decode``. In
+  request mode, the default, six keys are reported (:data:`STAGE_KEYS`):
+  ``denoise_step`` is recorded under ``diffuse``'s key, and ``post_decode``
+  appears only with step execution. MP4 muxing has no key.
 
 The simulator, the gates, the audio metric, the client, the plugin's workload
 markers and the expected-duration checks all take these from here.
@@ -59,21 +62,20 @@ _FRAME_PERIOD = 17  # frames % 17 == 5: one latent frame per 17 output frames, p
 _FRAME_REMAINDER = 5
 
 STAGE_PREFIX = "MiniMaxH3Pipeline."
-# The profiler's keys, in the order the pipeline runs them.
+# The keys the profiler reports in request mode, in the order the pipeline runs them.
 STAGE_KEYS = tuple(
     STAGE_PREFIX + method
     for method in (
         "encode_prompt",
         "_encode_local_media",
         "diffuse",
-        "denoise_step",
         "decode",
         "video_vae.decode_latent",
         "audio_vae.decode_latent",
-        "post_decode",
     )
 )
 # Methods that do not nest inside one another: E2E minus their sum is mux and transfer.
+# post_decode is one of them when step execution reports it.
 TOP_LEVEL_STAGES = ("encode_prompt", "_encode_local_media", "diffuse", "decode", "post_decode")
 
 
@@ -139,8 +141,9 @@ def expected_shape(seconds: float) -> ExpectedShape:
 def mux_and_transfer_s(e2e_s: float, stage_durations: Mapping[str, float]) -> float | None:
     """E2E minus the sum of the top-level stages; None when the server reported no stages.
 
-    Keys are ``"<Class>.<method>"``; nested ones (``.denoise_step``,
-    ``.video_vae.decode_latent``) are already inside a top-level stage.
+    Keys are ``"<Class>.<method>"``; nested ones (``.video_vae.decode_latent``,
+    and ``.denoise_step`` should a profiler report it) are already inside a
+    top-level stage.
     """
     top = [v for k, v in stage_durations.items() if k.count(".") <= 1 and k.rpartition(".")[2] in TOP_LEVEL_STAGES]
     return e2e_s - sum(top) if top else None

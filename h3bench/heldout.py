@@ -130,9 +130,9 @@ def _judge(campaign: Campaign, candidate: str, duration: float, results: dict[st
 
 
 def run_heldout(campaign: Campaign, candidates: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Run and judge the held-out phase of ``candidates``: ``{candidate: {str(duration): {verdict, reasons}}}``.
+    """Run and judge the held-out phase of ``candidates``: ``{candidate: {"5s": {verdict, reasons}}}``.
 
-    The duration keys are ``str(duration)`` of the spec's float durations (``"5.0"``).
+    The duration keys are those of verdict.json (``f"{duration:g}s"``).
 
     An interrupt is raised again after its block has been recorded, like any block's.
     """
@@ -147,6 +147,6 @@ def run_heldout(campaign: Campaign, candidates: list[str]) -> dict[str, dict[str
                 results[block.id] = run_block(
                     spec, block, bundle=campaign.bundle, inputs=campaign.inputs, scratch=campaign.scratch,
                     campaign_id=campaign.session, pace=campaign.pace, script=_script(cases), phase=HELDOUT)
-            out.setdefault(candidate, {})[str(duration)] = _judge(campaign, candidate, duration, results, cases)
+            out.setdefault(candidate, {})[f"{duration:g}s"] = _judge(campaign, candidate, duration, results, cases)
     return out
 

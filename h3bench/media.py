@@ -26,14 +26,19 @@ from h3bench.errors import MediaDecodeError
 __all__ = [
     "AudioInfo",
     "DecodedDigest",
+    "DecodedFrame",
     "MediaInfo",
     "VideoInfo",
+    "VideoReader",
     "YuvFrame",
     "decoded_digest",
     "iter_rgb_frames",
     "iter_yuv_frames",
+    "pcm_sha256",
     "probe",
+    "read_audio",
     "read_pcm",
+    "streams_of",
     "write_mp4",
 ]
 
@@ -115,24 +120,27 @@ def probe(path: _PathLike) -> MediaInfo:
     Frame and sample counts are verified by decoding, durations are what the
     container declares, and start times are the streams' declared starts.
     """
-    with _open(path) as container:
-        video_stream = container.streams.video[0] if container.streams.video else None
-        audio_stream = container.streams.audio[0] if container.streams.audio else None
-        if video_stream is None and audio_stream is None:
-            raise MediaDecodeError(f"{os.fspath(path)}: no video or audio stream", path=os.fspath(path))
-        video = _probe_video(path, container, video_stream) if video_stream is not None else None
-    audio = _probe_audio(path) if audio_stream is not None else None
+    has_video, has_audio = streams_of(path)
+    video = None
+    if has_video:
+        reader = VideoReader(path)
+        for _ in reader:
+            pass
+        video = reader.info
+    audio = read_audio(path)[1] if has_audio else None
     return MediaInfo(path=os.fspath(path), size_bytes=os.path.getsize(path), video=video, audio=audio)
 
 
-def _probe_video(path: _PathLike, container, stream) -> VideoInfo:
-    stream.thread_type = "AUTO"
-    pts: list[float] = []
-    try:
-        for frame in container.decode(stream):
-            pts.append(float(frame.pts * frame.time_base) if frame.pts is not None else float("nan"))
-    except (av.error.FFmpegError, ValueError) as exc:
-        raise _decode_error(path, "the video stream", exc) from exc
+def streams_of(path: _PathLike) -> tuple[bool, bool]:
+    """Whether the file has a video and an audio stream; MediaDecodeError if it has neither or does not open."""
+    with _open(path) as container:
+        has_video, has_audio = bool(container.streams.video), bool(container.streams.audio)
+    if not has_video and not has_audio:
+        raise MediaDecodeError(f"{os.fspath(path)}: no video or audio stream", path=os.fspath(path))
+    return has_video, has_audio
+
+
+def _video_info(stream, pts: list[float]) -> VideoInfo:
     ctx = stream.codec_context
     rate = stream.average_rate or stream.guessed_rate or Fraction(0)
     return VideoInfo(
@@ -149,77 +157,92 @@ def _probe_video(path: _PathLike, container, stream) -> VideoInfo:
     )
 
 
-def _probe_audio(path: _PathLike) -> AudioInfo:
-    with _open(path) as container:
-        stream = container.streams.audio[0]
-        samples = 0
-        try:
-            for frame in container.decode(stream):
-                samples += frame.samples
-        except (av.error.FFmpegError, ValueError) as exc:
-            raise _decode_error(path, "the audio stream", exc) from exc
-        ctx = stream.codec_context
-        return AudioInfo(
-            codec=ctx.name,
-            sample_rate=int(ctx.sample_rate),
-            channels=int(ctx.channels),
-            duration_s=_seconds(stream.duration, stream.time_base),
-            samples=samples,
-            start_time_s=_seconds(stream.start_time, stream.time_base) or 0.0,
-        )
-
-
 def _plane(plane, width: int, height: int) -> np.ndarray:
     # Planes are padded to line_size; crop the padding away without copying.
     buf = np.frombuffer(plane, dtype=np.uint8).reshape(-1, plane.line_size)
     return buf[:height, :width]
 
 
-def iter_yuv_frames(path: _PathLike) -> Generator[YuvFrame, None, None]:
-    """Yield each video frame's yuv420p planes, one frame at a time.
+@dataclass(frozen=True)
+class DecodedFrame:
+    """One decoded frame: its yuv420p planes, and its RGB when the reader was asked for it."""
 
-    Frames in another pixel format are converted to yuv420p first, as
-    ffmpeg's ``ssim`` and ``psnr`` filters would negotiate.
+    yuv: YuvFrame
+    rgb: np.ndarray | None  # [H, W, 3] uint8
+
+
+class VideoReader:
+    """One decode of a file's first video stream: iterate once for the frames, then read what it counted.
+
+    After the iteration ends, ``info`` is the stream's :class:`VideoInfo`
+    (frames counted by this decode, their timestamps) and, with
+    ``hash_planes``, ``sha256`` is the SHA-256 of every frame's Y, U and V
+    planes in order (:func:`decoded_digest`). Frames in another pixel format
+    are converted to yuv420p, as ffmpeg's ``ssim`` and ``psnr`` filters would
+    negotiate; ``rgb`` frames are libswscale's default yuv420p → rgb24
+    (BT.601), what PyAV's ``to_ndarray(format="rgb24")`` gives. Errors are
+    :class:`~h3bench.errors.MediaDecodeError`.
     """
-    for frame in _video_frames(path):
-        if frame.format.name != "yuv420p":
-            frame = frame.reformat(format="yuv420p")
-        w, h = frame.width, frame.height
-        yield YuvFrame(
-            y=_plane(frame.planes[0], w, h),
-            u=_plane(frame.planes[1], (w + 1) // 2, (h + 1) // 2),
-            v=_plane(frame.planes[2], (w + 1) // 2, (h + 1) // 2),
-        )
+
+    def __init__(self, path: _PathLike, *, rgb: bool = False, hash_planes: bool = False) -> None:
+        self.path = os.fspath(path)
+        self.rgb = rgb
+        self.hash_planes = hash_planes
+        self.info: VideoInfo | None = None
+        self.sha256: str | None = None
+
+    def __iter__(self) -> Generator[DecodedFrame, None, None]:
+        digest = hashlib.sha256() if self.hash_planes else None
+        pts: list[float] = []
+        with _open(self.path) as container:
+            if not container.streams.video:
+                raise MediaDecodeError(f"{self.path}: no video stream", path=self.path)
+            stream = container.streams.video[0]
+            stream.thread_type = "AUTO"
+            try:
+                for frame in container.decode(stream):
+                    seconds = _seconds(frame.pts, frame.time_base)
+                    pts.append(seconds if seconds is not None else float("nan"))
+                    decoded = DecodedFrame(_yuv(frame), frame.to_ndarray(format="rgb24") if self.rgb else None)
+                    if digest is not None:
+                        for plane in (decoded.yuv.y, decoded.yuv.u, decoded.yuv.v):
+                            digest.update(np.ascontiguousarray(plane).data)
+                    yield decoded
+            except (av.error.FFmpegError, ValueError) as exc:
+                raise _decode_error(self.path, "the video stream", exc) from exc
+            self.info = _video_info(stream, pts)
+        self.sha256 = digest.hexdigest() if digest is not None else None
 
 
-def _video_frames(path: _PathLike) -> Generator[av.VideoFrame, None, None]:
-    """Decode the first video stream frame by frame, with threads; errors become MediaDecodeError."""
-    with _open(path) as container:
-        if not container.streams.video:
-            raise MediaDecodeError(f"{os.fspath(path)}: no video stream", path=os.fspath(path))
-        stream = container.streams.video[0]
-        stream.thread_type = "AUTO"
-        try:
-            yield from container.decode(stream)
-        except (av.error.FFmpegError, ValueError) as exc:
-            raise _decode_error(path, "the video stream", exc) from exc
+def _yuv(frame: av.VideoFrame) -> YuvFrame:
+    if frame.format.name != "yuv420p":
+        frame = frame.reformat(format="yuv420p")
+    w, h = frame.width, frame.height
+    return YuvFrame(
+        y=_plane(frame.planes[0], w, h),
+        u=_plane(frame.planes[1], (w + 1) // 2, (h + 1) // 2),
+        v=_plane(frame.planes[2], (w + 1) // 2, (h + 1) // 2),
+    )
+
+
+def iter_yuv_frames(path: _PathLike) -> Generator[YuvFrame, None, None]:
+    """Yield each video frame's yuv420p planes, one frame at a time (see :class:`VideoReader`)."""
+    for frame in VideoReader(path):
+        yield frame.yuv
 
 
 def iter_rgb_frames(path: _PathLike) -> Generator[np.ndarray, None, None]:
-    """Yield each video frame as an ``[H, W, 3]`` uint8 RGB array.
-
-    The conversion is libswscale's default yuv420p → rgb24 (BT.601), which is
-    what PyAV's ``to_ndarray(format="rgb24")`` gives.
-    """
-    for frame in _video_frames(path):
-        yield frame.to_ndarray(format="rgb24")
+    """Yield each video frame as an ``[H, W, 3]`` uint8 RGB array (see :class:`VideoReader`)."""
+    for frame in VideoReader(path, rgb=True):
+        assert frame.rgb is not None
+        yield frame.rgb
 
 
-def read_pcm(path: _PathLike) -> tuple[np.ndarray, int]:
-    """Decode the first audio stream to float32 ``[channels, samples]``.
+def read_audio(path: _PathLike) -> tuple[np.ndarray, AudioInfo]:
+    """Decode the first audio stream to float32 ``[channels, samples]``, and describe it.
 
-    Returns the PCM and its sample rate. AAC padding at the end is kept (see
-    REFERENCE §3): trimming to an expected count is the caller's decision.
+    The :class:`AudioInfo`'s sample count is this decode's. AAC padding at the
+    end is kept: trimming to an expected count is the caller's decision.
     """
     with _open(path) as container:
         if not container.streams.audio:
@@ -231,11 +254,24 @@ def read_pcm(path: _PathLike) -> tuple[np.ndarray, int]:
                 chunks.append(_frame_pcm(frame))
         except (av.error.FFmpegError, ValueError) as exc:
             raise _decode_error(path, "the audio stream", exc) from exc
-        channels = int(stream.codec_context.channels)
-        rate = int(stream.codec_context.sample_rate)
-    if not chunks:
-        return np.zeros((channels, 0), dtype=np.float32), rate
-    return np.concatenate(chunks, axis=1), rate
+        ctx = stream.codec_context
+        channels = int(ctx.channels)
+        pcm = np.concatenate(chunks, axis=1) if chunks else np.zeros((channels, 0), dtype=np.float32)
+        info = AudioInfo(
+            codec=ctx.name,
+            sample_rate=int(ctx.sample_rate),
+            channels=channels,
+            duration_s=_seconds(stream.duration, stream.time_base),
+            samples=int(pcm.shape[1]),
+            start_time_s=_seconds(stream.start_time, stream.time_base) or 0.0,
+        )
+    return pcm, info
+
+
+def read_pcm(path: _PathLike) -> tuple[np.ndarray, int]:
+    """Decode the first audio stream to float32 ``[channels, samples]``; returns the PCM and its sample rate."""
+    pcm, info = read_audio(path)
+    return pcm, info.sample_rate
 
 
 def _frame_pcm(frame) -> np.ndarray:
@@ -258,18 +294,21 @@ class DecodedDigest:
 
 def decoded_digest(path: _PathLike) -> DecodedDigest:
     """Hash the decoded yuv420p planes frame by frame, and the decoded float32 PCM."""
-    with _open(path) as container:
-        has_video, has_audio = bool(container.streams.video), bool(container.streams.audio)
+    has_video, has_audio = streams_of(path)
     video = pcm = None
     if has_video:
-        digest = hashlib.sha256()
-        for frame in iter_yuv_frames(path):
-            for plane in (frame.y, frame.u, frame.v):
-                digest.update(np.ascontiguousarray(plane).data)
-        video = digest.hexdigest()
+        reader = VideoReader(path, hash_planes=True)
+        for _ in reader:
+            pass
+        video = reader.sha256
     if has_audio:
-        pcm = hashlib.sha256(np.ascontiguousarray(read_pcm(path)[0]).data).hexdigest()
+        pcm = pcm_sha256(read_audio(path)[0])
     return DecodedDigest(video, pcm)
+
+
+def pcm_sha256(pcm: np.ndarray) -> str:
+    """The digest of decoded PCM that :class:`DecodedDigest` records."""
+    return hashlib.sha256(np.ascontiguousarray(pcm).data).hexdigest()
 
 
 def write_mp4(

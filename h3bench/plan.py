@@ -182,11 +182,15 @@ def make_plan(
     history: Iterable[Path] = (),
     lpips_dir: Path | None = None,
     lock_path: str | Path = DEFAULT_LOCK_PATH,
+    anchored: bool = False,
 ) -> Plan:
-    """The plan of the blocks that ``arms`` and ``selects`` keep, with costs from the best source at hand."""
+    """The plan of the blocks that ``arms`` and ``selects`` keep, with costs from the best source at hand.
+
+    ``anchored``: a candidate-only run, which runs the spec's anchored order.
+    """
     protocol = spec.protocol
     counts = (protocol.warmups_per_block, protocol.requests_per_block, int(protocol.audit))
-    blocks = tuple(b for b in plan(spec, arms) if selects(b))
+    blocks = tuple(b for b in plan(spec, arms, anchored=anchored) if selects(b))
     bundles = _history(spec, history)
     measured = _measured_costs(spec, bundles)
     seconds: float | None = 0.0

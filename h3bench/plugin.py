@@ -17,9 +17,10 @@ Order of things in a session:
    pytest-randomly did before: the perf tests produce what the others read.
 4. ``pytest_collection_finish`` tells the campaign which blocks the selected
    tests read (``-k``, ``-m``): exactly those run.
-5. ``pytest_terminal_summary`` prints the per-duration summary and the bundle
-   path; ``pytest_sessionfinish`` writes ``verdict.json`` and seals the
-   bundle, as interrupted if the session did not run to its end.
+5. ``pytest_sessionfinish`` writes ``verdict.json`` and seals the bundle, as
+   interrupted if the session did not run to its end; then
+   ``pytest_terminal_summary`` prints the per-duration summary and the bundle
+   path, writes the report beside the bundle and ends with its path.
 
 Under xdist the controller runs the selected blocks (serially, under the
 device lock) once the workers have collected, before any test starts; the
@@ -34,6 +35,7 @@ import argparse
 import contextlib
 import os
 import shutil
+import warnings
 from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
 from typing import Any
@@ -458,6 +460,7 @@ def _interruption(session: pytest.Session, exitstatus: int | pytest.ExitCode) ->
     return None
 
 
+@pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables, so that the summary ends with the report
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     campaign = config.stash.get(_CAMPAIGN_KEY, None)
     if not isinstance(campaign, Campaign) or not campaign.wrote_anything:
@@ -467,6 +470,23 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         terminalreporter.write_line(line)
     if campaign.interrupted:
         terminalreporter.write_line(f"the bundle is sealed as INTERRUPTED: {campaign.interrupted}")
+    terminalreporter.write_line(_report_line(campaign))
+
+
+def _report_line(campaign: Campaign) -> str:
+    """Write the report beside the bundle, which pytest_sessionfinish has sealed; a failure never fails the session."""
+    try:
+        with warnings.catch_warnings():
+            # pytest applies the tests' filterwarnings (error) here too; a plotting library's warning is no error.
+            warnings.simplefilter("default")
+            from h3bench.report import write_report
+
+            lpips = campaign.settings.lpips_dir
+            written = write_report(campaign.bundle.path, lpips_dir=str(lpips) if lpips else None,
+                                   lpips_device=campaign.settings.lpips_device)
+    except Exception as exc:  # the campaign's outcome stands whatever happens to its report
+        return f"report: not written ({type(exc).__name__}: {(str(exc).splitlines() or [''])[0]})"
+    return f"report: {written.html}"
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> None:

@@ -54,7 +54,7 @@ def _direct_series(review: Review) -> str:
 def acceptance(review: Review, heldout: dict[str, dict[str, dict[str, Any]]], *, diagnostic: bool) -> dict[str, Any]:
     """``{"final", "accepted", "reasons", "candidates": {arm: {"accepted", "reasons"}}}`` for final.json."""
     spec, verdicts = review.spec, review.verdicts()
-    durations = [str(d) for d in spec.workload.durations]
+    durations = [f"{d:g}s" for d in spec.workload.durations]
     candidates: dict[str, dict[str, Any]] = {}
     for name in spec.candidates:
         verdict, reasons = verdicts[name], []
@@ -68,9 +68,9 @@ def acceptance(review: Review, heldout: dict[str, dict[str, dict[str, Any]]], *,
             for duration in durations:
                 result = found.get(duration)
                 if result is None:
-                    reasons.append(f"held-out {duration} s: not run")
+                    reasons.append(f"held-out {duration}: not run")
                 elif result["verdict"] != str(Outcome.PASS):
-                    reasons.append(f"held-out {duration} s: {result['verdict']}: {'; '.join(result['reasons'])}")
+                    reasons.append(f"held-out {duration}: {result['verdict']}: {'; '.join(result['reasons'])}")
         accepted = not reasons
         if accepted:
             reasons.append("formal PASS at every duration" + (", held-out PASS at every duration"
@@ -120,7 +120,7 @@ def _effect_lines(review: Review, verdicts: dict[str, CandidateVerdict], heldout
         for series in series_of(spec):
             measured = _ratio(review, duration, series.name)
             role = " (final)" if series.arm == spec.final and series.control == spec.final_control else ""
-            held = heldout.get(series.name, {}).get(str(duration)) if series.name == series.arm else None
+            held = heldout.get(series.name, {}).get(f"{duration:g}s") if series.name == series.arm else None
             lines.append(f"  {duration:g}s {series.arm + role:<22} vs {series.control:<12} "
                          f"ratio {measured[1] if measured else 'not measured':<28} "
                          f"formal {combine(verdicts[series.name].durations[f'{duration:g}s'].outcomes)}"
@@ -160,7 +160,7 @@ def research_lines(review: Review, heldout: dict[str, Any] | None, accepted: dic
     lines = _effect_lines(review, verdicts, heldout or {})
     for candidate, per_duration in (heldout or {}).items():
         for duration, result in per_duration.items():
-            lines.append(f"held-out {candidate} {float(duration):g}s: {result['verdict']}: "
+            lines.append(f"held-out {candidate} {duration}: {result['verdict']}: "
                          f"{'; '.join(result['reasons'])}")
     if accepted is not None:
         for name, item in accepted["candidates"].items():

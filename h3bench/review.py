@@ -25,18 +25,21 @@ from typing import Any
 from h3bench import lossless, quality, stats, telemetry
 from h3bench.errors import EvidenceError, UsageError
 from h3bench.evidence import Bundle
+from h3bench.intervals import error_levels
 from h3bench.judging import Judge, LpipsStatus
 from h3bench.measure import Measure
 from h3bench.outcome import Outcome, combine
 from h3bench.preflight import diagnostic_reasons, is_diagnostic
 from h3bench.quality import QualityReport
+from h3bench.quality.files import Probed
 from h3bench.records import BlockFailed, BlockResult, CandidateStopped, Sample, Stop, headline, load_results
 from h3bench.research import DIAGNOSTIC_VERDICT, diagnostic_lines, research_lines
 from h3bench.runspec import RunSpec, parse_runspec, require_same_spec
 from h3bench.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule, series_of
 from h3bench.settings import Settings
 from h3bench.summary import summary_lines
-from h3bench.verdict import CandidateVerdict, DurationVerdict
+from h3bench.verdict import BlockRecord, CandidateVerdict, DurationVerdict
+from h3bench.warmup import warmup_checks
 
 __all__ = ["Review"]
 
@@ -49,7 +52,8 @@ class Review:
     ) -> None:
         self.spec = spec
         self.settings = settings
-        self.schedule = Schedule(spec, settings.arm)
+        # A candidate-only run runs the anchored orders; the rest of its schedule is the stored bundle's.
+        self.schedule = Schedule(spec, settings.arm, anchored=settings.baseline_evidence is not None)
         self.stored_baseline: Review | None = None  # set for a candidate-only run
         self._bundle_path = bundle_path
         self._session = session  # a run's own id: its bundle is found by it, even under another name
@@ -71,7 +75,7 @@ class Review:
         return review
 
     def attach_baseline(self, path: Path) -> None:
-        """A candidate-only run: baseline outputs and samples come from a stored bundle of the same spec."""
+        """A candidate-only run: the stored bundle of the same spec gives everything but today's anchored blocks."""
         if self.settings.arm != "candidate":
             raise UsageError("--baseline-evidence runs only the candidate's blocks: add --arm candidate")
         stored = Review.from_bundle(path, dataclasses.replace(self.settings, arm="all", baseline_evidence=None))
@@ -132,8 +136,8 @@ class Review:
         return self._stopped.get(candidate)
 
     def source(self, block: Block) -> Review:
-        """The review that holds a block: the stored baseline's for baseline blocks of a candidate-only run."""
-        return self.stored_baseline if block.letter == "A" and self.stored_baseline else self
+        """The review that holds a block: the stored baseline's for a candidate-only run's stored blocks."""
+        return self.stored_baseline if self.stored_baseline and block.design != "anchored" else self
 
     def ensure(self, block: Block) -> BlockResult:
         """The block's result (BlockFailed for a failed block, CandidateStopped for one a stop rule skipped)."""
@@ -190,6 +194,10 @@ class Review:
     def compare(self, pair: MatchedPair) -> QualityReport:
         return self.judge.compare(pair)
 
+    def probed(self, ref: OutputRef) -> Probed:
+        """One output's probe, from the one decode of its comparisons."""
+        return self.judge.probed(ref)
+
     def lossless(self, case: CandidateWorkload) -> lossless.LosslessVerdict:
         return self.judge.lossless(case)
 
@@ -203,32 +211,37 @@ class Review:
     # -- latency and the verdict -------------------------------------------------------
 
     def series(self, duration: float, candidate: str) -> list[BlockResult]:
-        """The blocks of one candidate's series that ran (stored baseline blocks first in a candidate-only run)."""
-        blocks = (list(self.schedule.baseline_blocks) if self.stored_baseline else []) + list(self.schedule.blocks)
-        found = []
-        for b in blocks:
-            if b.duration == duration and b.candidate == candidate:
-                result = self.source(b).results.get(b.id)
-                if result is not None:
-                    found.append(result)
-        return found
+        """The blocks of one candidate's speed comparison that ran, in order (today's in a candidate-only run)."""
+        return [r for b in self.schedule.series(duration, candidate) if (r := self.results.get(b.id)) is not None]
 
     def speed(self, duration: float, candidate: str) -> stats.SpeedReport | None:
-        """The latency estimate for one candidate at one duration; None without both arms.
+        """The latency estimate for one candidate at one duration; None without a block to compare.
 
-        Paired AB/BA ratios normally; in a candidate-only run, an unpaired
-        comparison with the stored baseline blocks, which the report says is
-        not interleaved.
+        Paired AB/BA ratios at the campaign's error levels; in a
+        candidate-only run, against today's anchors, with the stored
+        baseline's shift.
         """
         blocks = [stats.BlockSamples(r.block.letter, r.latencies)
                   for r in self.series(duration, candidate) if r.failure is None]
-        if {b.role for b in blocks} != {"A", "B"}:
-            return None
+        levels = error_levels(len(self.spec.workload.durations), len(series_of(self.spec)))
         margin = self.spec.gates.speed_margin
-        if self.stored_baseline is not None:
-            return stats.unpaired_speed_report(blocks, margin=margin,
-                                               baseline_source=str(self.stored_baseline.bundle_path))
-        return stats.speed_report(blocks, margin=margin)
+        roles = {b.role for b in blocks}
+        if self.stored_baseline is not None and "B" in roles:
+            stored = self.stored_baseline
+            medians = [m for b in self.schedule.stored_series(duration, candidate)
+                       if (r := stored.results.get(b.id)) is not None and r.failure is None
+                       and (m := r.median_e2e_s) is not None]
+            return stats.anchored_speed_report(blocks, medians, margin=margin, levels=levels,
+                                               stored=str(stored.bundle_path))
+        if roles != {"A", "B"}:
+            return None
+        return stats.speed_report(blocks, margin=margin, levels=levels)
+
+    def block_records(self, duration: float, candidate: str) -> list[BlockRecord]:
+        """Each block of the candidate's series with the warmup check, pooled over every block of the duration."""
+        ran = [r for r in self.results.values() if r.block.duration == duration and r.failure is None]
+        checks = {c.block_id: c for c in warmup_checks([(r.block.id, r.latencies) for r in ran])}
+        return [BlockRecord(r.block.id, r.median_e2e_s, checks.get(r.block.id)) for r in self.series(duration, candidate)]
 
     def verdicts(self) -> dict[str, CandidateVerdict]:
         """Per candidate: speed, quality and lossless at each duration, and the stop rule that fired."""
@@ -239,6 +252,7 @@ class Review:
                     self.speed(d, candidate), self.judge.pairs_of(candidate, d), self.optional_checks(),
                     lossless_enabled=self.lossless_enabled,
                     lossless=self.judge.lossless_results.get(CandidateWorkload(candidate, d).id),
+                    blocks=self.block_records(d, candidate),
                 )
                 for d in self.spec.workload.durations
             }

@@ -1,4 +1,4 @@
-"""Honest small-sample statistics for AB/BA block campaigns (REFERENCE §8 and §9).
+"""Honest small-sample statistics for AB/BA block campaigns: one candidate at one duration.
 
 The unit of replication
 -----------------------
@@ -10,35 +10,58 @@ graphs, device state), so they are not independent replicates of the arm
 effect; the block is. Each block is therefore summarised by the median of its
 measured E2E samples, and adjacent blocks (positions 1-2, 3-4, ...) form one
 AB or BA pair with the paired ratio ``r_i = median(B_i) / median(A_i)``.
-Alternating AB and BA cancels a linear drift in the mean of the ratios.
 
 Pairing single requests across a pair instead (three "pairs" per block pair)
 would count one process draw three times: with process-to-process variation
 as large as request noise, such an interval claims "faster" in about 9 % of
 A/A campaigns instead of 2.5 %. This module never does that.
 
-The effect and its interval
----------------------------
-Following Kalibera & Jones (2013), the effect is a ratio with a confidence
-interval: the geometric mean of the k paired ratios,
-``exp(mean(log r_i))``, with the t interval on the logs::
+Drift
+-----
+Alternating AB and BA cancels a drift that is linear in block position: in
+ABBAABBA the four log ratios carry +γ, −γ, +γ, −γ, so their mean is unbiased
+and the drift only widens the interval. It does not cancel a step or another
+non-linear change. A step of size δ between the two blocks of one pair
+shifts that pair's log ratio by ±δ, and the geometric mean by about δ/k: a
++8.7 % step at the start of block 2 biases an A/A campaign by +2.1 % (k = 4),
+and the interval does not account for it (tests_unit/test_error_rates.py).
+A step between pairs cancels. The per-block medians and the warmup check in
+the report are where such a step shows.
 
-    exp( mean(log r) ± t_{1-α/2, k-1} · s / √k ),   s = sd(log r), ddof = 1
-
-With k = 1 there is no interval (no variance estimate): the outcome is
-"n too small to conclude". With k pairs, the smallest two-sided
-sign/permutation p-value is ``2 / 2**k`` (0.5 for k = 2, 0.125 for k = 4), a
-hard floor on what any rank test can show (REFERENCE §9); it is reported with
-every estimate.
-
-Minimum detectable effect
+The effect and its bounds
 -------------------------
-At the observed variance the interval's half-width on the log scale is
-``h = t_{1-α/2, k-1} · s / √k``. The minimum detectable effect is reported as
-the ratio ``exp(-h)``: a candidate whose geometric-mean ratio lies below it
-has an interval that excludes 1. This is detection with about 50 % power; 80 %
-power would need ``(t_{1-α/2} + t_{0.80}) · s / √k``. A "faster" PASS with a
-margin m additionally needs the estimate below ``(1 - m) · exp(-h)``.
+Following Kalibera & Jones (2013), the effect is a ratio with bounds: the
+geometric mean of the k paired ratios, ``exp(mean(log r_i))``, with t bounds
+on the logs at the campaign's one-sided error levels
+(:func:`h3bench.intervals.error_levels`)::
+
+    upper = exp( mean(log r) + t_{1-pass_level, k-1} · s / √k )
+    lower = exp( mean(log r) − t_{1-fail_level, k-1} · s / √k ),   s = sd(log r)
+
+With k = 1 there is no interval: "n too small to conclude". PASS ("faster")
+when the upper bound lies below ``1 - margin``, FAIL ("slower") when the
+lower bound lies above ``1 + margin``, INCONCLUSIVE between. Every verdict
+gives the minimum detectable ratio (80 % power, margin included) at the
+observed s, and a t-based PASS or FAIL whose level no sign-flip test of k
+pairs could reach (``1/2^k`` above it: k < 6) says that it rests on the t
+model.
+
+Candidate-only runs
+-------------------
+Correcting a stored baseline by the day's shift measured on fresh anchors,
+``d = mean log(anchors) − mean log(stored)``, gives ``log c − (log stored +
+d) = log c − log anchors``: once corrected, the stored level cancels
+exactly. So :func:`anchored_speed_report` compares the candidate with the
+day's interleaved anchors only (paired ratios when the anchored order is
+made of AB/BA pairs, a pooled two-sample t on block medians otherwise; the
+default ``BABBAB`` has equal mean positions, so a linear drift cancels), and
+the stored baseline gives the shift report. Without anchors, or when the
+anchors show a shift larger than the estimated effect, the outcome is at most
+INCONCLUSIVE. With the anchors the shift does not bias the verdict; the
+second rule is a conservative guard. The stored baseline's block-to-block
+variance is not pooled with today's: that would assume the day changed the
+level but not the spread, which two anchors cannot check; a noisier day
+would then push the false PASS above its level.
 
 Percentiles
 -----------
@@ -48,11 +71,6 @@ then as a nearest-rank order statistic: an observed sample, never
 interpolated and never derived from a mean and a standard deviation.
 Otherwise the value is None and the note says why.
 
-The verdict "candidate faster"
-------------------------------
-PASS when the whole interval lies below ``1 - margin``; FAIL when it lies
-entirely above 1 (slower); INCONCLUSIVE otherwise, including k < 2.
-
 References
 ----------
 T. Kalibera and R. Jones, "Rigorous Benchmarking in Reasonable Time",
@@ -61,6 +79,7 @@ ISMM 2013, doi:10.1145/2464757.2464763.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Sequence
@@ -68,9 +87,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
-from scipy.special import stdtrit  # the Student t quantile behind scipy.stats.t.ppf, without its import cost
 
+from h3bench import intervals
 from h3bench.errors import UsageError
+from h3bench.intervals import Levels
 from h3bench.outcome import Outcome
 
 __all__ = [
@@ -82,17 +102,17 @@ __all__ = [
     "RatioEstimate",
     "SpeedReport",
     "SpeedVerdict",
+    "anchored_speed_report",
     "arm_summary",
     "paired_block_ratios",
     "percentile",
     "ratio_estimate",
     "speed_report",
     "speed_verdict",
-    "unpaired_ratio_estimate",
-    "unpaired_speed_report",
 ]
 
 PERCENTILES = (0.90, 0.95, 0.99)
+_OUTCOME = {intervals.PASS: Outcome.PASS, intervals.FAIL: Outcome.FAIL, intervals.INCONCLUSIVE: Outcome.INCONCLUSIVE}
 
 
 @dataclass(frozen=True)
@@ -153,25 +173,32 @@ class ArmSummary:
 
 @dataclass(frozen=True)
 class RatioEstimate:
-    """Geometric mean of the paired ratios with its t interval; None where k does not support a value."""
+    """The geometric-mean ratio with its one-sided bounds; None where the data do not support a value."""
 
-    k: int
+    k: int  # what the t model counts: AB/BA pairs, or blocks in a two-sample comparison
     ratios: tuple[float, ...]
     geomean: float | None
-    ci_low: float | None
-    ci_high: float | None
-    confidence: float
+    ci_low: float | None  # the lower bound, at levels.fail_level
+    ci_high: float | None  # the upper bound, at levels.pass_level
+    levels: Levels
     df: int
-    log_sd: float | None
-    mde_ratio: float | None  # exp(-h): the interval excludes 1 for estimates below it
-    min_permutation_p: float | None  # 2 / 2**k
+    log_se: float | None
+    mde_ratio: float | None  # the true ratio called PASS with 80 % power, margin included
+    min_permutation_p: float | None  # one-sided
     notes: tuple[str, ...]
-    design: str = "AB/BA pairs"  # what k counts
+    margin: float
+    design: str = "AB/BA pairs"
+    shift: float | None = None  # a candidate-only run: today's anchors over the stored baseline
+    floor_basis: str = ""  # what min_permutation_p is the floor of
+
+    def bounds_text(self) -> str:
+        return (f"geometric mean ratio {self.geomean:.4f}, bounds [{self.ci_low:.4f}, {self.ci_high:.4f}] "
+                f"over k = {self.k} {self.design}")
 
 
 @dataclass(frozen=True)
 class SpeedVerdict:
-    """PASS, FAIL or INCONCLUSIVE for "the candidate is faster", with the reasons."""
+    """PASS, FAIL or INCONCLUSIVE for "the candidate is faster", with every reason."""
 
     outcome: Outcome
     margin: float
@@ -240,135 +267,126 @@ def arm_summary(blocks: Sequence[BlockSamples]) -> ArmSummary:
     )
 
 
-def ratio_estimate(ratios: Sequence[float], confidence: float = 0.95) -> RatioEstimate:
-    """Geometric mean of paired ratios with a t interval on their logs; see the module docstring."""
-    if not 0 < confidence < 1:
-        raise UsageError(f"confidence must be in (0, 1), got {confidence}")
+def _check_margin(margin: float) -> None:
+    if not 0 <= margin < 1:
+        raise UsageError(f"speed margin must be in [0, 1), got {margin}")
+
+
+def _estimate(bounds: tuple[np.ndarray, ...], *, k: int, df: int, ratios: tuple[float, ...], levels: Levels,
+              margin: float, floor: float, floor_what: str, design: str, notes: Sequence[str] = ()) -> RatioEstimate:
+    ratio, lower, upper, se = (float(v) for v in bounds)
+    found = [f"minimum detectable ratio (80 % power, margin included) at the observed spread: "
+             f"{float(intervals.mde_ratio(se, df, margin, levels.pass_level)):.4f}", levels.describe(), *notes]
+    if se == 0:
+        found.append("all ratios are equal: a zero-width interval shows no observed variability, not certainty")
+    return RatioEstimate(k, ratios, ratio, lower, upper, levels, df, se,
+                         float(intervals.mde_ratio(se, df, margin, levels.pass_level)), floor, tuple(found), margin,
+                         design, floor_basis=floor_what)
+
+
+def ratio_estimate(ratios: Sequence[float], levels: Levels, margin: float) -> RatioEstimate:
+    """Geometric mean of paired ratios with t bounds on their logs; see the module docstring."""
+    _check_margin(margin)
     ratios = tuple(float(value) for value in ratios)
     if any(not (math.isfinite(value) and value > 0) for value in ratios):
         raise UsageError(f"paired ratios must be positive and finite, got {list(ratios)}")
     k = len(ratios)
-    if k == 0:
-        return RatioEstimate(0, (), None, None, None, confidence, 0, None, None, None, ("no complete AB/BA pair",))
-    logs = np.log(ratios)
-    center = float(logs.mean())
-    notes = [f"with k = {k} pair(s), the smallest two-sided sign/permutation p is 2/2^{k} = {2 / 2**k:.3g}"]
-    if k == 1:
-        notes.insert(0, "n too small to conclude: one paired ratio gives no interval (a t interval needs k ≥ 2)")
-        return RatioEstimate(1, ratios, math.exp(center), None, None, confidence, 0, None, None, 1.0, tuple(notes))
-    log_sd = float(logs.std(ddof=1))
-    half_width = float(stdtrit(k - 1, 1 - (1 - confidence) / 2)) * log_sd / math.sqrt(k)
-    if log_sd == 0:
-        notes.append("all paired ratios are equal: a zero-width interval shows no observed variability, not certainty")
-    return RatioEstimate(
-        k=k,
-        ratios=ratios,
-        geomean=math.exp(center),
-        ci_low=math.exp(center - half_width),
-        ci_high=math.exp(center + half_width),
-        confidence=confidence,
-        df=k - 1,
-        log_sd=log_sd,
-        mde_ratio=math.exp(-half_width),
-        min_permutation_p=2 / 2**k,
-        notes=tuple(notes),
-    )
+    if k < 2:
+        reason = ("no complete AB/BA pair" if k == 0 else
+                  "n too small to conclude: one paired ratio gives no interval (a t interval needs k ≥ 2)")
+        return RatioEstimate(k, ratios, ratios[0] if ratios else None, None, None, levels, 0, None, None,
+                             1 / 2**k if k else None, (reason,), margin)
+    bounds = intervals.t_bounds(np.log(ratios), levels.pass_level, levels.fail_level)
+    what = f"with k = {k} pairs (sign flips; 2/2^{k} = {2 / 2**k:.3g} two-sided)"
+    return _estimate(bounds, k=k, df=k - 1, ratios=ratios, levels=levels, margin=margin, floor=1 / 2**k,
+                     floor_what=what, design="AB/BA pairs")
 
 
-def speed_verdict(estimate: RatioEstimate, margin: float) -> SpeedVerdict:
-    """PASS if the interval lies below ``1 - margin``, FAIL if above 1, INCONCLUSIVE otherwise."""
-    if not 0 <= margin < 1:
-        raise UsageError(f"speed margin must be in [0, 1), got {margin}")
-    bound = 1 - margin
+def speed_verdict(estimate: RatioEstimate) -> SpeedVerdict:
+    """PASS if the upper bound lies below ``1 - margin``, FAIL if the lower one lies above ``1 + margin``."""
+    margin = estimate.margin
     if estimate.ci_low is None or estimate.ci_high is None:
         return SpeedVerdict(Outcome.INCONCLUSIVE, margin, estimate, estimate.notes)
-    interval = (
-        f"geometric mean ratio {estimate.geomean:.4f}, {estimate.confidence:.0%} CI "
-        f"[{estimate.ci_low:.4f}, {estimate.ci_high:.4f}] over k = {estimate.k} {estimate.design}"
-    )
-    if estimate.ci_high < bound:
-        outcome, reason = Outcome.PASS, f"candidate faster: {interval} lies below 1 - margin = {bound:.4f}"
-    elif estimate.ci_low > 1:
-        outcome, reason = Outcome.FAIL, f"candidate slower: {interval} lies above 1"
+    outcome = _OUTCOME[int(intervals.outcome_codes(estimate.ci_low, estimate.ci_high, margin))]
+    interval = estimate.bounds_text()
+    floor_note = None
+    if outcome is Outcome.PASS:
+        reason = f"candidate faster: {interval}; the upper bound lies below 1 - margin = {1 - margin:.4f}"
+    elif outcome is Outcome.FAIL:
+        reason = f"candidate slower: {interval}; the lower bound lies above 1 + margin = {1 + margin:.4f}"
     else:
-        assert estimate.mde_ratio is not None  # an interval gives one
-        outcome = Outcome.INCONCLUSIVE
-        reason = (
-            f"{interval} is neither below 1 - margin = {bound:.4f} nor above 1; at this variance only an "
-            f"estimate below {bound * estimate.mde_ratio:.4f} would be called faster "
-            f"(minimum detectable ratio {estimate.mde_ratio:.4f})"
-        )
-    return SpeedVerdict(outcome, margin, estimate, (reason, *estimate.notes))
+        reason = (f"{interval}: neither the upper bound below 1 - margin = {1 - margin:.4f} nor the lower bound above "
+                  f"1 + margin = {1 + margin:.4f}")
+    if outcome is not Outcome.INCONCLUSIVE and estimate.min_permutation_p is not None:
+        level = estimate.levels.pass_level if outcome is Outcome.PASS else estimate.levels.fail_level
+        floor_note = intervals.permutation_floor_note(estimate.min_permutation_p, level, estimate.floor_basis,
+                                                      estimate.df)
+    return SpeedVerdict(outcome, margin, estimate, (reason, *estimate.notes, *([floor_note] if floor_note else [])))
 
 
-def speed_report(blocks: Sequence[BlockSamples], *, margin: float, confidence: float = 0.95) -> SpeedReport:
-    """Summaries, paired ratios, the estimate and the verdict for one candidate's blocks in schedule order."""
-    pairs = paired_block_ratios(blocks)
+def _arms(blocks: Sequence[BlockSamples]) -> tuple[list[BlockSamples], list[BlockSamples]]:
     by_role = {role: [block for block in blocks if block.role == role] for role in ("A", "B")}
     missing = [name for role, name in (("A", "baseline"), ("B", "candidate")) if not by_role[role]]
     if missing:
         raise UsageError(f"no {' or '.join(missing)} block to compare")
-    estimate = ratio_estimate([pair.ratio for pair in pairs], confidence)
-    return SpeedReport(
-        baseline=arm_summary(by_role["A"]),
-        candidate=arm_summary(by_role["B"]),
-        pairs=pairs,
-        estimate=estimate,
-        verdict=speed_verdict(estimate, margin),
-    )
+    return by_role["A"], by_role["B"]
 
 
-def unpaired_ratio_estimate(
-    baseline_medians: Sequence[float], candidate_medians: Sequence[float], confidence: float = 0.95
-) -> RatioEstimate:
-    """Ratio of the geometric means of block medians, with a Welch t interval on their logs.
+def speed_report(blocks: Sequence[BlockSamples], *, margin: float, levels: Levels) -> SpeedReport:
+    """Summaries, paired ratios, the estimate and the verdict for one candidate's blocks in schedule order."""
+    baseline, candidate = _arms(blocks)
+    pairs = paired_block_ratios(blocks)
+    estimate = ratio_estimate([pair.ratio for pair in pairs], levels, margin)
+    return SpeedReport(arm_summary(baseline), arm_summary(candidate), pairs, estimate, speed_verdict(estimate))
 
-    For a candidate-only run against a stored baseline: the blocks were not
-    interleaved, so drift between the two runs (thermal state, other load, a
-    changed host) is not controlled and is silently part of the estimate.
-    The Welch degrees of freedom are rounded down, which widens the interval.
+
+def anchored_speed_report(
+    blocks: Sequence[BlockSamples], stored_medians: Sequence[float], *, margin: float, levels: Levels, stored: str
+) -> SpeedReport:
+    """A candidate-only run: the candidate against today's anchors (``A``), the stored baseline for the shift.
+
+    ``blocks`` are today's blocks in the anchored order; ``stored_medians``
+    the block medians of the stored bundle's baseline for this candidate and
+    duration (empty: no shift is reported); ``stored`` names the bundle.
+    The numbers come from :func:`h3bench.intervals.anchored_bounds`.
     """
-    base = np.log(np.asarray(baseline_medians, dtype=float))
-    cand = np.log(np.asarray(candidate_medians, dtype=float))
-    design = "candidate blocks against stored baseline blocks, NOT AB/BA-interleaved"
-    notes = ["latency comparison is NOT AB/BA-interleaved: the baseline samples come from another run"]
-    geomean = math.exp(float(cand.mean() - base.mean()))
-    if len(base) < 2 or len(cand) < 2:
-        notes.insert(0, "n too small to conclude: an unpaired interval needs at least two blocks per arm")
-        return RatioEstimate(len(cand), (), geomean, None, None, confidence, 0, None, None, None, tuple(notes), design)
-    var_b, var_c = base.var(ddof=1) / len(base), cand.var(ddof=1) / len(cand)
-    se = math.sqrt(var_b + var_c)
-    if se == 0:
-        df = len(base) + len(cand) - 2
+    _check_margin(margin)
+    anchors, candidate = [b for b in blocks if b.role == "A"], [b for b in blocks if b.role == "B"]
+    if not candidate:
+        raise UsageError("no candidate block to compare")
+    order = "".join(block.role for block in blocks)
+    found = intervals.anchored_bounds(order, np.log([b.median for b in blocks]),
+                                      np.log(stored_medians) if stored_medians else None, margin,
+                                      levels.pass_level, levels.fail_level)
+    source = f"candidate-only run: quality references and the shift report from the stored baseline {stored}"
+    if found.paired:
+        design = "AB/BA pairs of candidate and today's anchor blocks"
+        what = f"with k = {len(order) // 2} pairs (sign flips)"
     else:
-        df = max(1, math.floor((var_b + var_c) ** 2 / (var_b**2 / (len(base) - 1) + var_c**2 / (len(cand) - 1))))
-    half_width = float(stdtrit(df, 1 - (1 - confidence) / 2)) * se
-    return RatioEstimate(
-        k=len(cand),
-        ratios=(),
-        geomean=geomean,
-        ci_low=geomean * math.exp(-half_width),
-        ci_high=geomean * math.exp(half_width),
-        confidence=confidence,
-        df=df,
-        log_sd=se,
-        mde_ratio=math.exp(-half_width),
-        min_permutation_p=None,
-        notes=tuple(notes),
-        design=design,
-    )
-
-
-def unpaired_speed_report(blocks: Sequence[BlockSamples], *, margin: float, baseline_source: str) -> SpeedReport:
-    """Like :func:`speed_report`, for candidate blocks against stored baseline blocks (not interleaved)."""
-    by_role = {role: [block for block in blocks if block.role == role] for role in ("A", "B")}
-    estimate = unpaired_ratio_estimate([b.median for b in by_role["A"]], [b.median for b in by_role["B"]])
-    verdict = speed_verdict(estimate, margin)
-    note = f"baseline samples from {baseline_source}; the comparison is NOT AB/BA-interleaved"
-    return SpeedReport(
-        baseline=arm_summary(by_role["A"]),
-        candidate=arm_summary(by_role["B"]),
-        pairs=(),
-        estimate=estimate,
-        verdict=SpeedVerdict(verdict.outcome, margin, estimate, (*verdict.reasons, note)),
-    )
+        design = f"blocks, {len(candidate)} candidate against {len(anchors)} of today's anchors (two-sample t)"
+        what = f"with {len(anchors)} anchor and {len(candidate)} candidate blocks (relabellings, 1/C({len(order)}, " \
+               f"{len(anchors)}))"
+    reason = int(found.reason)
+    if reason in (intervals.NO_ANCHORS, intervals.TOO_FEW_BLOCKS):
+        text = ("no fresh baseline anchors: a day-to-day shift cannot be separated from the effect, so the stored "
+                "baseline alone cannot decide speed" if reason == intervals.NO_ANCHORS else
+                "n too small to conclude: a two-sample interval needs three blocks")
+        estimate = RatioEstimate(len(order), (), None, None, None, levels, 0, None, None, None, (text, source),
+                                 margin, design)
+        return SpeedReport(arm_summary(anchors or candidate), arm_summary(candidate), (), estimate,
+                           SpeedVerdict(Outcome.INCONCLUSIVE, margin, estimate, estimate.notes))
+    shift = float(found.shift)
+    moved = (f"today's anchors are {shift - 1:+.2%} against the stored baseline's {len(stored_medians)} blocks"
+             if stored_medians else "the stored bundle has no baseline block here: no shift is reported")
+    estimate = dataclasses.replace(
+        _estimate((found.ratio, found.lower, found.upper, found.se), k=len(order) // 2 if found.paired else len(order),
+                  df=found.df, ratios=(), levels=levels, margin=margin, floor=found.floor, floor_what=what,
+                  design=design, notes=(moved, source)),
+        shift=shift if stored_medians else None)
+    verdict = speed_verdict(estimate)
+    if reason == intervals.SHIFT_EXCEEDS_EFFECT and estimate.geomean is not None:
+        verdict = SpeedVerdict(Outcome.INCONCLUSIVE, margin, estimate, (
+            f"the anchors show the baseline moved by {shift - 1:+.2%} since the stored bundle, more than the effect "
+            f"{estimate.geomean - 1:+.2%}: at most INCONCLUSIVE (today's anchors alone would say "
+            f"{verdict.outcome})", *verdict.reasons))
+    return SpeedReport(arm_summary(anchors), arm_summary(candidate), (), estimate, verdict)

@@ -2,8 +2,10 @@
 
 The header says what is needed to repeat the run (spec id, arms, server
 commands, where the evidence goes); the summary gives, per duration and
-candidate, each arm's samples and stage medians, the paired ratio, and the
-speed, quality and lossless outcomes, then every verdict.
+candidate, each arm's samples, the percentiles its n supports and the stage
+medians, the paired ratio, the speed, quality and lossless outcomes with
+every reason (not only the first), any block whose warmup looks too short,
+then every verdict.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from h3bench.ports import LOCALHOST
 from h3bench.records import BlockResult, Sample
 from h3bench.runspec import RunSpec
 from h3bench.scrub import Scrubber
+from h3bench.stats import PERCENTILES, percentile
 
 if TYPE_CHECKING:
     from h3bench.review import Review
@@ -37,7 +40,9 @@ def report_header(review: Review, arms: str, evidence: str) -> list[str]:
         lines.append(f"h3bench {name}: {' '.join(Scrubber.for_command(command, arm.env).argv(command))}")
     lines.append(f"h3bench evidence: {evidence}")
     if review.stored_baseline is not None:
-        lines.append(f"h3bench baseline evidence: {review.stored_baseline.bundle_path} (latency NOT interleaved)")
+        lines.append(f"h3bench baseline evidence: {review.stored_baseline.bundle_path} (quality references, the "
+                     f"day's shift and lossless processes; speed against today's anchors, order "
+                     f"{spec.protocol.anchored_order})")
     return lines
 
 
@@ -57,6 +62,23 @@ def stage_medians(samples: Iterable[Sample]) -> str:
     return ", ".join(parts)
 
 
+def _percentiles(samples: list[float]) -> str:
+    """Each supported percentile's value; the smallest n of the first one that is not supported."""
+    parts = []
+    for q in PERCENTILES:
+        found = percentile(samples, q)
+        if found.value is None:
+            parts.append(f"p{q * 100:g} needs n ≥ {found.min_n}")
+            break
+        parts.append(f"p{q * 100:g} {found.value:.3f} s")
+    return ", ".join(parts)
+
+
+def _reasons(head: str, reasons: tuple[str, ...]) -> list[str]:
+    """The first reason on the headline, every other one below it."""
+    return [f"  {head}: {reasons[0]}", *(f"      {reason}" for reason in reasons[1:])]
+
+
 def summary_lines(review: Review) -> list[str]:
     spec = review.spec
     lines = [f"runspec {spec.name} (id {spec.spec_id[:16]}), order {spec.protocol.order}, "
@@ -72,25 +94,23 @@ def summary_lines(review: Review) -> list[str]:
             for arm, _ in arms:
                 samples = [s for r in series if r.block.arm == arm for s in r.measured if s.ok and s.e2e_s is not None]
                 if samples:
-                    median = statistics.median(s.e2e_s for s in samples if s.e2e_s is not None)
-                    lines.append(f"  {arm:<12} n={len(samples):<3} median E2E {median:8.3f} s   "
-                                 f"{stage_medians(samples)}")
-            speed = review.speed(duration, candidate)
-            if speed is not None:
-                est = speed.estimate
-                interval = f"[{est.ci_low:.4f}, {est.ci_high:.4f}]" if est.ci_low is not None else "no interval"
-                lines.append(f"  ratio {est.geomean:.4f} {interval} over {est.k} {est.design}")
-                if review.stored_baseline is not None:
-                    lines.append(f"  latency comparison is NOT AB/BA-interleaved: baseline samples from "
-                                 f"{review.stored_baseline.bundle_path}")
+                    e2e = [s.e2e_s for s in samples if s.e2e_s is not None]
+                    lines.append(f"  {arm:<12} n={len(samples):<3} median E2E {statistics.median(e2e):8.3f} s   "
+                                 f"{_percentiles(e2e)}   {stage_medians(samples)}")
             d = verdicts[candidate].durations[f"{duration:g}s"]
-            lines.append(f"  speed {d.speed}: {d.speed_reasons[0]}")
+            est = d.estimate
+            if est is not None and est.geomean is not None:
+                bounds = f"[{est.ci_low:.4f}, {est.ci_high:.4f}]" if est.ci_low is not None else "no interval"
+                lines.append(f"  ratio {est.geomean:.4f} {bounds} over {est.k} {est.design}")
+            lines += _reasons(f"speed {d.speed}", d.speed_reasons)
+            lines += [f"  warmup: {check.describe()}" for check in d.warmup_flags]
             lines.append(f"  quality {d.to_dict()['quality']} over {d.quality_pairs} matched pairs")
             if d.lossless is not None:
-                lines.append(f"  lossless {d.lossless.outcome}: {d.lossless.reasons[0]}")
+                lines += _reasons(f"lossless {d.lossless.outcome}", d.lossless.reasons)
+    anchored = " (candidate-only run: speed against today's anchor blocks)" if review.stored_baseline else ""
     for candidate, verdict in verdicts.items():
         stopped = f" (stopped: {verdict.stopped.reason})" if verdict.stopped else ""
-        lines.append(f"verdict {candidate}: {review.verdict_label(verdict.outcome)}{stopped}")
+        lines.append(f"verdict {candidate}: {review.verdict_label(verdict.outcome)}{anchored}{stopped}")
         lines += [f"  note: {note}" for note in verdict.notes]
     if not spec.gates.lpips_required:
         lines.append("LPIPS is not required by this RunSpec: quality verdicts do not include it.")

@@ -4,7 +4,11 @@ Every part is an :class:`~h3bench.outcome.Outcome` (lossless adds EXACT, the
 strongest PASS); a part that was never evaluated counts as INCONCLUSIVE.
 The overall outcome combines them (:func:`h3bench.outcome.combine`): FAIL if
 any part failed, PASS only if every part passed; a stopped candidate adds
-its stop rule's outcome. ``verdict.json`` holds :meth:`CandidateVerdict.to_dict`.
+its stop rule's outcome. For speed that is the campaign's error control:
+PASS needs PASS at every duration, one FAIL is enough to fail
+(:mod:`h3bench.intervals`). ``verdict.json`` holds
+:meth:`CandidateVerdict.to_dict`, with every reason, the speed estimate and
+each block's record (its median and the warmup check).
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from typing import Any
 
 from h3bench.judging import LosslessOutcome, PairOutcome
 from h3bench.outcome import Outcome, combine
+from h3bench.quality import json_safe
 from h3bench.records import Stop
-from h3bench.stats import SpeedReport
+from h3bench.stats import RatioEstimate, SpeedReport
+from h3bench.warmup import WarmupCheck
 
-__all__ = ["NOT_EVALUATED", "CandidateVerdict", "DurationVerdict", "quality_outcome"]
+__all__ = ["NOT_EVALUATED", "BlockRecord", "CandidateVerdict", "DurationVerdict", "quality_outcome"]
 
 NOT_EVALUATED = "NOT_EVALUATED"
 
@@ -33,25 +39,40 @@ def quality_outcome(pairs: Sequence[PairOutcome], optional: tuple[str, ...]) -> 
 
 
 @dataclass(frozen=True)
+class BlockRecord:
+    """One block of a candidate's series, as the verdict reports it."""
+
+    id: str
+    median_e2e_s: float | None
+    warmup: WarmupCheck | None  # None: the block has too few measured requests for the check
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"median_e2e_s": self.median_e2e_s, "warmup": json_safe(self.warmup)}
+
+
+@dataclass(frozen=True)
 class DurationVerdict:
     """One candidate at one duration."""
 
     speed: Outcome
     speed_reasons: tuple[str, ...]
+    estimate: RatioEstimate | None  # None: no block pair or anchor to compare
     quality: Outcome | None  # None: no matched pair was evaluated
     quality_pairs: int
     lossless_enabled: bool
     lossless: LosslessOutcome | None  # None: not evaluated (or lossless mode is off)
+    blocks: tuple[BlockRecord, ...] = ()
 
     @classmethod
     def of(cls, speed: SpeedReport | None, pairs: Sequence[PairOutcome], optional: tuple[str, ...], *,
-           lossless_enabled: bool, lossless: LosslessOutcome | None) -> DurationVerdict:
+           lossless_enabled: bool, lossless: LosslessOutcome | None,
+           blocks: Sequence[BlockRecord] = ()) -> DurationVerdict:
         reasons: tuple[str, ...] = ("no complete AB/BA pair was measured",)
-        outcome = Outcome.INCONCLUSIVE
+        outcome, estimate = Outcome.INCONCLUSIVE, None
         if speed is not None:
-            outcome, reasons = speed.verdict.outcome, speed.verdict.reasons
-        return cls(outcome, tuple(reasons), quality_outcome(pairs, optional), len(pairs), lossless_enabled,
-                   lossless if lossless_enabled else None)
+            outcome, reasons, estimate = speed.verdict.outcome, speed.verdict.reasons, speed.estimate
+        return cls(outcome, tuple(reasons), estimate, quality_outcome(pairs, optional), len(pairs), lossless_enabled,
+                   lossless if lossless_enabled else None, tuple(blocks))
 
     @property
     def outcomes(self) -> list[Outcome]:
@@ -60,12 +81,18 @@ class DurationVerdict:
             parts.append(self.lossless.as_outcome if self.lossless else Outcome.INCONCLUSIVE)
         return parts
 
+    @property
+    def warmup_flags(self) -> tuple[WarmupCheck, ...]:
+        return tuple(b.warmup for b in self.blocks if b.warmup is not None and b.warmup.flagged)
+
     def to_dict(self) -> dict[str, Any]:
         entry: dict[str, Any] = {
             "speed": str(self.speed),
             "speed_reasons": list(self.speed_reasons),
+            "speed_estimate": json_safe(self.estimate) if self.estimate else None,
             "quality": str(self.quality) if self.quality else NOT_EVALUATED,
             "quality_pairs": self.quality_pairs,
+            "blocks": {b.id: b.to_dict() for b in self.blocks},
         }
         if self.lossless_enabled:
             entry["lossless"] = self.lossless.result if self.lossless else NOT_EVALUATED

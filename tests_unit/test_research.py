@@ -170,8 +170,8 @@ def test_held_out_seeds_catch_a_fault_that_the_formal_seed_cannot(pytester: pyte
     path = bundle_of(pytester)
     final = json.loads((path / "final.json").read_text())
     summary = result.stdout.str()
-    assert final["heldout"]["clean"]["5.0"]["verdict"] == "PASS", summary
-    faulty = final["heldout"]["faulty"]["5.0"]
+    assert final["heldout"]["clean"]["5s"]["verdict"] == "PASS", summary
+    faulty = final["heldout"]["faulty"]["5s"]
     assert faulty["verdict"] == "FAIL" and "seed 3: failed quality gates" in faulty["reasons"][0], summary
     assert "seed 2" not in " ".join(faulty["reasons"])
     accepted = final["accepted"]
@@ -200,6 +200,7 @@ def test_held_out_seeds_catch_a_fault_that_the_formal_seed_cannot(pytester: pyte
     assert verify(path).ok
     # The same verdicts, reviewed from the stored bundle; a diagnostic reading of them accepts nothing.
     review = Review.from_bundle(path, Settings(None))
+    assert review.load_quality() is not None
     assert review.research_results() == (final["heldout"], final["accepted"])
     assert acceptance(review, final["heldout"], diagnostic=False) == final["accepted"]
     assert acceptance(review, final["heldout"], diagnostic=True)["accepted"] is False

@@ -113,6 +113,7 @@ def test_minimal_spec_fills_every_default(spec_dir: Path):
         3,
     )
     assert spec.protocol.audit and spec.protocol.audit_seed == 1
+    assert spec.protocol.lossless_baseline_blocks is None and spec.protocol.anchored_order == "BABBAB"
     gates = spec.gates
     assert (gates.ssim_min, gates.psnr_min_db, gates.lpips_max, gates.audio_cosine_min) == (0.97, 34.0, 0.20, 0.80)
     assert (gates.rms_ratio_min, gates.rms_ratio_max, gates.speed_margin) == (0.5, 2.0, 0.02)
@@ -223,6 +224,9 @@ def test_require_same_spec():
         ("protocol.order", "ABBC", "protocol.order", "adjacent AB/BA pairs"),
         ("protocol.order", "", "protocol.order", "adjacent AB/BA pairs"),
         ("protocol.audit_seed", 0, "protocol.audit_seed", "must differ from workload.seed (0)"),
+        ("protocol.anchored_order", "AAB C", "protocol.anchored_order", "A (fresh baseline anchor) and B"),
+        ("protocol.anchored_order", "AA", "protocol.anchored_order", "at least one B"),
+        ("protocol.lossless_baseline_blocks", -1, "protocol.lossless_baseline_blocks", "greater than or equal to 0"),
         ("protocol.warmup", 1, "protocol.warmup", "Extra inputs are not permitted"),
         ("protocol.audit", 1, "protocol.audit", "valid boolean"),
         ("workload.size", "1345x768", "workload.size", "multiples of 32"),
@@ -279,6 +283,7 @@ def test_arms_need_a_baseline_and_a_candidate(data):
 
 def test_npu_specs_need_source_devices_and_no_sim_profile(data):
     npu = edited(edited(data, "hardware.kind", "910b1"), "hardware.device_ids", [0, 1])
+    npu["arms"]["fast"] |= {"hypothesis": "It is faster.", "source": {"kind": "code", "ref": "a commit"}}  # formal
     with pytest.raises(RunSpecError, match=r"invalid RunSpec: source: .*needs \[source\]"):
         parse(npu)
     npu["source"] = {"engine_commit": "0" * 40, "image_digest": "sha256:" + "0" * 64}
@@ -402,7 +407,8 @@ def test_npu_specs_carry_the_campaign_pins(name: str, tmp_path: Path):
         assert argv[:4] == ["vllm", "serve", "m", "--omni"]
         assert argv[argv.index("--task-type") + 1] == "ref2va"
         assert argv[argv.index("--num-gpus") + 1] == str(len(spec.hardware.device_ids)), arm_name
-        assert arm.env["ASCEND_RT_VISIBLE_DEVICES"] == devices, arm_name
+        assert arm.launch_env()["ASCEND_RT_VISIBLE_DEVICES"] == devices, arm_name
+        assert arm.expected_attention_backend is not None, "every NPU arm says which attention backend it measures"
     # The input files are not here: verification fails loudly, it never skips.
     with pytest.raises(RunSpecError, match="cannot read /path/to/ref2va/input_video.mp4"):
         spec.verify_inputs()
@@ -414,6 +420,25 @@ def test_910b1_spec_pins_the_frozen_source():
     assert spec.source.engine_commit == "c7f56f0155953c7d4a77276a2f4fcbd844ab0da2"
     assert spec.source.image_digest == "sha256:7fc6c73bd19a6ef4ee8d6048009972234796a1fc1bd3067168a425343cc476f7"
     assert spec.unpinned == ("model.content_identity",)
+
+
+def test_910b1_spec_is_the_first_search_slice_with_only_the_weight_transfer_changed():
+    spec = load_runspec(SPECS / "910b1-x8.toml")
+    arms = {name: arm.model_dump(mode="json") for name, arm in spec.arms.items()}
+    assert set(arms) == {"baseline", "dlo_rank_local", "dlo_rank_local_resident"}
+    assert arms["baseline"]["offload"] == {"dlo": {"transfer": "allgather", "resident_layers": 0}, "config": None}
+    assert arms["dlo_rank_local"]["offload"]["dlo"] == {"transfer": "rank-local", "resident_layers": 0}
+    resident = arms["dlo_rank_local_resident"]["offload"]["dlo"]
+    assert resident["transfer"] == "rank-local" and 0 < resident["resident_layers"] < 50  # a bounded prefix
+    # Arithmetic and weights unchanged: no quantization, cache or attention change in any arm.
+    for arm in arms.values():
+        assert (arm["quantization"], arm["cache"]["backend"], arm["attention"]["backend"]) == (None, "none", None)
+        changes = ("description", "offload", "hypothesis", "source", "combination_of")
+        assert {k: v for k, v in arm.items() if k not in changes} == {
+            k: v for k, v in arms["baseline"].items() if k not in changes}
+    assert "--dlo-use-allgather" in spec.baseline.argv
+    assert spec.arms["dlo_rank_local_resident"].argv[-4:] == (
+        "--dlo-no-use-allgather", "--dlo-resident-layers", str(resident["resident_layers"]), "--trust-remote-code")
 
 
 def test_a_spec_copied_elsewhere_keeps_its_id(tmp_path: Path):

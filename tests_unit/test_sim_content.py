@@ -128,11 +128,15 @@ def test_content_key_is_unambiguous() -> None:
 def test_content_has_texture_motion_and_tones() -> None:
     clip = spec()
     frames = list(video_frames(clip))
-    assert all(frame.std() > 10 for frame in frames)  # not flat
+    assert all(frame.shape == (clip.height * 3 // 2, clip.width) and frame.dtype == np.uint8 for frame in frames)
+    luma = [frame[: clip.height] for frame in frames]  # yuv420p: the Y plane first
+    assert all(y.std() > 10 for y in luma)  # not flat
     # Texture at fine scale: neighbouring pixels differ, but far less than the frame varies.
-    gradient = np.abs(np.diff(frames[0].astype(int), axis=1)).mean()
-    assert 0.5 < gradient < frames[0].std()
-    assert all(np.abs(a.astype(int) - b).mean() > 0.1 for a, b in itertools.pairwise(frames))  # moves
+    gradient = np.abs(np.diff(luma[0].astype(int), axis=1)).mean()
+    assert 0.5 < gradient < luma[0].std()
+    assert all(np.abs(a.astype(int) - b).mean() > 0.1 for a, b in itertools.pairwise(luma))  # moves
+    chroma = frames[0][clip.height :]
+    assert chroma.std() > 2  # coloured, not grey
     audio = audio_track(clip)
     spectrum = np.abs(np.fft.rfft(audio[0]))
     assert spectrum.max() > 20 * np.median(spectrum)  # tonal peaks

@@ -125,6 +125,8 @@ class Bundle:
         started_at: str | None = None,
         session: str | None = None,
         extra: Mapping[str, Any] | None = None,
+        arms: Mapping[str, Any] | None = None,
+        lpips_weights: Mapping[str, Any] | None = None,
     ) -> Bundle:
         """Make a new bundle directory under ``root`` and write its manifest.
 
@@ -147,6 +149,11 @@ class Bundle:
         extra
             More sections of the manifest, such as the run's kind and the host's
             evidence (:mod:`h3bench.preflight`).
+        arms
+            Each arm's launch as built from the spec: its argv (placeholders
+            unsubstituted) and environment.
+        lpips_weights
+            Which pinned files the LPIPS weights come from (their paths and SHA-256).
         """
         root_path = Path(root) if root is not None else Path.cwd() / DEFAULT_ROOT
         if not isinstance(spec_id, str) or not files.SHA256_HEX.fullmatch(spec_id):
@@ -163,7 +170,9 @@ class Bundle:
             "source": dict(source),
             "model": dict(model),
             "session": session,
+            "arms": dict(arms or {}),
             **(extra or {}),
+            "lpips_weights": dict(lpips_weights) if lpips_weights is not None else None,
         }
         # No secret is recorded (h3bench.scrub); serialize before creating anything, so bad input leaves no empty bundle.
         document = files.json_document(Scrubber().record(manifest), root_path / MANIFEST)

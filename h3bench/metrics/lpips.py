@@ -1,21 +1,25 @@
-"""LPIPS (alex, v0.1) between two videos, from authenticated weights.
+"""LPIPS (alex, v0.1) between two images or two videos, from authenticated weights.
 
 This reproduces the LPIPS gate of vLLM-Omni's quantization quality test
 (``compute_lpips_video`` in vLLM-Omni's
 ``benchmarks/diffusion/quantization_quality.py``): the ``lpips`` package's ``LPIPS(net="alex",
 version="0.1")`` applied per frame at full resolution to RGB scaled to
-[-1, 1], then the plain mean over frames.
+[-1, 1], then the plain mean over frames. :func:`lpips_distance` is the same
+network on two arrays, as scikit-image's metrics take them.
 
 The weights are authenticated first (:mod:`h3bench.metrics.lpips_weights`).
 
-The network is assembled here from torchvision's AlexNet ``features`` (built
-on the meta device, so nothing is initialised or fetched) and the five 1x1
-linear heads, with ``lpips``'s scaling constants. Speed comes only from how
-that definition is evaluated: the two frames of a pair go through AlexNet as
-one batch in channels-last layout under ``torch.inference_mode``, decoding
-runs in a background thread so it overlaps the network, and a pair of
-byte-identical frames scores exactly 0 without running the network (as
-``lpips`` does: identical features give a zero difference).
+The network (:class:`LpipsNetwork`) is assembled here from torchvision's
+AlexNet ``features`` (built on the meta device, so nothing is initialised or
+fetched) and the five 1x1 linear heads, with ``lpips``'s scaling constants.
+It is split where LPIPS splits: :meth:`LpipsNetwork.features` turns frames
+into their five unit-normalised feature maps, and
+:meth:`LpipsNetwork.distances` scores pairs of them with the heads. So a frame
+that appears in several pairs goes through AlexNet once (the quality engine,
+:mod:`h3bench.quality.engine`, relies on that), frames go through AlexNet
+as one batch in channels-last layout under ``torch.inference_mode``, and a
+pair of byte-identical frames scores exactly 0 without the heads (as ``lpips``
+does: identical features give a zero difference).
 
 References
 ----------
@@ -27,9 +31,10 @@ https://github.com/richzhang/PerceptualSimilarity (``lpips`` 0.1.4).
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import os
-from collections.abc import Generator
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,27 +49,58 @@ from h3bench.metrics.lpips_weights import (
     PINS_ENV,
     TAPS,
     LpipsWeights,
+    WeightSource,
     authenticate_weights,
+    locate_weights,
 )
+from h3bench.metrics.ssim_psnr import frame_count_error
 from h3bench.prefetch import prefetch
 
 __all__ = [
     "DEFAULT_PINS",
     "DIR_ENV",
+    "MIN_SIZE",
     "PINS_ENV",
+    "FeatureBatch",
+    "LpipsNetwork",
     "LpipsResult",
     "LpipsWeights",
+    "WeightSource",
     "authenticate_weights",
+    "default_weights",
+    "locate_weights",
+    "lpips_distance",
     "lpips_video",
+    "network",
 ]
 
 # lpips.ScalingLayer (v0.1), applied to the [-1, 1] input.
 _SHIFT = (-0.030, -0.088, -0.188)
 _SCALE = (0.458, 0.448, 0.450)
 _NORM_EPS = 1e-10  # lpips.normalize_tensor
-_PREFETCH_BATCHES = 2
+_PREFETCH = 4  # decoded frames held ahead per file
+#: The smallest side AlexNet's five taps accept (11x11/4 conv and two 3/2 max-pools before the last three).
+MIN_SIZE = 31
 
 _PathLike = str | os.PathLike[str]
+
+_PAIR_PIXELS = 4 * 1344 * 768  # pair differences per step of the heads: four at H3's full size
+
+
+@dataclass(frozen=True, eq=False)
+class FeatureBatch:
+    """The five unit-normalised AlexNet feature maps of a batch of frames, each ``[N, h, w, C]``."""
+
+    taps: tuple[torch.Tensor, ...]
+
+    def __len__(self) -> int:
+        return int(self.taps[0].shape[0])
+
+    @classmethod
+    def concat(cls, batches: Sequence[FeatureBatch]) -> FeatureBatch:
+        if len(batches) == 1:
+            return batches[0]
+        return cls(tuple(torch.cat(taps) for taps in zip(*(b.taps for b in batches), strict=True)))
 
 
 @dataclass(frozen=True)
@@ -75,65 +111,74 @@ class LpipsResult:
     per_frame: np.ndarray
     frames: int
     device: str
-    backbone_sha256: str
+    weights: WeightSource
 
-
-@dataclass(frozen=True)
-class _Batch:
-    """Frame pairs ready for the network: the differing pairs stacked
-    ``[2n, H, W, 3]`` (baselines first), and which pairs were byte-identical."""
-
-    frames: np.ndarray | None
-    identical: np.ndarray
+    @property
+    def backbone_sha256(self) -> str:
+        return self.weights.files[0].sha256
 
 
 # --- network -----------------------------------------------------------------
 
 
-class _AlexLpips:
-    """LPIPS v0.1 over AlexNet, evaluated on pairs of frames.
+class LpipsNetwork:
+    """LPIPS v0.1 over AlexNet, in two steps: features of frames, then distances of pairs.
 
     Per tap k: unit-normalise the features over channels (eps 1e-10), take the
     squared difference, apply the 1x1 linear head and average over space;
     LPIPS is the sum over the five taps.
     """
 
-    def __init__(self, weights: LpipsWeights, device: torch.device) -> None:
+    def __init__(self, weights: LpipsWeights, device: str = "cpu") -> None:
+        self.device = _resolve_device(device)
         with torch.device("meta"):
-            features = torchvision.models.alexnet(weights=None).features[: TAPS[-1] + 1]
-        features.load_state_dict(weights.features, strict=True, assign=True)
+            trunk = torchvision.models.alexnet(weights=None).features[: TAPS[-1] + 1]
+        trunk.load_state_dict(weights.features, strict=True, assign=True)
         # Channels-last is the fast layout for oneDNN and cuDNN; torch_npu picks its own formats.
-        self.layout = torch.contiguous_format if device.type == "npu" else torch.channels_last
-        self.features = features.eval().to(device=device, memory_format=self.layout)
-        self.heads = [weights.heads[f"lin{k}.model.1.weight"].reshape(-1).to(device) for k in range(len(TAPS))]
-        self.shift = torch.tensor(_SHIFT, device=device)
-        self.scale = torch.tensor(_SCALE, device=device)
-        self.device = device
+        self.layout = torch.contiguous_format if self.device.type == "npu" else torch.channels_last
+        self.trunk = trunk.eval().to(device=self.device, memory_format=self.layout)
+        self.heads = [weights.heads[f"lin{k}.model.1.weight"].reshape(-1).to(self.device) for k in range(len(TAPS))]
+        self.shift = torch.tensor(_SHIFT, device=self.device)
+        self.scale = torch.tensor(_SCALE, device=self.device)
+        self.weights = weights
 
-    def __call__(self, frames: torch.Tensor) -> torch.Tensor:
-        """LPIPS of each pair in uint8 ``[2n, H, W, 3]`` (baselines first) → ``[n]``."""
-        pairs = frames.shape[0] // 2
+    @torch.inference_mode()
+    def features(self, frames: np.ndarray) -> FeatureBatch:
+        """The five unit-normalised feature maps of uint8 RGB frames ``[N, H, W, 3]``."""
+        x = torch.from_numpy(np.ascontiguousarray(frames)).to(self.device)
         # lpips's input scaling and ScalingLayer, in place, on the [N, H, W, 3] layout; seen as
         # [N, 3, H, W] that memory is already channels-last, so `contiguous` copies only on NPU.
-        x = frames.float().div_(127.5).sub_(1.0).sub_(self.shift).div_(self.scale)
+        x = x.float().div_(127.5).sub_(1.0).sub_(self.shift).div_(self.scale)
         h = x.permute(0, 3, 1, 2).contiguous(memory_format=self.layout)
-        total = torch.zeros(pairs, device=self.device)
-        heads = iter(self.heads)
-        for index, layer in enumerate(self.features):
+        taps = []
+        for index, layer in enumerate(self.trunk):
             h = layer(h)
             if index in TAPS:
                 f = h.permute(0, 2, 3, 1)  # [N, H, W, C]: with channels-last, reductions over C are contiguous
-                unit = f / (torch.linalg.vector_norm(f, dim=-1, keepdim=True) + _NORM_EPS)
-                diff = unit[:pairs].sub_(unit[pairs:]).square_()
-                total += (diff @ next(heads)).mean(dim=(1, 2))
-        return total
+                taps.append(f / (torch.linalg.vector_norm(f, dim=-1, keepdim=True) + _NORM_EPS))
+        return FeatureBatch(tuple(taps))
 
-    def score(self, batch: _Batch) -> np.ndarray:
-        scores = np.zeros(batch.identical.size)
-        if batch.frames is not None:
-            frames = torch.from_numpy(batch.frames).to(self.device)
-            scores[~batch.identical] = self(frames).cpu().numpy()
-        return scores
+    @torch.inference_mode()
+    def distances(self, batch: FeatureBatch, first: Sequence[int], second: Sequence[int]) -> np.ndarray:
+        """LPIPS of the frame pairs ``(first[i], second[i])`` of ``batch`` (baseline, candidate), as float64.
+
+        Every pair goes through each head in one step (a few per step at large
+        sizes), so the cost per pair is a handful of array operations, however
+        many pairs share the batch.
+        """
+        pixels = int(batch.taps[0].shape[1] * batch.taps[0].shape[2]) * 16  # conv1's output is 1/16 of the frame
+        step = max(1, _PAIR_PIXELS // pixels)
+        scores = []
+        for start in range(0, len(first), step):
+            a = torch.as_tensor(first[start:start + step], device=self.device)
+            b = torch.as_tensor(second[start:start + step], device=self.device)
+            total = torch.zeros(len(a), device=self.device)
+            for tap, head in zip(batch.taps, self.heads, strict=True):
+                total += (tap[a].sub_(tap[b]).square_() @ head).mean(dim=(1, 2))
+            scores.append(total)
+        if not scores:
+            return np.zeros(0)
+        return torch.cat(scores).cpu().numpy().astype(np.float64)
 
 
 def _resolve_device(device: str) -> torch.device:
@@ -153,7 +198,70 @@ def _resolve_device(device: str) -> torch.device:
     return target
 
 
-# --- frames ------------------------------------------------------------------
+@functools.cache
+def default_weights() -> LpipsWeights:
+    """The weights :func:`authenticate_weights` finds by default, authenticated once per process."""
+    return authenticate_weights()
+
+
+@functools.lru_cache(maxsize=4)
+def network(weights: LpipsWeights, device: str = "cpu") -> LpipsNetwork:
+    """One :class:`LpipsNetwork` per weights and device, built once per process."""
+    return LpipsNetwork(weights, device)
+
+
+# --- arrays --------------------------------------------------------------------
+
+
+def lpips_distance(
+    rgb_a: np.ndarray, rgb_b: np.ndarray, *, weights: LpipsWeights | None = None, device: str = "cpu"
+) -> float:
+    """LPIPS (alex, v0.1) between two RGB images, at full resolution.
+
+    Parameters
+    ----------
+    rgb_a, rgb_b
+        ``[H, W, 3]`` uint8 RGB arrays of the same shape, each side at least
+        :data:`MIN_SIZE` pixels.
+    weights
+        Authenticated weights; by default those :func:`default_weights` finds.
+    device
+        ``"cpu"``, ``"cuda"`` or ``"npu"`` (optionally with ``:index``).
+
+    Returns
+    -------
+    float
+        The distance, 0 for identical images.
+
+    Raises
+    ------
+    MediaShapeError
+        The arrays are not uint8 ``[H, W, 3]``, differ in shape, or are too small.
+    WeightIntegrityError
+        No weights could be authenticated.
+
+    Notes
+    -----
+    Equal to ``lpips.LPIPS(net="alex", version="0.1")(x0, x1)`` with
+    ``x = rgb / 127.5 - 1`` (``lpips.im2tensor``) to about 1e-7: the difference
+    is float32 rounding from layout and batching.
+    """
+    for name, rgb in (("rgb_a", rgb_a), ("rgb_b", rgb_b)):
+        if not isinstance(rgb, np.ndarray) or rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
+            got = f"{rgb.dtype} {rgb.shape}" if isinstance(rgb, np.ndarray) else type(rgb).__name__
+            raise MediaShapeError(f"{name} must be an [H, W, 3] uint8 RGB array, got {got}")
+    if rgb_a.shape != rgb_b.shape:
+        raise MediaShapeError(f"image shapes differ: rgb_a {rgb_a.shape}, rgb_b {rgb_b.shape}")
+    if min(rgb_a.shape[:2]) < MIN_SIZE:
+        raise MediaShapeError(f"images of {rgb_a.shape[1]}x{rgb_a.shape[0]} are too small for AlexNet's "
+                              f"five taps: each side needs at least {MIN_SIZE} pixels")
+    if np.array_equal(rgb_a, rgb_b):
+        return 0.0
+    net = network(weights or default_weights(), device)
+    return float(net.distances(net.features(np.stack([rgb_a, rgb_b])), [0], [1])[0])
+
+
+# --- videos --------------------------------------------------------------------
 
 
 def lpips_video(
@@ -162,23 +270,21 @@ def lpips_video(
     *,
     weights: LpipsWeights,
     device: str = "cpu",
-    batch_size: int | None = None,
+    batch_size: int = 1,
 ) -> LpipsResult:
     """Mean per-frame LPIPS (alex, v0.1) between two videos.
 
     Parameters
     ----------
     baseline, candidate
-        Video files with the same frame count and size. Frames are streamed
-        with :func:`h3bench.media.iter_rgb_frames`; at most a few batches are
-        in memory at once.
+        Video files with the same frame count and size. Both are decoded once,
+        in parallel, a few frames ahead of the network.
     weights
         From :func:`authenticate_weights`.
     device
         ``"cpu"``, ``"cuda"`` or ``"npu"`` (optionally with ``:index``).
     batch_size
-        Frame pairs per forward pass; default 1 on CPU (measured fastest
-        there), 8 elsewhere.
+        Frame pairs per forward pass.
 
     Returns
     -------
@@ -192,72 +298,59 @@ def lpips_video(
         The frame counts or sizes differ, or there are no frames.
     UsageError
         The device is unknown or unavailable, or ``batch_size`` < 1.
-
-    Notes
-    -----
-    Equal to a per-frame loop over ``lpips.LPIPS(net="alex")(x0, x1)`` with
-    ``x = rgb / 127.5 - 1`` to about 1e-6; the difference is float32
-    rounding from batching and layout.
     """
-    target = _resolve_device(device)
-    pairs_per_batch = batch_size if batch_size is not None else (1 if target.type == "cpu" else 8)
-    if pairs_per_batch < 1:
+    if batch_size < 1:
         raise UsageError(f"LPIPS batch_size must be at least 1, got {batch_size}")
-    network = _AlexLpips(weights, target)
-    batches = prefetch(_batches(_frame_pairs(baseline, candidate), pairs_per_batch), _PREFETCH_BATCHES)
-    with contextlib.closing(batches), torch.inference_mode():
-        per_frame = np.concatenate([network.score(batch) for batch in batches])
+    net = network(weights, device)
+    scores = []
+    for chunk in _chunks(_frame_pairs(baseline, candidate), batch_size):
+        scores.append(score_pairs(net, chunk))
+    if not scores:
+        raise MediaShapeError(f"no video frames to compare in {os.fspath(baseline)} and {os.fspath(candidate)}",
+                              path=os.fspath(candidate))
+    return result_of(np.concatenate(scores), net)
+
+
+def score_pairs(net: LpipsNetwork, pairs: Sequence[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+    """LPIPS of RGB frame pairs through one batch; byte-identical pairs score 0 without the network."""
+    differing = [i for i, (a, b) in enumerate(pairs) if not np.array_equal(a, b)]
+    scores = np.zeros(len(pairs))
+    if differing:
+        n = len(differing)
+        features = net.features(np.stack([pairs[i][0] for i in differing] + [pairs[i][1] for i in differing]))
+        scores[differing] = net.distances(features, range(n), range(n, 2 * n))
+    return scores
+
+
+def result_of(per_frame: np.ndarray, net: LpipsNetwork) -> LpipsResult:
     per_frame.setflags(write=False)
-    return LpipsResult(
-        mean=float(per_frame.mean()),
-        per_frame=per_frame,
-        frames=int(per_frame.size),
-        device=str(target),
-        backbone_sha256=weights.backbone_sha256,
-    )
+    return LpipsResult(mean=float(per_frame.mean()), per_frame=per_frame, frames=int(per_frame.size),
+                       device=str(net.device), weights=net.weights.source)
 
 
 def _frame_pairs(baseline: _PathLike, candidate: _PathLike) -> Generator[tuple[np.ndarray, np.ndarray], None, None]:
     """Yield matching RGB frames of both videos; MediaShapeError if they cannot be paired."""
-    left, right = media.iter_rgb_frames(baseline), media.iter_rgb_frames(candidate)
+    left = prefetch(media.iter_rgb_frames(baseline), _PREFETCH, name=f"decode {os.fspath(baseline)}")
+    right = prefetch(media.iter_rgb_frames(candidate), _PREFETCH, name=f"decode {os.fspath(candidate)}")
     with contextlib.closing(left), contextlib.closing(right):
-        pairs = itertools.zip_longest(left, right)
-        count = 0
-        for first, second in pairs:
+        for index, (first, second) in enumerate(itertools.zip_longest(left, right)):
             if first is None or second is None:
-                # Count the rest (one frame at a time) so the message gives both totals.
-                counts = [count, count]
-                for a, b in itertools.chain([(first, second)], pairs):
-                    counts[0] += a is not None
-                    counts[1] += b is not None
-                raise MediaShapeError(
-                    f"frame counts differ: baseline {os.fspath(baseline)} has {counts[0]}, "
-                    f"candidate {os.fspath(candidate)} has {counts[1]}",
-                    path=os.fspath(candidate),
-                )
+                longer = left if second is None else right
+                total = index + 1 + sum(1 for _ in longer)
+                raise frame_count_error(baseline, candidate, *((total, index) if second is None else (index, total)))
             if first.shape != second.shape:
                 raise MediaShapeError(
-                    f"frame sizes differ at frame {count}: baseline {os.fspath(baseline)} is "
+                    f"frame sizes differ at frame {index}: baseline {os.fspath(baseline)} is "
                     f"{first.shape[1]}x{first.shape[0]}, candidate {os.fspath(candidate)} is "
                     f"{second.shape[1]}x{second.shape[0]}",
                     path=os.fspath(candidate),
                 )
-            count += 1
             yield first, second
-        if count == 0:
-            raise MediaShapeError(
-                f"no video frames to compare in {os.fspath(baseline)} and {os.fspath(candidate)}",
-                path=os.fspath(candidate),
-            )
 
 
-def _batches(
+def _chunks(
     pairs: Generator[tuple[np.ndarray, np.ndarray], None, None], size: int
-) -> Generator[_Batch, None, None]:
-    """Group ``size`` pairs at a time; byte-identical pairs are only marked (they score 0)."""
+) -> Generator[list[tuple[np.ndarray, np.ndarray]], None, None]:
     with contextlib.closing(pairs):
         while chunk := list(itertools.islice(pairs, size)):
-            identical = np.array([np.array_equal(a, b) for a, b in chunk])
-            differing = [pair for pair, same in zip(chunk, identical, strict=True) if not same]
-            frames = np.stack([a for a, _ in differing] + [b for _, b in differing]) if differing else None
-            yield _Batch(frames=frames, identical=identical)
+            yield chunk

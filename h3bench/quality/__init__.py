@@ -5,8 +5,9 @@ file reads and decodes), :mod:`~h3bench.quality.formats` (the two files have
 the same format), :mod:`~h3bench.quality.expected` (each file has H3's shape
 for the requested seconds), :mod:`~h3bench.quality.compare` (the metric
 gates), into the :class:`~h3bench.quality.checks.QualityReport` of
-:mod:`~h3bench.quality.checks`. :mod:`~h3bench.quality.assertions` turns a
-report into one assertion message.
+:mod:`~h3bench.quality.checks`. :mod:`~h3bench.quality.engine` does the
+measuring for a batch of pairs, decoding each file once for all of them.
+:mod:`~h3bench.quality.assertions` turns a report into one assertion message.
 """
 
 from __future__ import annotations

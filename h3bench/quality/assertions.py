@@ -13,6 +13,7 @@ from h3bench.errors import UsageError
 from h3bench.quality.checks import Check, QualityReport, Status, format_value
 from h3bench.quality.compare import compare
 from h3bench.quality.expected import expected_duration_checks
+from h3bench.quality.files import Probed
 
 __all__ = ["assert_expected_duration", "assert_quality_gates"]
 
@@ -58,8 +59,8 @@ def assert_quality_gates(
     return report
 
 
-def assert_expected_duration(path: str | os.PathLike[str], seconds: float) -> list[Check]:
-    """Assert that ``path`` has exactly the shape H3 produces for ``seconds``; return the checks.
+def assert_expected_duration(path: str | os.PathLike[str] | Probed, seconds: float) -> list[Check]:
+    """Assert that ``path`` (or a file's probe) has exactly the shape H3 produces for ``seconds``; return the checks.
 
     The AssertionError lists every check that failed or could not be
     measured, with its measured value and threshold.
@@ -68,7 +69,8 @@ def assert_expected_duration(path: str | os.PathLike[str], seconds: float) -> li
     checks = expected_duration_checks(path, seconds)
     bad = [check for check in checks if check.status is not Status.PASS]
     if bad:
-        lines = [f"expected duration: {os.fspath(path)} is not H3's {seconds:g} s output ({len(bad)} checks):"]
+        name = path.path if isinstance(path, Probed) else os.fspath(path)
+        lines = [f"expected duration: {name} is not H3's {seconds:g} s output ({len(bad)} checks):"]
         lines += [_describe(check, prefix=f"[{check.status}] ") for check in bad]
         raise AssertionError("\n".join(lines))
     return checks

@@ -190,6 +190,8 @@ class QualityReport:
 
     A metric value is None when it was not measured. ``video`` and
     ``lpips_result`` keep the per-frame series for diagnostics and plots.
+    ``lpips_weights`` names the files (and their SHA-256) that authenticated
+    the LPIPS weights, whenever weights were authenticated.
     """
 
     baseline: str
@@ -203,6 +205,7 @@ class QualityReport:
     thresholds: Thresholds = field(default_factory=Thresholds)
     video: VideoMetrics | None = field(default=None, compare=False, repr=False)
     lpips_result: LpipsResult | None = field(default=None, compare=False, repr=False)
+    lpips_weights: Mapping[str, Any] | None = None  # the source that authenticated the LPIPS weights
 
     @property
     def verdict(self) -> Outcome:
@@ -234,6 +237,7 @@ class QualityReport:
                 "checks": [check.to_dict() for check in self.checks],
                 "verdict": self.verdict.value,
                 "thresholds": self.thresholds.to_dict(),
+                "lpips_weights": self.lpips_weights,
                 "series": self._series_summary(),
             }
         )

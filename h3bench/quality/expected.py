@@ -156,8 +156,8 @@ def _audio_duration_checks(sound: media.AudioInfo, video: media.VideoInfo | None
     return checks
 
 
-def expected_duration_checks(path: str | os.PathLike[str], seconds: float) -> list[Check]:
-    """Check one output MP4 against what H3 produces for ``seconds``.
+def expected_duration_checks(path: str | os.PathLike[str] | Probed, seconds: float) -> list[Check]:
+    """Check one output MP4 (or its probe) against what H3 produces for ``seconds``.
 
     The checks are ``decodable``, ``has_video``, ``has_audio``, then
     ``expected_frames`` (17n+5 rule), ``expected_fps`` (24/1), ``video_start``
@@ -171,7 +171,7 @@ def expected_duration_checks(path: str | os.PathLike[str], seconds: float) -> li
     or ``path`` cannot be read.
     """
     shape = expected_shape(seconds)
-    probed = probe_file("output", path)
+    probed = path if isinstance(path, Probed) else probe_file("output", path)
     decodable = decodable_check([probed])
     checks = [decodable, stream_check([probed], decodable, "video"), stream_check([probed], decodable, "audio")]
     return checks + duration_checks(probed, shape)

@@ -1,40 +1,30 @@
-"""An arm of a RunSpec: one server configuration, its command line and environment."""
+"""An arm of a RunSpec: one server configuration, its command line and environment.
+
+An arm is either an **argv arm**, the command written out (for any engine,
+the simulator included), or a **vllm arm** (``type = "vllm"``,
+:class:`~h3bench.runspec.vllm.VllmArm`), whose command h3bench builds from
+vLLM-Omni's options after checking upstream's rules. Both offer the same
+launch interface: :meth:`command`, :meth:`launch_env`, ``sim``, ``argv`` and
+``expected_attention_backend``.
+"""
 
 from __future__ import annotations
 
-import re
-import sys
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from pydantic import Field, StrictStr, field_validator
+from pydantic import Discriminator, Field, StrictStr, Tag
 
-from h3bench.runspec.base import Frozen
+from h3bench.runspec.attribution import Attributed, Attribution
+from h3bench.runspec.launch import PLACEHOLDERS, Args, Environment, command_from
+from h3bench.runspec.vllm import VllmArm
 
-__all__ = ["BASELINE", "PLACEHOLDERS", "Arm", "Attribution"]
+__all__ = ["ARM_TAGS", "BASELINE", "PLACEHOLDERS", "ArgvArm", "Arm", "Attribution"]
 
 BASELINE = "baseline"
-# What an arm's argv may contain; everything else in braces (JSON configs) is literal.
-PLACEHOLDERS = ("host", "port", "model", "python")
-
-_PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-class Attribution(Frozen):
-    """Where a candidate's change comes from.
-
-    ``kind`` is ``configuration`` (an existing upstream feature switched on:
-    configuration reuse, not a new kernel) or ``code`` (new source); ``ref``
-    is the upstream reference: a commit, a PR, or the flag and the file that
-    implements it.
-    """
-
-    kind: Literal["configuration", "code"]
-    ref: Annotated[StrictStr, Field(min_length=1)]
-
-
-class Arm(Frozen):
-    """One server configuration.
+class ArgvArm(Attributed):
+    """One server configuration, written as its command.
 
     ``argv`` is the server command; ``{host}``, ``{port}``, ``{model}`` and
     ``{python}`` (this interpreter) are substituted at launch and any other
@@ -42,39 +32,44 @@ class Arm(Frozen):
     launcher's environment. ``sim`` is the simulator profile, kept opaque
     here and validated by the simulator.
 
-    A candidate records why it exists: ``hypothesis`` (one sentence),
-    ``source`` (:class:`Attribution`) and ``combination_of`` (the arms whose
-    changes it combines). The spec checks them across arms
-    (:mod:`h3bench.research`); a baseline has none of them.
+    A candidate also records why it exists (``hypothesis``, ``source``,
+    ``combination_of``: :mod:`h3bench.runspec.attribution`).
     """
 
     description: Annotated[StrictStr, Field(min_length=1)]
-    argv: tuple[StrictStr, ...] = Field(min_length=1)
-    env: dict[StrictStr, StrictStr] = Field(default_factory=dict)
+    argv: Args = Field(min_length=1)
+    env: Environment = Field(default_factory=dict)
     sim: dict[str, Any] | None = None
-    hypothesis: Annotated[StrictStr, Field(min_length=1)] | None = None
-    source: Attribution | None = None
-    combination_of: tuple[StrictStr, ...] = ()
 
-    @field_validator("argv")
-    @classmethod
-    def _known_placeholders(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for arg in value:
-            for name in _PLACEHOLDER.findall(arg):
-                if name not in PLACEHOLDERS:
-                    known = ", ".join("{" + item + "}" for item in PLACEHOLDERS)
-                    raise ValueError(f"unknown placeholder {{{name}}} in {arg!r}; known: {known}")
-        return value
-
-    @field_validator("env")
-    @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            if not _ENV_NAME.fullmatch(name):
-                raise ValueError(f"{name!r} is not an environment variable name")
-        return value
+    @property
+    def expected_attention_backend(self) -> None:
+        """h3bench reads the attention backend only from vLLM-Omni's log (a vllm arm)."""
+        return None
 
     def command(self, host: str, port: int, model: str) -> list[str]:
         """The argv with its placeholders substituted."""
-        values = {"host": host, "port": str(port), "model": model, "python": sys.executable}
-        return [_PLACEHOLDER.sub(lambda match: values[match.group(1)], arg) for arg in self.argv]
+        return command_from(self.argv, host, port, model)
+
+    def launch_env(self) -> dict[str, str]:
+        """What the launch adds to the launcher's environment."""
+        return dict(self.env)
+
+
+# The tags appear in pydantic's error locations; the spec's messages leave them out.
+_ARGV, _VLLM = "argv arm", "vllm arm"
+ARM_TAGS = frozenset({_ARGV, _VLLM})
+
+
+def _arm_kind(value: Any) -> str | None:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return {None: _ARGV, "vllm": _VLLM}.get(kind)
+
+
+Arm = Annotated[
+    Annotated[ArgvArm, Tag(_ARGV)] | Annotated[VllmArm, Tag(_VLLM)],
+    Discriminator(
+        _arm_kind,
+        custom_error_type="arm_type",
+        custom_error_message='unknown arm type: write type = "vllm", or no type for an arm that gives its argv',
+    ),
+]

@@ -110,6 +110,12 @@ def research_problems(spec: RunSpec) -> list[_Problem]:
                     message = (f"a formal spec (hardware.kind {spec.hardware.kind!r}, not diagnostic) needs every "
                                f"candidate's {field}")
                     problems.append((("arms", name, field), message, None))
+    if spec.protocol.profile:
+        for name, arm in spec.arms.items():
+            if any(arg == "--profiler-config" or arg.startswith("--profiler-config=") for arg in arm.argv):
+                message = ("protocol.profile gives every server its own --profiler-config (h3bench.profiling): "
+                           "leave the arm's profiler directory out")
+                problems.append((("arms", name), message, None))
     if spec.final is not None:
         problems += _arm_ref(spec, ("final",), spec.final, what="final")
         if spec.final == BASELINE:

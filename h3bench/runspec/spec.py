@@ -51,7 +51,7 @@ from pydantic import Field, PrivateAttr, StrictBool, StrictStr, ValidationError,
 
 from h3bench.errors import RunSpecError
 from h3bench.hashing import sha256_file
-from h3bench.runspec.arms import BASELINE, Arm
+from h3bench.runspec.arms import ARM_TAGS, BASELINE, Arm
 from h3bench.runspec.base import Frozen, raise_at
 from h3bench.runspec.research import Heldout, diagnostic_reasons, research_problems
 from h3bench.runspec.tables import UNPINNED, Gates, Hardware, Hints, Inputs, Model, Protocol, Source, Workload
@@ -114,6 +114,11 @@ class RunSpec(Frozen):
                 if arm.sim is not None:
                     message = f"a simulator profile needs hardware.kind 'sim', not {kind!r}"
                     problems.append((("arms", name, "sim"), message, arm.sim))
+                unreserved = sorted(set(getattr(arm, "device_ids", ())) - set(self.hardware.device_ids))
+                if unreserved:
+                    message = (f"device(s) {unreserved} are not among hardware.device_ids "
+                               f"{list(self.hardware.device_ids)}, the devices reserved and checked for the campaign")
+                    problems.append((("arms", name, "device_ids"), message, None))
         if self.protocol.audit and self.protocol.audit_seed == self.workload.seed:
             problems.append(
                 (
@@ -230,6 +235,8 @@ class RunSpec(Frozen):
 def _field_path(loc: tuple[int | str, ...]) -> str:
     path = ""
     for part in loc:
+        if part in ARM_TAGS:
+            continue  # which kind of arm pydantic tried; the field path is the same for both
         path += f"[{part}]" if isinstance(part, int) else f"{'.' if path else ''}{part}"
     return path
 

@@ -8,12 +8,14 @@ vLLM's ``ErrorResponse`` body, ``{"error": {"message", "type", "param",
 
 Differences from upstream, on purpose:
 
-- A completed job's ``num_frames``, ``fps`` and ``duration_s`` describe the
-  output (124 frames for 5 s).
 - After a worker dies the server stays up and answers 503 on ``/health`` and
   500 on generation, where vLLM shuts itself down; the cause stays readable.
-- The duration, task and size checks (sides multiples of 32) answer 400 with
-  the sim's own messages.
+- ``extra_params[...]`` form fields (a dict spread by the OpenAI SDK) get a
+  400 instead of being ignored (:mod:`h3bench.sim.forms`); references are
+  never decoded, ``long_video`` is refused and sides stop at 4096 pixels
+  (:mod:`h3bench.sim.shape`).
+- Every request is served from the Ref2VA partition; the profiler's stage
+  keys are always reported, as with ``--enable-diffusion-pipeline-profiler``.
 """
 
 from __future__ import annotations

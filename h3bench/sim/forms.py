@@ -1,24 +1,26 @@
-"""Parsing and validating the multipart form of ``POST /v1/videos[/sync]``, as vLLM-Omni does.
+"""Parsing and validating the multipart form of ``POST /v1/videos[/sync]``, as vLLM-Omni does at POST time.
 
 Form fields and their constraints follow upstream's ``_parse_video_form``
-(``entrypoints/openai/video/generation/helpers.py``), the upload rules follow
-H3's (at most 12 references, video ≤ 50 MiB as .mp4/.mov, audio ≤ 15 MiB as
-.wav/.mp3, image ≤ 30 MiB), and a bad field is a 400 with vLLM's
-``ErrorResponse`` body.
+(``entrypoints/openai/video/generation/helpers.py``), with its messages: the
+JSON fields, the model, how references combine, and H3's upload rules (at
+most 12 uploaded references, video ≤ 50 MiB as .mp4/.mov, audio ≤ 15 MiB as
+.wav/.mp3, image ≤ 30 MiB). A bad field is a 400 with vLLM's
+``ErrorResponse`` body; an empty field counts as absent, as in FastAPI.
+What H3 checks later, in its worker (task, reference counts, fps, duration,
+canvas), is :mod:`h3bench.sim.shape`.
 
 On purpose, ``extra_params[...]`` form fields get a 400: the OpenAI SDK
 spreads a dict given in ``extra_body`` into such fields, which vLLM-Omni
 silently ignores (the request then runs with default duration and task); a
 client must send ``json.dumps`` of the dict. URL references
-(``video_reference`` and the like) are validated as JSON and folded into the
-content key, never downloaded.
+(``video_reference`` and the like) are counted and folded into the content
+key as JSON, never downloaded or decoded; neither are uploads.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import math
 import secrets
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -30,22 +32,22 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, Validation
 from starlette.datastructures import FormData, UploadFile
 from starlette.exceptions import HTTPException
 
-from h3bench.h3 import MAX_SECONDS, MIN_SECONDS, audio_sample_count, frame_count
-from h3bench.sim.content import ContentSpec, content_key
-
-__all__ = ["Form", "SimRequest", "bad_request", "parse_request"]
+__all__ = ["Form", "References", "SimRequest", "bad_request", "parse_request"]
 
 _MIB = 1024 * 1024
-_MAX_REFERENCES = 12
+_MAX_UPLOADS = 12
 _UPLOAD_LIMITS = {"image": 30 * _MIB, "video": 50 * _MIB, "audio": 15 * _MIB}
 _IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".heic", ".heif"}
 _AUDIO_KIND_SUFFIXES = {".wav", ".mp3", ".m4a", ".aac", ".flac", ".ogg"}
 _VIDEO_SUFFIXES = {".mp4", ".mov"}
 _AUDIO_SUFFIXES = {".wav", ".mp3"}
-_DEFAULT_SIZE = (1344, 768)
-_MAX_SIDE = 4096
-_DEFAULT_DURATION_S = 5.0
-_JSON_FIELDS = ("image_reference", "video_reference", "audio_reference", "lora", "extra_params")
+# URL reference fields, the kind they count as, and the keys one item may have.
+_URL_REFERENCES = {
+    "image_reference": ("image", {"image_url", "file_id"}),
+    "video_reference": ("video", {"video_url", "file_id"}),
+    "audio_reference": ("audio", {"audio_url"}),
+}
+_JSON_FIELDS = (*_URL_REFERENCES, "lora", "extra_params")
 
 
 class Form(BaseModel):
@@ -62,6 +64,8 @@ class Form(BaseModel):
     height: Annotated[int, Field(ge=1)] | None = None
     num_frames: Annotated[int, Field(ge=1)] | None = None
     fps: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
+    aspect_ratio: str | None = None
+    short_edge: Annotated[int, Field(ge=1)] | None = None
     quality: str | None = None
     num_inference_steps: Annotated[int, Field(ge=1, le=200)] | None = None
     guidance_scale: Annotated[float, Field(ge=0, le=20)] | None = None
@@ -72,36 +76,44 @@ class Form(BaseModel):
 
 
 @dataclass(frozen=True)
+class References:
+    """How many references of each kind the request carries, and one digest per reference."""
+
+    images: int
+    videos: int
+    audios: int
+    digests: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class SimRequest:
-    """A validated generation request."""
+    """A request accepted at POST time; H3's own checks (:mod:`h3bench.sim.shape`) come when the engine takes it."""
 
     form: Form
-    width: int
-    height: int
-    duration_s: float
+    extra_params: dict[str, Any]
+    references: References
     seed: int
-    reference_digests: tuple[str, ...]
 
-    @property
-    def frames(self) -> int:
-        return frame_count(self.duration_s)
+    def engine_args(self) -> dict[str, Any]:
+        """The ``extra_args`` upstream's serving layer hands the pipeline (``serving_video.py``).
 
-    def content(self) -> ContentSpec:
-        frames = self.frames
-        key = content_key(
-            seed=self.seed,
-            prompt=self.form.prompt,
-            reference_digests=self.reference_digests,
-            width=self.width,
-            height=self.height,
-            frames=frames,
-        )
-        return ContentSpec(self.width, self.height, frames, audio_sample_count(frames), key)
+        ``seconds`` becomes ``duration``, ``aspect_ratio`` and ``short_edge``
+        are copied, and ``extra_params`` is merged over them, so its
+        ``duration`` wins over ``seconds``.
+        """
+        args: dict[str, Any] = {}
+        if self.form.seconds is not None:
+            args["duration"] = float(self.form.seconds)
+        for name in ("aspect_ratio", "short_edge"):
+            if (value := getattr(self.form, name)) is not None:
+                args[name] = value
+        return {**args, **self.extra_params}
 
     def describe(self) -> str:
+        refs = self.references
         return (
-            f"{self.duration_s:g} s, {self.frames} frames, {self.width}x{self.height}, seed {self.seed}, "
-            f"{len(self.reference_digests)} reference(s)"
+            f"{refs.videos} video, {refs.images} image, {refs.audios} audio reference(s), seed {self.seed}, "
+            f"seconds {self.form.seconds}, num_frames {self.form.num_frames}, extra_params {self.extra_params}"
         )
 
 
@@ -110,6 +122,7 @@ def bad_request(message: str) -> HTTPException:
 
 
 def _json_field(form: FormData, name: str) -> Any:
+    """Upstream's ``_parse_form_json``, with its messages."""
     value = form.get(name)
     if value is None or value == "":
         return None
@@ -118,7 +131,7 @@ def _json_field(form: FormData, name: str) -> Any:
     try:
         return json.loads(value)
     except json.JSONDecodeError as exc:
-        raise bad_request(f"Invalid JSON in form field {name!r}: {exc}") from exc
+        raise bad_request("Invalid JSON in form field.") from exc
 
 
 def _upload_kind(upload: UploadFile) -> str:
@@ -136,19 +149,16 @@ def _upload_kind(upload: UploadFile) -> str:
     return "video"
 
 
-async def _reference_digest(upload: UploadFile) -> str:
+async def _reference_digest(upload: UploadFile, kind: str, *, check_suffix: bool) -> str:
     """Check one upload against H3's limits and return ``kind:sha256``."""
-    kind = _upload_kind(upload)
     limit = _UPLOAD_LIMITS[kind]
-    name = upload.filename or "(unnamed)"
     suffix = Path(upload.filename or "").suffix.lower()
-    if kind == "video" and suffix and suffix not in _VIDEO_SUFFIXES:
-        raise bad_request(f"MiniMax H3 reference videos must use an MP4 or MOV file; got {name}")
-    if kind == "audio" and suffix and suffix not in _AUDIO_SUFFIXES:
-        raise bad_request(f"MiniMax H3 reference audio must use a WAV or MP3 file; got {name}")
-    size = upload.size if upload.size is not None else 0
-    if size > limit:
-        raise bad_request(f"Uploaded reference {name} ({size / _MIB:.1f} MiB) exceeds the {limit // _MIB} MiB limit ({kind})")
+    if check_suffix and kind == "video" and suffix and suffix not in _VIDEO_SUFFIXES:
+        raise bad_request("MiniMax H3 reference videos must use an MP4 or MOV file.")
+    if check_suffix and kind == "audio" and suffix and suffix not in _AUDIO_SUFFIXES:
+        raise bad_request("MiniMax H3 reference audio must use a WAV or MP3 file.")
+    if (upload.size or 0) > limit:
+        raise bad_request(f"Uploaded reference exceeds the {limit // _MIB} MiB size limit.")
     digest = hashlib.sha256()
     await upload.seek(0)
     while chunk := await upload.read(_MIB):
@@ -177,30 +187,25 @@ async def _parse_form(form: FormData, served_model: str) -> SimRequest:
             "each of extra_params, lora and the *_reference fields as one JSON text field, and ignores these. "
             "Send extra_body={'extra_params': json.dumps({...})}"
         )
-    fields = _scalar_fields(form)
     json_values = {name: _json_field(form, name) for name in _JSON_FIELDS}
     for name in ("lora", "extra_params"):
         value = json_values[name]
         if value is not None and not isinstance(value, dict):
-            raise bad_request(f"Invalid JSON in form field {name!r}: expected an object, got {type(value).__name__}")
+            raise bad_request(f"Invalid JSON in form field: expected dict, got {type(value).__name__}.")
+    fields = _scalar_fields(form)
     if fields.model is not None and fields.model != served_model:
         raise bad_request(f"Model mismatch: request specifies '{fields.model}' but server is running '{served_model}'.")
-    digests = await _reference_digests(form, json_values)
-    extra = json_values["extra_params"] or {}
-    task = str(extra.get("task") or "ref2va").lower()
-    if task != "ref2va":
-        raise bad_request(f"this server serves --task-type ref2va; task {task!r} needs a server started for its partition")
-    width, height = _size(fields)
+    references = await _references(form, json_values)
     # Like upstream, a request without a seed is not repeatable.
     seed = fields.seed if fields.seed is not None else secrets.randbits(32)
-    return SimRequest(fields, width, height, _duration(extra, fields.seconds), seed, digests)
+    return SimRequest(fields, json_values["extra_params"] or {}, references, seed)
 
 
 def _scalar_fields(form: FormData) -> Form:
     values = {}
     for name in Form.model_fields:
         value = form.get(name)
-        if value is None:
+        if value is None or value == "":
             continue
         if not isinstance(value, str):
             raise bad_request(f"{name} must be a text form field, not a file")
@@ -215,8 +220,18 @@ def _scalar_fields(form: FormData) -> Form:
         raise bad_request(f"Invalid form field(s): {problems}") from exc
 
 
-async def _reference_digests(form: FormData, json_values: dict[str, Any]) -> tuple[str, ...]:
-    """Upstream's rules for combining references, then one digest per reference."""
+def _url_items(name: str, value: Any) -> list[Any]:
+    """The items of one URL reference field (an object or a list of them); each must have one of its keys."""
+    items = value if isinstance(value, list) else [value]
+    _, keys = _URL_REFERENCES[name]
+    for item in items:
+        if not (isinstance(item, dict) and keys & item.keys()):
+            raise bad_request(f"Invalid form field(s): {name}: each reference needs one of {', '.join(sorted(keys))}")
+    return items
+
+
+async def _references(form: FormData, json_values: dict[str, Any]) -> References:
+    """Upstream's rules for combining references, then the count of each kind and one digest per reference."""
     single = form.get("input_reference")
     uploads = form.getlist("input_references")
     if single is not None and not isinstance(single, UploadFile):
@@ -227,35 +242,23 @@ async def _reference_digests(form: FormData, json_values: dict[str, Any]) -> tup
     if uploads and (single is not None or by_url):
         raise bad_request("Provide input_references alone, without input_reference, image_reference, or video_reference.")
     if single is not None and by_url:
-        raise bad_request("Provide only one of input_reference, image_reference, or video_reference with input_reference.")
-    if len(uploads) > _MAX_REFERENCES:
-        raise bad_request(f"MiniMax H3 accepts at most {_MAX_REFERENCES} total references; got {len(uploads)}.")
-    files = [item for item in (single, *uploads) if isinstance(item, UploadFile)]
-    digests = [await _reference_digest(upload) for upload in files]
-    for name in ("image_reference", "video_reference", "audio_reference"):
+        raise bad_request(
+            "Provide only one of input_reference, image_reference, or video_reference when using input_reference; "
+            "image_reference and video_reference may be combined."
+        )
+    if len(uploads) > _MAX_UPLOADS:
+        raise bad_request(f"MiniMax H3 accepts at most {_MAX_UPLOADS} total references.")
+    counts = {"image": 0, "video": 0, "audio": 0}
+    digests = []
+    files = [(item, True) for item in uploads if isinstance(item, UploadFile)]
+    if isinstance(single, UploadFile):
+        files.append((single, False))  # upstream checks suffixes only in the input_references list
+    for upload, check_suffix in files:
+        kind = _upload_kind(upload)
+        counts[kind] += 1
+        digests.append(await _reference_digest(upload, kind, check_suffix=check_suffix))
+    for name, (kind, _) in _URL_REFERENCES.items():
         if json_values[name] is not None:
+            counts[kind] += len(_url_items(name, json_values[name]))
             digests.append(f"{name}:{json.dumps(json_values[name], sort_keys=True)}")
-    return tuple(digests)
-
-
-def _duration(extra: dict[str, Any], seconds: str | None) -> float:
-    """H3's duration: ``extra_params.duration``, else ``seconds``, else 5; within [4, 15] s."""
-    raw = extra.get("duration", seconds if seconds is not None else _DEFAULT_DURATION_S)
-    try:
-        duration = float(raw)
-    except (TypeError, ValueError) as exc:
-        raise bad_request(f"extra_params.duration must be a number of seconds; got {raw!r}") from exc
-    if not (math.isfinite(duration) and MIN_SECONDS <= duration <= MAX_SECONDS):
-        raise bad_request(f"MiniMax H3 Ref2VA supports durations from {MIN_SECONDS:g} to {MAX_SECONDS:g} s; got {raw!r}")
-    return duration
-
-
-def _size(fields: Form) -> tuple[int, int]:
-    """``size`` wins over width and height, as in upstream's ``resolve_video_params``; default 1344x768."""
-    if fields.size is not None:
-        width, height = (int(side) for side in fields.size.split("x"))
-    else:
-        width, height = fields.width or _DEFAULT_SIZE[0], fields.height or _DEFAULT_SIZE[1]
-    if not (0 < width <= _MAX_SIDE and 0 < height <= _MAX_SIDE and width % 32 == 0 and height % 32 == 0):
-        raise bad_request(f"size {width}x{height} is not supported: sides must be multiples of 32, at most {_MAX_SIDE}")
-    return width, height
+    return References(counts["image"], counts["video"], counts["audio"], tuple(digests))

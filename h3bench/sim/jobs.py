@@ -1,8 +1,25 @@
 """The simulator's jobs and its engine: one request at a time on the worker pool.
 
-:class:`VideoJob` is upstream's ``VideoResponse`` (``protocol/videos.py``);
-:class:`Simulator` is the state the routes share: the engine, the job store
-and the tasks that run async jobs.
+:class:`VideoJob` is upstream's ``VideoResponse`` (``protocol/videos.py``),
+filled as ``video/generation/helpers.py`` fills it:
+
+- when queued (:func:`queued_job`): ``size`` and ``seconds`` echo the
+  request (``size`` only from the ``size`` field, ``seconds`` "4" when not
+  sent), ``fps`` is the request's or 24, ``num_frames`` the request's or
+  ``int(seconds * fps)``, ``duration_s`` the seconds or ``num_frames / fps``;
+- when completed: ``progress`` 100 (it is 0 until then), and ``fps``,
+  ``num_frames`` and ``duration_s`` describe the output; ``seconds`` and
+  ``size`` still echo the request; ``inference_time_s`` runs from the start
+  of the job's task, queue wait and muxing included;
+- when failed: ``error`` with the status as its code and the message
+  unprefixed; ``progress``, ``stage_durations`` and ``peak_memory_mb`` keep
+  their zero values.
+
+:class:`Engine` resolves what H3 renders (:mod:`h3bench.sim.shape`) when it
+takes a request, so an async job with a bad shape is accepted and then
+fails with code 400, as upstream's worker fails it. :class:`Simulator` is the
+state the routes share: the engine, the job store and the tasks that run
+async jobs.
 """
 
 from __future__ import annotations
@@ -18,14 +35,16 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from h3bench.h3 import STAGE_PREFIX
+from h3bench.h3 import FPS, STAGE_PREFIX, audio_sample_count
+from h3bench.sim.content import ContentSpec, content_key
 from h3bench.sim.forms import SimRequest
 from h3bench.sim.pool import WorkerPool
 from h3bench.sim.profile import SimProfile
 from h3bench.sim.profiler import Profiler
-from h3bench.sim.worker import GenerationError, WorkerJob, WorkerResult
+from h3bench.sim.shape import resolve_shape
+from h3bench.sim.worker import GenerationError, WorkerJob, WorkerResult, now
 
-__all__ = ["Engine", "VideoError", "VideoJob", "log_completed"]
+__all__ = ["Engine", "VideoError", "VideoJob", "content_of", "log_completed", "queued_job"]
 
 log = logging.getLogger("h3bench.sim")
 
@@ -62,6 +81,48 @@ class VideoJob(BaseModel):
     duration_s: float | None = None
 
 
+def queued_job(model: str, request: SimRequest) -> VideoJob:
+    """The job as ``POST /v1/videos`` returns it: what the request asked for (upstream's ``video_response_from_request``)."""
+    form = request.form
+    fps = float(form.fps or FPS)
+    num_frames = form.num_frames
+    if num_frames is None and form.seconds is not None:
+        num_frames = int(float(form.seconds) * fps)
+    duration = float(form.seconds) if form.seconds is not None else None
+    if duration is None and num_frames is not None:
+        duration = num_frames / fps
+    return VideoJob(
+        model=model,
+        prompt=form.prompt,
+        size=form.size,
+        seconds=form.seconds or "4",
+        quality=form.quality or "default",
+        fps=fps,
+        num_frames=num_frames,
+        duration_s=duration,
+    )
+
+
+def content_of(request: SimRequest) -> ContentSpec:
+    """What the engine renders for ``request``: H3's shape and the content key.
+
+    Raises
+    ------
+    GenerationError
+        Status 400: H3 refuses the request (:func:`~h3bench.sim.shape.resolve_shape`).
+    """
+    shape = resolve_shape(request)
+    key = content_key(
+        seed=request.seed,
+        prompt=request.form.prompt,
+        reference_digests=request.references.digests,
+        width=shape.width,
+        height=shape.height,
+        frames=shape.frames,
+    )
+    return ContentSpec(shape.width, shape.height, shape.frames, audio_sample_count(shape.frames), key)
+
+
 class Engine:
     """Runs one request at a time on the worker pool, as H3 does (one request per diffusion batch)."""
 
@@ -76,7 +137,7 @@ class Engine:
         self.profiler: Profiler | None = None  # with --profiler-config (h3bench.sim.profiler)
 
     async def generate(self, request: SimRequest, request_id: str, output: Path) -> WorkerResult:
-        spec = request.content()
+        spec = content_of(request)
         cached = self._cache.get(spec.key) if self.profile.cache_outputs else None
         if cached is not None:
             shutil.copyfile(cached[0], output)
@@ -95,6 +156,7 @@ class Engine:
             job = WorkerJob(
                 request_id=request_id,
                 plan=plan,
+                started=now(),
                 content=spec,
                 output_path=str(output),
                 fail=nth == profile.fail_request,
@@ -102,7 +164,10 @@ class Engine:
                 hang=nth == profile.hang_request,
                 extra_video_noise=profile.degrade_video_noise if request.seed in profile.degrade_seeds else 0.0,
             )
-            log.info("request %s: started (request %d; modelled %.3f s)", request_id, nth, plan.total_s)
+            log.info(
+                "request %s: started (request %d: %d frames at %dx%d; modelled %.3f s)",
+                request_id, nth, spec.frames, spec.width, spec.height, plan.total_s,
+            )
             future = self.pool.submit(job)
             try:
                 result = await asyncio.shield(asyncio.wrap_future(future))
@@ -122,14 +187,16 @@ class Engine:
 def log_completed(request_id: str, seconds: float, result: WorkerResult) -> None:
     durations = result.stage_durations.items()
     stages = ", ".join(f"{key.removeprefix(STAGE_PREFIX)} {value:.3f}" for key, value in durations)
+    how = "copied the render of an identical earlier request" if result.reused else "rendered"
     log.info(
-        "request %s: completed in %.3f s (%d frames, %d audio samples, %.2f MB, rendered in %.3f s); "
+        "request %s: completed in %.3f s (%d frames, %d audio samples, %.2f MB, %s in %.3f s); "
         "stages [s]: %s; peak memory %.1f MB",
         request_id,
         seconds,
         result.frames,
         result.audio_samples,
         result.size_bytes / 1e6,
+        how,
         result.render_s,
         stages,
         result.peak_memory_mb,
@@ -178,7 +245,7 @@ class Simulator:
         job.file_name = output.name
         job.stage_durations = result.stage_durations
         job.peak_memory_mb = result.peak_memory_mb
-        job.fps, job.num_frames, job.duration_s = 24.0, result.frames, result.frames / 24
+        job.fps, job.num_frames, job.duration_s = float(FPS), result.frames, result.frames / FPS
         log_completed(job.id, job.inference_time_s, result)
 
     def cancel_all(self) -> None:

@@ -20,9 +20,11 @@ Each request sleeps ``modelled * time_scale`` per stage, so a client measures
 it, and every stage draws an independent log-normal factor with mean 1 and
 coefficient of variation ``jitter_cv`` (all DiT steps share one draw). The
 first request also pays ``compile_s`` in its first step (regional
-compilation, which is why campaigns warm up). The table's ref-video, ref-audio
-encode, and VAE decode columns map onto the profiler keys of REFERENCE §5; ref
-preprocessing and the CPU MP4 have no key and appear only in E2E.
+compilation, which is why campaigns warm up). The table's ref-video and
+ref-audio encode columns map onto ``_encode_local_media`` and its VAE decode
+onto ``decode`` (vLLM-Omni's ``diffusion_pipeline_profiler.py`` keys); ref
+preprocessing, ``post_decode`` and the CPU MP4 have no key in request mode
+and appear only in E2E.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from fastapi.responses import FileResponse, JSONResponse, Response
 from starlette.exceptions import HTTPException
 
 from h3bench.sim.forms import parse_request
-from h3bench.sim.jobs import Simulator, VideoJob, log_completed
+from h3bench.sim.jobs import Simulator, VideoJob, log_completed, queued_job
 from h3bench.sim.worker import GenerationError
 
 __all__ = ["SYNC_TIMEOUT_ENV", "error_body", "router"]
@@ -101,19 +101,7 @@ async def models(sim: Sim) -> dict[str, Any]:
 @router.post("/v1/videos")
 async def create_video(raw: Request, sim: Sim) -> VideoJob:
     request = await parse_request(raw, sim.profile.model)
-    form = request.form
-    fps = form.fps or 24.0
-    num_frames = form.num_frames or (int(form.seconds) * int(fps) if form.seconds else None)
-    job = VideoJob(
-        model=sim.profile.model,
-        prompt=form.prompt,
-        size=form.size,
-        seconds=form.seconds or "4",
-        quality=form.quality or "default",
-        fps=fps,
-        num_frames=num_frames,
-        duration_s=float(form.seconds) if form.seconds else (num_frames / fps if num_frames else None),
-    )
+    job = queued_job(sim.profile.model, request)
     log.info("request %s: accepted (%s)", job.id, request.describe())
     sim.submit(job, request)
     return job
@@ -134,7 +122,9 @@ async def create_video_sync(raw: Request, sim: Sim) -> Response:
         raise HTTPException(HTTPStatus.GATEWAY_TIMEOUT, f"Video generation timed out after {timeout}s.") from None
     except GenerationError as exc:
         log.error("request %s: failed (%d): %s", request_id, exc.status_code, exc)
-        raise HTTPException(exc.status_code, f"Video generation failed: {exc}") from exc
+        # Upstream: a client error (OmniClientError) keeps its message; anything else is prefixed.
+        message = str(exc) if exc.status_code < 500 else f"Video generation failed: {exc}"
+        raise HTTPException(exc.status_code, message) from exc
     inference_s = time.perf_counter() - start
     body = output.read_bytes()
     output.unlink()

@@ -5,10 +5,30 @@ with ``VLLM_WORKER_MULTIPROC_METHOD=spawn``) and every rank runs every
 request. Here too: the pool (:mod:`h3bench.sim.pool`) spawns ``workers``
 processes with the spawn start method and sends each request's
 :class:`WorkerJob` to all of them over pipes. Every rank sleeps through the
-request's :class:`StagePlan`; rank 0
-also renders and encodes the MP4 in a thread meanwhile (the encoder releases
-the GIL), times the stages under the profiler keys, and reports. A request
-completes when every rank has reported.
+request's :class:`StagePlan`; rank 0 also renders and encodes the MP4 in a
+thread meanwhile (the encoders release the GIL), times the stages under the
+profiler keys, and reports. A request completes when every rank has
+reported.
+
+The modelled stage times are the latency. The stages sleep to one running
+deadline that starts when the engine took the request (:func:`now`, a clock
+that every process shares), so that neither the dispatch to the ranks nor
+late wake-ups on a busy machine add up over a request's fifty-odd sleeps;
+the MP4 is ready when the deadline of its muxing stage passes or, if
+rendering overran the plan, when it is done (the log then says by how much). Rendering is cheap enough to fit (see
+:mod:`h3bench.sim.content`), and rank 0 renders each content once per
+process: a request identical to an earlier one (same content key; the
+process seed is the process's) gets a copy of the earlier file, which is
+byte for byte what a new render would write. It still sleeps every stage;
+only the ``cache_outputs`` cheat of :mod:`h3bench.sim.jobs` answers at once.
+
+Stage keys are those vLLM-Omni's diffusion pipeline profiler reports in
+request mode (``diffusion/profiler/diffusion_pipeline_profiler.py``):
+``encode_prompt``, ``_encode_local_media``, ``diffuse`` (which holds the
+denoise loop: ``denoise_step`` is recorded under its key), ``decode`` and the
+two ``decode_latent`` keys inside it. ``post_decode`` appears only with step
+execution, and reference preprocessing and the CPU MP4 have no key; they are
+slept all the same.
 
 Failure injection happens here, where it would in a real server: a rank that
 dies halfway through the DiT loop (SIGKILL, as an OOM kill would), a rank that
@@ -23,6 +43,7 @@ import dataclasses
 import logging
 import math
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -42,12 +63,20 @@ __all__ = [
     "WorkerConfig",
     "WorkerJob",
     "WorkerResult",
+    "now",
     "worker_main",
 ]
+
+_OVERRUN_NOTICE_S = 0.005  # beyond a sleep's own lateness
 
 LOG_FORMAT = "%(asctime)s %(levelname)s [%(processName)s pid=%(process)d] %(message)s"
 
 log = logging.getLogger("h3bench.sim")
+
+
+def now() -> float:
+    """Seconds on CLOCK_MONOTONIC, which the API process and its workers share."""
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
 
 
 class GenerationError(Exception):
@@ -78,6 +107,7 @@ class WorkerJob:
 
     request_id: str
     plan: StagePlan
+    started: float  # now() when the engine took the request: the stages' deadlines count from here
     content: ContentSpec
     output_path: str
     fail: bool = False  # rank 0 raises after encode_prompt
@@ -95,7 +125,8 @@ class WorkerResult:
     frames: int
     audio_samples: int
     size_bytes: int
-    render_s: float  # wall time of content generation and muxing, overlapped with the stages
+    render_s: float  # wall time of content generation and muxing (or of the copy), overlapped with the stages
+    reused: bool  # a copy of the render of an identical earlier request
 
 
 # -- the worker process -------------------------------------------------------
@@ -115,6 +146,7 @@ def worker_main(config: WorkerConfig, tasks: Connection, results: Connection) ->
         sys.exit(1)
     results.send(("ready", rank, os.getpid()))
     log.info("rank %d ready", rank)
+    renders = _Renders()
     while True:
         try:
             message = tasks.recv()
@@ -129,7 +161,7 @@ def worker_main(config: WorkerConfig, tasks: Connection, results: Connection) ->
             return
         job: WorkerJob = message[1]
         try:
-            result = _run(job, config)
+            result = _run(job, config, renders)
         except Exception as exc:  # reported to the API process, which answers 500
             log.error("rank %d: request %s failed: %s", rank, job.request_id, exc)
             results.send(("error", job.request_id, rank, str(exc)))
@@ -148,51 +180,80 @@ def _block_forever() -> None:
 
 
 class _Stages:
-    """Sleeps through planned stages and records their wall durations under profiler keys."""
+    """Sleeps through planned stages to one running deadline and records their wall durations under profiler keys."""
 
-    def __init__(self) -> None:
+    def __init__(self, origin: float) -> None:
         self.durations: dict[str, float] = {}
+        self.deadline = origin
 
     @contextlib.contextmanager
     def stage(self, name: str) -> Iterator[None]:
-        start = time.perf_counter()
+        start = now()
         try:
             yield
         finally:
             key = STAGE_PREFIX + name
-            self.durations[key] = self.durations.get(key, 0.0) + time.perf_counter() - start
+            self.durations[key] = self.durations.get(key, 0.0) + now() - start
 
     def sleep(self, name: str | None, seconds: float) -> None:
+        """Sleep until ``seconds`` after the previous stage's deadline, under ``name`` if it has a key."""
+        self.deadline += seconds
         if name is None:
-            _sleep(seconds)
+            _sleep_until(self.deadline)
             return
         with self.stage(name):
-            _sleep(seconds)
+            _sleep_until(self.deadline)
 
 
-def _sleep(seconds: float) -> None:
-    """Sleep to a deadline, so repeated short sleeps do not accumulate oversleep."""
-    deadline = time.perf_counter() + seconds
-    while (left := deadline - time.perf_counter()) > 0:
+def _sleep_until(deadline: float) -> None:
+    while (left := deadline - now()) > 0:
         time.sleep(left)
 
 
-class _Render(threading.Thread):
-    """Rank 0's content generation and muxing, run while the stages sleep."""
+class _Renders:
+    """Rank 0's finished renders by content, for requests identical to an earlier one; the last few are kept."""
 
-    def __init__(self, job: WorkerJob, perturbation: Perturbation) -> None:
+    def __init__(self, keep: int = 4) -> None:
+        self.keep = keep
+        self._kept: dict[ContentSpec, RenderInfo] = {}  # insertion order: oldest first
+
+    def get(self, content: ContentSpec) -> RenderInfo | None:
+        return self._kept.get(content)
+
+    def add(self, content: ContentSpec, info: RenderInfo) -> None:
+        """Keep a copy of a finished render (the output itself is the API's to serve and delete)."""
+        kept = info.path.with_name(f"render-{content.key.hex()}.mp4")
+        shutil.copyfile(info.path, kept)
+        self._kept[content] = RenderInfo(kept, info.frames, info.audio_samples, info.size_bytes)
+        while len(self._kept) > self.keep:
+            oldest = next(iter(self._kept))
+            self._kept.pop(oldest).path.unlink(missing_ok=True)
+
+
+class _Render(threading.Thread):
+    """Rank 0's content generation and muxing, or the copy of an identical earlier render, run while the stages sleep."""
+
+    def __init__(self, job: WorkerJob, perturbation: Perturbation, renders: _Renders) -> None:
         super().__init__(name=f"render-{job.request_id}", daemon=True)
         self.job = job
         self.perturbation = perturbation
+        self.renders = renders
         self.abort = threading.Event()
         self.info: RenderInfo | None = None
         self.error: BaseException | None = None
+        self.earlier = renders.get(job.content)
         self.seconds = 0.0
 
     def run(self) -> None:
         start = time.perf_counter()
+        output, content = Path(self.job.output_path), self.job.content
         try:
-            self.info = render(self.job.output_path, self.job.content, self.perturbation, abort=self.abort)
+            if self.earlier is not None:
+                shutil.copyfile(self.earlier.path, output)
+                self.info = RenderInfo(output, self.earlier.frames, self.earlier.audio_samples, self.earlier.size_bytes)
+            else:
+                self.info = render(output, content, self.perturbation, abort=self.abort)
+                self.renders.add(content, self.info)
         except BaseException as exc:  # handed to the worker's main thread
             self.error = exc
         self.seconds = time.perf_counter() - start
@@ -203,19 +264,19 @@ class _Render(threading.Thread):
         Path(self.job.output_path).unlink(missing_ok=True)
 
 
-def _run(job: WorkerJob, config: WorkerConfig) -> WorkerResult | None:
+def _run(job: WorkerJob, config: WorkerConfig, renders: _Renders) -> WorkerResult | None:
     """Run one request on this rank; rank 0 returns the result, the others None."""
     rank, plan = config.rank, job.plan
     perturbation = config.perturbation
     if job.extra_video_noise:  # independent Gaussian noises add in quadrature
         perturbation = dataclasses.replace(
             perturbation, video_noise=math.hypot(perturbation.video_noise, job.extra_video_noise))
-    renderer = _Render(job, perturbation) if rank == 0 else None
+    renderer = _Render(job, perturbation, renders) if rank == 0 else None
     if renderer is not None:
         renderer.start()
-    stages = _Stages()
+    stages = _Stages(job.started)
     try:
-        stages.sleep(None, plan.preprocess_s)  # reference preprocessing has no profiler key
+        stages.sleep(None, plan.preprocess_s)
         stages.sleep("encode_prompt", plan.encode_prompt_s)
         if job.fail and rank == 0:
             raise RuntimeError(f"injected failure in request {job.request_id} (profile fail_request)")
@@ -224,11 +285,12 @@ def _run(job: WorkerJob, config: WorkerConfig) -> WorkerResult | None:
             for index, seconds in enumerate(plan.step_s):
                 if index == len(plan.step_s) // 2:
                     _maybe_fail_midway(job, rank)
-                stages.sleep("denoise_step", seconds)
+                stages.sleep(None, seconds)
         with stages.stage("decode"):
             stages.sleep("video_vae.decode_latent", plan.video_decode_s)
             stages.sleep("audio_vae.decode_latent", plan.audio_decode_s)
-        stages.sleep("post_decode", plan.post_decode_s)
+        stages.sleep(None, plan.post_decode_s)
+        stages.sleep(None, plan.mux_s)  # the MP4 is due when this deadline passes
     except BaseException:
         if renderer is not None:
             renderer.cancel()
@@ -239,7 +301,9 @@ def _run(job: WorkerJob, config: WorkerConfig) -> WorkerResult | None:
     if renderer.error is not None or renderer.info is None:
         Path(job.output_path).unlink(missing_ok=True)
         raise RuntimeError(f"rendering {job.output_path} failed: {renderer.error}") from renderer.error
-    stages.sleep(None, plan.mux_s)  # the CPU MP4 has no profiler key either
+    overrun = now() - stages.deadline
+    if overrun > _OVERRUN_NOTICE_S:
+        log.warning("request %s: rendering overran the modelled stages by %.3f s", job.request_id, overrun)
     info = renderer.info
     return WorkerResult(
         stage_durations=stages.durations,
@@ -248,6 +312,7 @@ def _run(job: WorkerJob, config: WorkerConfig) -> WorkerResult | None:
         audio_samples=info.audio_samples,
         size_bytes=info.size_bytes,
         render_s=renderer.seconds,
+        reused=renderer.earlier is not None,
     )
 
 

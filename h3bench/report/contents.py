@@ -1,0 +1,295 @@
+"""What the report shows, read from a bundle that verifies: nothing here decodes media or recomputes a metric.
+
+The bundle is read through the project's own readers:
+:meth:`h3bench.review.Review.from_bundle` gives the spec, the schedule and
+each block's result (samples and lifecycle record), and the paired latency
+estimate (:meth:`~h3bench.review.Review.speed`, from the stored samples);
+:class:`~h3bench.evidence.Bundle` gives the manifest, ``verdict.json`` and the
+quality results, of which the newest validator version's is used. A bundle
+that does not verify is refused before anything is read.
+
+Optional files that other parts of a campaign may write are shown when
+present: ``telemetry.jsonl`` (device samples over time) and samples of kind
+``"profile"`` (profiled requests with per-stage times).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from h3bench import stats
+from h3bench.errors import H3BenchError, UsageError
+from h3bench.evidence import Bundle, VerifyReport, files, verify
+from h3bench.h3 import TOP_LEVEL_STAGES, mux_and_transfer_s
+from h3bench.lossless import DEVIATIONS
+from h3bench.quality import Status
+from h3bench.records import BlockResult, Sample
+from h3bench.review import Review
+from h3bench.runspec import RunSpec
+from h3bench.schedule import MatchedPair
+from h3bench.settings import Settings
+
+__all__ = [
+    "DERIVED_STAGE",
+    "GATE_METRICS",
+    "TELEMETRY",
+    "Contents",
+    "GateRow",
+    "Series",
+    "WorstPair",
+    "gate_rows",
+    "number",
+    "read_contents",
+    "stage_medians",
+]
+
+TELEMETRY = "telemetry.jsonl"
+DERIVED_STAGE = "mux+transfer (derived)"
+GATE_METRICS = tuple(DEVIATIONS)  # ssim, psnr_db, lpips, audio_spectral_cosine, audio_rms_ratio
+
+
+@dataclass(frozen=True)
+class WorstPair:
+    """The matched pair a candidate's pictures show: highest LPIPS when measured, else lowest SSIM."""
+
+    pair: MatchedPair
+    metric: str  # "lpips" or "ssim"
+    value: float
+    frame: int | None  # the stored worst frame of that metric's per-frame series
+    result: dict[str, Any]  # the pair's stored quality result
+    paths: tuple[Path, Path] | None  # baseline and candidate MP4; None when the bundle does not hold them
+    missing: str | None  # why not
+
+
+@dataclass(frozen=True)
+class Series:
+    """One candidate against the baseline at one duration: its blocks, latency estimate and stored judgements."""
+
+    duration: float
+    candidate: str
+    blocks: tuple[BlockResult, ...]  # in schedule order
+    speed: stats.SpeedReport | None
+    verdict: dict[str, Any] | None  # this duration's entry of verdict.json
+    pairs: dict[str, dict[str, Any]]  # pair id → stored quality result
+    lossless: dict[str, Any] | None  # the stored lossless result
+
+    @property
+    def label(self) -> str:
+        return f"{self.duration:g}s {self.candidate}"
+
+    @property
+    def key(self) -> str:
+        """A name safe for HTML ids."""
+        return f"{self.duration:g}s-{self.candidate}"
+
+    def measured(self, arm: str) -> list[Sample]:
+        """The arm's measured requests that succeeded, in blocks that succeeded (those the speed estimate uses)."""
+        return [s for r in self.blocks if r.block.arm == arm and r.failure is None
+                for s in r.measured if s.ok and s.e2e_s is not None]
+
+
+@dataclass(frozen=True)
+class Contents:
+    """Everything the report shows of one bundle."""
+
+    path: Path
+    verified: VerifyReport
+    spec: RunSpec
+    manifest: dict[str, Any]
+    verdict: dict[str, Any] | None
+    quality_version: str | None  # the newest validator version with a stored result
+    quality_versions: tuple[str, ...]
+    series: tuple[Series, ...]
+    worst: dict[str, WorstPair]  # candidate → its worst pair (absent when no pair was measured)
+    telemetry: tuple[dict[str, Any], ...] | None  # None: the bundle has no telemetry.jsonl
+    profiles: tuple[Sample, ...]
+    lpips_detail: str | None  # how LPIPS was (or was not) measured, from the stored checks
+
+
+def _version_key(version: str) -> list[Any]:
+    # "h3bench-quality-10" is newer than "h3bench-quality-9".
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", version)]
+
+
+def _refuse_unverified(path: Path) -> VerifyReport:
+    report = verify(path)
+    if not report.ok:
+        raise UsageError(f"{path} does not verify, so no report is written: {'; '.join(report.problems)}")
+    return report
+
+
+def read_contents(path: str | os.PathLike[str]) -> Contents:
+    """Verify the bundle at ``path`` and read what the report shows.
+
+    Raises
+    ------
+    UsageError
+        ``path`` is not a bundle directory, or the bundle does not verify
+        (the message names every file that changed, went missing or appeared).
+    EvidenceError
+        A file of the bundle cannot be read.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise UsageError(f"{path}: not an evidence bundle directory")
+    verified = _refuse_unverified(path)
+    # The report judges nothing itself, so no LPIPS settings: the stored results are shown as they are.
+    review = Review.from_bundle(path, Settings.for_bundle(path, lossless=False, lpips_dir=None, lpips_device="cpu"))
+    bundle = review.bundle
+    versions = tuple(sorted(bundle.quality_versions(), key=_version_key))
+    quality = bundle.read_quality(versions[-1]) if versions else {}
+    verdict = bundle.read_verdict()
+    series = tuple(_series(review, verdict, quality, d, c)
+                   for d in review.spec.workload.durations for c in review.spec.candidates)
+    pairs = {p.id: p for p in review.schedule.cases("matched_pair") if isinstance(p, MatchedPair)}
+    worst = {}
+    for candidate in review.spec.candidates:
+        found = _worst_pair(review, pairs, {k: v for s in series if s.candidate == candidate for k, v in s.pairs.items()})
+        if found is not None:
+            worst[candidate] = found
+    return Contents(
+        path=path,
+        verified=verified,
+        spec=review.spec,
+        manifest=bundle.manifest,
+        verdict=verdict,
+        quality_version=versions[-1] if versions else None,
+        quality_versions=versions,
+        series=series,
+        worst=worst,
+        telemetry=_telemetry(bundle),
+        profiles=tuple(Sample.from_record(r) for r in bundle.samples("profile")),
+        lpips_detail=_lpips_detail(quality),
+    )
+
+
+def _series(review: Review, verdict: dict[str, Any] | None, quality: dict[str, Any], duration: float,
+            candidate: str) -> Series:
+    entry = None
+    if verdict is not None:
+        entry = verdict.get("candidates", {}).get(candidate, {}).get("durations", {}).get(f"{duration:g}s")
+    prefix = f"{duration:g}s-{candidate}-"
+    pairs = {k: v for k, v in quality.get("pairs", {}).items() if k.startswith(prefix)}
+    return Series(
+        duration=duration,
+        candidate=candidate,
+        blocks=tuple(review.series(duration, candidate)),
+        speed=review.speed(duration, candidate),
+        verdict=entry,
+        pairs=pairs,
+        lossless=quality.get("lossless", {}).get(f"{duration:g}s-{candidate}"),
+    )
+
+
+def _worst_pair(review: Review, pairs: dict[str, MatchedPair], stored: dict[str, dict[str, Any]]) -> WorstPair | None:
+    """Highest LPIPS when any pair has one, else lowest SSIM; pairs without the value are left out."""
+    metric = "lpips" if any(r.get("lpips") is not None for r in stored.values()) else "ssim"
+    scored = [(v, pair_id) for pair_id, r in stored.items()
+              if (v := number(r.get(metric))) is not None and pair_id in pairs]
+    if not scored:
+        return None
+    value, pair_id = max(scored) if metric == "lpips" else min(scored)
+    result = stored[pair_id]
+    frame = result.get("series", {}).get("lpips_worst_frame" if metric == "lpips" else "ssim_worst_frame")
+    pair = pairs[pair_id]
+    try:
+        paths: tuple[Path, Path] | None = (review.output_path(pair.baseline), review.output_path(pair.candidate))
+        missing = None
+    except H3BenchError as exc:  # e.g. a candidate-only run: the baseline outputs are in another bundle
+        paths, missing = None, str(exc)
+    return WorstPair(pair, metric, float(value), frame.get("index") if isinstance(frame, dict) else None, result,
+                     paths, missing)
+
+
+def _telemetry(bundle: Bundle) -> tuple[dict[str, Any], ...] | None:
+    path = bundle.path / TELEMETRY
+    if not path.is_file():
+        return None
+    return tuple(record for _, record in files.iter_jsonl(path))
+
+
+def _lpips_detail(quality: dict[str, Any]) -> str | None:
+    for result in quality.get("pairs", {}).values():
+        for check in result.get("checks", ()):
+            if check.get("name") == "lpips":
+                return f"{check.get('status')}: {check.get('detail')}"
+    return None
+
+
+def stage_medians(samples: Iterable[Sample]) -> dict[str, float]:
+    """Median seconds of each top-level stage the samples report, and the derived mux-and-transfer remainder."""
+    samples = list(samples)
+    medians: dict[str, float] = {}
+    for stage in TOP_LEVEL_STAGES:
+        values = [v for s in samples for k, v in s.stage_durations.items()
+                  if k.count(".") <= 1 and k.rpartition(".")[2] == stage]
+        if values:
+            medians[stage] = statistics.median(values)
+    rest = [r for s in samples if s.e2e_s is not None and (r := mux_and_transfer_s(s.e2e_s, s.stage_durations)) is not None]
+    if rest:
+        medians[DERIVED_STAGE] = statistics.median(rest)
+    return medians
+
+
+def number(value: Any) -> float | None:
+    """A stored metric value as a float: JSON keeps ``inf`` (PSNR of identical frames) as the string ``"inf"``."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if value in ("inf", "-inf", "nan"):
+        return float(value)
+    return None
+
+
+@dataclass(frozen=True)
+class GateRow:
+    """One gate over a series' matched pairs, with the lossless test's view of its deviation beside it."""
+
+    metric: str
+    threshold: str
+    worst: float | None  # the candidate value that deviates most from its baseline
+    passed: int
+    pairs: int
+    not_measured: str | None  # why, when no pair measured it
+    deviation: float | None  # lossless deviation of ``worst``
+    control_median: float | None  # median deviation between two baseline processes (the run-to-run variability)
+    lossless_p: float | None  # this metric's p in the lossless relabelling test
+
+
+def _control_median(lossless: dict[str, Any], metric: str) -> float | None:
+    """The median deviation over every two baseline processes, from the stored process × process medians."""
+    matrix = (lossless.get("pair_deviations") or {}).get(metric)
+    n = len((lossless.get("processes") or {}).get("baseline", ()))
+    values = [v for i in range(n) for j in range(i + 1, n) if matrix and (v := number(matrix[i][j])) is not None]
+    return statistics.median(values) if values else None
+
+
+def gate_rows(series: Series) -> list[GateRow]:
+    """Per gate: the threshold, the worst stored candidate value, how many pairs passed, and the lossless view."""
+    lossless = series.lossless or {}
+    rows = []
+    for metric in GATE_METRICS:
+        checks = [c for r in series.pairs.values() for c in r.get("checks", ()) if c.get("name") == metric]
+        values = [v for c in checks if (v := number(c.get("value"))) is not None]
+        deviation_of = DEVIATIONS[metric]
+        worst = max(values, key=deviation_of) if values else None
+        skipped = [c.get("detail", "") for c in checks if c.get("status") == Status.NOT_MEASURED.value]
+        rows.append(GateRow(
+            metric=metric,
+            threshold=str(checks[0].get("threshold", "-")) if checks else "-",
+            worst=worst,
+            passed=sum(1 for c in checks if c.get("status") == Status.PASS.value),
+            pairs=len(checks),
+            not_measured=skipped[0] if skipped and not values else None,
+            deviation=deviation_of(worst) if worst is not None else None,
+            control_median=_control_median(lossless, metric),
+            lossless_p=number((lossless.get("p_by_metric") or {}).get(metric)),
+        ))
+    return rows

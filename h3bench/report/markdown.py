@@ -1,0 +1,87 @@
+"""``summary.md``: the verdict and one table per duration, short enough for a pull-request comment.
+
+Per duration, one row per candidate: n and median E2E of each arm, the
+paired ratio and its interval, and the speed, quality and lossless outcomes;
+below it, each gate's worst candidate value against its threshold. The last
+line is the path of the full report.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from h3bench.report.contents import Contents, Series, gate_rows
+from h3bench.report.page import overall_outcome
+
+__all__ = ["MAX_LINES", "render_summary"]
+
+MAX_LINES = 60  # what fits a pull-request comment without scrolling past it
+_STOP_CHARS = 200
+
+
+def _median(series: Series, arm: str) -> str:
+    values = [s.e2e_s for s in series.measured(arm) if s.e2e_s is not None]
+    return f"{statistics.median(values):.3f}" if values else "-"
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _lossless(entry: object) -> str:
+    return str(entry.get("outcome")) if isinstance(entry, dict) else str(entry or "-")
+
+
+def _row(series: Series) -> str:
+    n = f"{len(series.measured('baseline'))} / {len(series.measured(series.candidate))}"
+    medians = f"{_median(series, 'baseline')} → {_median(series, series.candidate)}"
+    ratio = interval = "-"
+    if series.speed is not None:
+        est = series.speed.estimate
+        ratio = "-" if est.geomean is None else f"{est.geomean:.4f}"
+        interval = "no interval" if est.ci_low is None else f"[{est.ci_low:.4f}, {est.ci_high:.4f}]"
+    d = series.verdict or {}
+    quality = f"{d.get('quality', '-')} ({d.get('quality_pairs', 0)} pairs)"
+    cells = [series.candidate, n, medians, ratio, interval, d.get("speed", "-"), quality,
+             _lossless(d.get("lossless", "-"))]
+    return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
+def _gates_line(series: Series) -> str:
+    parts = []
+    for row in gate_rows(series):
+        if row.worst is not None:
+            parts.append(f"{row.metric} {row.worst:.4g} ({row.threshold}, {row.passed}/{row.pairs})")
+        elif row.pairs:
+            parts.append(f"{row.metric} not measured")
+    return (f"- {series.candidate} gates (worst value over the matched pairs, threshold, pairs passing): "
+            + ("; ".join(parts) if parts else "no pair compared"))
+
+
+def render_summary(contents: Contents, report: Path) -> str:
+    """The Markdown summary, at most :data:`MAX_LINES` lines."""
+    spec = contents.spec
+    overall = overall_outcome(contents)
+    lines = [f"## h3bench: {overall or 'no verdict'} for `{spec.name}` (spec id `{spec.spec_id[:16]}`)", ""]
+    candidates = (contents.verdict or {}).get("candidates", {})
+    for candidate, entry in candidates.items():
+        stopped = entry.get("stopped")
+        why = f" (stopped: {_cell(stopped)[:_STOP_CHARS]})" if stopped else ""
+        lines.append(f"- **{candidate}: {entry.get('verdict')}**{why}")
+    if not candidates:
+        lines.append("- the bundle holds no verdict.json")
+    for duration in spec.workload.durations:
+        rows = [s for s in contents.series if s.duration == duration]
+        lines += ["", f"### {duration:g} s", "",
+                  "| candidate | n (base / cand) | median E2E s (base → cand) | ratio | 95% CI | speed | quality "
+                  "| lossless |",
+                  "|---|---|---|---|---|---|---|---|"]
+        lines += [_row(s) for s in rows]
+        lines.append("")
+        lines += [_gates_line(s) for s in rows]
+    lines += ["", f"Full report: `{report}`"]
+    if len(lines) > MAX_LINES:
+        # Many candidates: keep the head and the path of the full report, which has everything.
+        lines = [*lines[: MAX_LINES - 2], "- … (cut; every table is in the full report)", lines[-1]]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,334 @@
+"""The self-contained HTML page: inline CSS, inline SVG charts, PNG pictures as data URIs; no script, no network.
+
+Sections, in reading order (:data:`SECTIONS`): the verdict with its reasons,
+manifest highlights, E2E per request, stage breakdown, paired ratio, quality
+gates with the lossless test, the worst pair's pictures, lifecycle,
+device telemetry and profiled requests. A section without data says why.
+"""
+
+from __future__ import annotations
+
+import html
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from h3bench.h3 import STAGE_KEYS, STAGE_PREFIX
+from h3bench.outcome import Outcome, combine
+from h3bench.report.contents import Contents, Series, gate_rows
+from h3bench.report.figures import Figure
+
+__all__ = ["SECTIONS", "overall_outcome", "render_page"]
+
+SECTIONS = {
+    "verdict": "Verdict",
+    "manifest": "Manifest highlights",
+    "e2e": "E2E per request",
+    "stages": "Stage breakdown",
+    "ratio": "Paired ratio",
+    "gates": "Quality gates and the lossless test",
+    "worst-pair": "Worst pair",
+    "lifecycle": "Lifecycle",
+    "telemetry": "Device telemetry",
+    "profile": "Profiled requests",
+}
+
+_CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 0 auto; max-width: 1100px; padding: 0 16px 48px; color: #222; }
+h1 { font-size: 22px; margin: 20px 0 4px; } h2 { font-size: 18px; border-bottom: 1px solid #ddd; margin-top: 32px; }
+h3 { font-size: 15px; margin: 18px 0 6px; } .meta { color: #666; font-size: 12px; margin: 0; }
+.banner { border-radius: 6px; padding: 12px 16px; margin: 14px 0; font-size: 17px; }
+.PASS, .EXACT { background: #e3f4e6; border-color: #2e7d32; }
+.FAIL { background: #fbe4e4; border-color: #c62828; }
+.INCONCLUSIVE, .NOT_EVALUATED { background: #fff4d6; border-color: #b7860b; }
+.banner { border-left-width: 6px; border-left-style: solid; }
+.badge { display: inline-block; padding: 0 6px; border-radius: 4px; font-weight: 600; font-size: 12px; border: 1px solid; }
+table { border-collapse: collapse; margin: 6px 0 12px; font-size: 13px; }
+th, td { border: 1px solid #ddd; padding: 3px 8px; text-align: left; vertical-align: top; }
+th { background: #f5f5f5; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+figure { margin: 12px 0 20px; } figure svg, figure img { max-width: 100%; height: auto; display: block; }
+figcaption { color: #555; font-size: 12px; margin-top: 4px; } .note { color: #7a5b00; font-style: italic; }
+nav a { margin-right: 10px; font-size: 13px; } code { font-size: 12px; word-break: break-all; }
+"""
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _num(value: float | None, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _badge(outcome: Any) -> str:
+    name = str(outcome)
+    return f'<span class="badge {_e(name)}">{_e(name)}</span>'
+
+
+def _table(header: Sequence[str] | None, rows: Iterable[Sequence[str]], numeric: Iterable[int] = ()) -> str:
+    """Cells are HTML already; ``numeric`` columns are right-aligned; no header row when ``header`` is None."""
+    numeric = set(numeric)
+    head = "" if header is None else "<thead><tr>" + "".join(f"<th>{_e(h)}</th>" for h in header) + "</tr></thead>"
+    body = "".join(
+        "<tr>" + "".join(f'<td class="num">{c}</td>' if i in numeric else f"<td>{c}</td>" for i, c in enumerate(row))
+        + "</tr>" for row in rows)
+    return f"<table>{head}<tbody>{body}</tbody></table>"
+
+
+def _note(text: str, skipped: str | None = None) -> str:
+    attribute = f' data-skipped="{_e(skipped)}"' if skipped else ""
+    return f'<p class="note"{attribute}>{_e(text)}</p>'
+
+
+def _figure(figure: Figure) -> str:
+    if figure.svg is not None:
+        body = figure.svg
+    else:
+        body = f'<img src="{figure.png_data_uri}" alt="{_e(figure.title)}">'
+    return (f'<figure id="{_e(figure.id)}" data-figure="{_e(figure.kind)}">{body}'
+            f"<figcaption><b>{_e(figure.title)}.</b> {_e(figure.caption)}</figcaption></figure>")
+
+
+def _section(key: str, body: str) -> str:
+    return f'<section id="{key}"><h2>{_e(SECTIONS[key])}</h2>{body}</section>'
+
+
+# --- verdict ---------------------------------------------------------------------------------------
+
+
+def overall_outcome(contents: Contents) -> Outcome | None:
+    """The verdict.json candidates' verdicts combined; None without a verdict."""
+    if contents.verdict is None:
+        return None
+    return combine(Outcome(v.get("verdict", "INCONCLUSIVE")) for v in contents.verdict.get("candidates", {}).values())
+
+
+def _lossless_text(entry: Any) -> tuple[str, str]:
+    if isinstance(entry, dict):
+        return str(entry.get("outcome")), "; ".join(entry.get("reasons", ()))
+    return str(entry), "not evaluated"
+
+
+def verdict_section(contents: Contents) -> str:
+    verdict = contents.verdict
+    if verdict is None:
+        return _section("verdict", _note("The bundle holds no verdict.json: the run wrote none.", "verdict"))
+    overall = overall_outcome(contents)
+    parts = [f'<div class="banner {_e(overall)}">Overall: <b>{_e(overall)}</b> for {_e(contents.spec.name)} '
+             f"({len(verdict.get('candidates', {}))} candidate(s) against the baseline)</div>"]
+    if verdict.get("interrupted"):
+        parts.append(_note(f"The run was interrupted: {verdict['interrupted']}"))
+    for candidate, entry in verdict.get("candidates", {}).items():
+        parts.append(f"<h3>{_e(candidate)}: {_badge(entry.get('verdict'))}</h3>")
+        if entry.get("stopped"):
+            parts.append(f"<p><b>Stopped:</b> {_e(entry['stopped'])}</p>")
+        rows = []
+        durations = entry.get("durations", {})
+        # verdict.json sorts its keys; the spec's order reads better (5s before 15s).
+        for duration in sorted(durations, key=lambda name: float(name.rstrip("s"))):
+            d = durations[duration]
+            reasons = "<br>".join(_e(r) for r in d.get("speed_reasons", ()))
+            rows.append([_e(duration), "speed", _badge(d.get("speed")), reasons])
+            rows.append([_e(duration), "quality", _badge(d.get("quality")),
+                         f"{_e(d.get('quality_pairs', 0))} matched pairs through every gate"])
+            if "lossless" in d:
+                outcome, reasons = _lossless_text(d["lossless"])
+                rows.append([_e(duration), "lossless", _badge(outcome), _e(reasons)])
+        parts.append(_table(["duration", "part", "outcome", "reasons"], rows))
+    if contents.quality_version and len(contents.quality_versions) > 1:
+        parts.append(_note(f"verdict.json was written by the run; the gate tables below use the newest stored "
+                           f"quality result, {contents.quality_version}."))
+    return _section("verdict", "".join(parts))
+
+
+# --- manifest ---------------------------------------------------------------------------------------
+
+
+def manifest_section(contents: Contents) -> str:
+    m, spec = contents.manifest, contents.spec
+    source = m.get("source") or {}
+    environment = m.get("environment") or {}
+    rows = [
+        ("spec", f"{_e(spec.name)}: {_e(spec.description or '')}"),
+        ("spec id", f"<code>{_e(m.get('spec_id'))}</code>"),
+        ("engine commit", _e(source.get("engine_commit", f"none ({source.get('kind', 'no [source]')})"))),
+        ("image digest", _e(source.get("image_digest", f"none ({source.get('kind', 'no [source]')})"))),
+        ("model", f"{_e(spec.model.path)}; content identity {_e(spec.model.content_identity)}"),
+    ]
+    for name, entry in (m.get("inputs") or {}).items():
+        rows.append((f"input {name}", f"{_e(entry.get('path'))}<br><code>sha256 {_e(entry.get('sha256'))}</code>"))
+    rows += [
+        ("prompt", _e(spec.inputs.prompt)),
+        ("workload", _e(f"durations {', '.join(f'{d:g} s' for d in spec.workload.durations)}, {spec.workload.size}, "
+                        f"{spec.workload.fps} FPS, seed {spec.workload.seed}")),
+        ("protocol", _e(f"order {spec.protocol.order}, {spec.protocol.warmups_per_block} warmup + "
+                        f"{spec.protocol.requests_per_block} measured per block, audit {spec.protocol.audit}")),
+        ("LPIPS weight source", _e(f"{'required' if spec.gates.lpips_required else 'not required'} by the spec; "
+                                   f"{contents.lpips_detail or 'no pair was compared'}")),
+        ("validator version", _e(", ".join(contents.quality_versions) or "no quality result stored")),
+        ("h3bench", _e(f"{m.get('h3bench_version')}, started {m.get('started_at')}")),
+        ("host", _e(f"{environment.get('hostname')}, {environment.get('cpu_model')} x{environment.get('cpu_count')}, "
+                    f"Python {(environment.get('python') or {}).get('version')}, {spec.hardware.kind}")),
+        ("bundle", f"<code>{_e(contents.path)}</code>: verifies, {contents.verified.files_checked} files checked, "
+                   f"run {_e(contents.verified.outcome)}"),
+    ]
+    return _section("manifest", _table(None, [(f"<b>{_e(key)}</b>", value) for key, value in rows]))
+
+
+# --- latency -----------------------------------------------------------------------------------------
+
+
+def _arm_rows(series: Series) -> list[list[str]]:
+    rows = []
+    for arm in ("baseline", series.candidate):
+        values = [s.e2e_s for s in series.measured(arm) if s.e2e_s is not None]
+        if values:
+            rows.append([_e(arm), str(len(values)), _num(min(values), 3), _num(statistics.median(values), 3),
+                         _num(max(values), 3)])
+    return rows
+
+
+def e2e_section(contents: Contents, figures: dict[str, Figure]) -> str:
+    parts = []
+    for series in contents.series:
+        figure = figures.get(f"fig-e2e-{series.key}")
+        parts.append(f"<h3>{_e(series.label)} against baseline</h3>")
+        parts.append(_figure(figure) if figure else _note(f"No block of {series.label} ran.", "e2e"))
+        rows = _arm_rows(series)
+        if rows:
+            parts.append(_table(["arm", "n", "min (s)", "median (s)", "max (s)"], rows, numeric=(1, 2, 3, 4)))
+    return _section("e2e", "".join(parts))
+
+
+def stages_section(contents: Contents, figures: dict[str, Figure]) -> str:
+    parts = []
+    for series in contents.series:
+        figure = figures.get(f"fig-stages-{series.key}")
+        parts.append(_figure(figure) if figure else _note(f"{series.label}: no stage durations were reported.",
+                                                          "stages"))
+    return _section("stages", "".join(parts))
+
+
+def ratio_section(contents: Contents, figures: dict[str, Figure]) -> str:
+    figure = figures.get("fig-ratio")
+    parts = [_figure(figure) if figure else _note("No duration has both arms measured: no paired ratio.", "ratio")]
+    rows = []
+    for series in contents.series:
+        if series.speed is None:
+            continue
+        est = series.speed.estimate
+        interval = "no interval" if est.ci_low is None else f"[{_num(est.ci_low)}, {_num(est.ci_high)}]"
+        levels = f"one-sided {est.levels.fail_level:.3g} / {est.levels.pass_level:.3g}"
+        rows.append([_e(series.label), str(est.k), _num(est.geomean), f"{interval} ({levels})",
+                     _num(est.mde_ratio), _num(est.min_permutation_p, 3), _e(est.design),
+                     _badge(series.speed.verdict.outcome)])
+    if rows:
+        headers = ["series", "k", "ratio", "bounds (levels low / high)", "min. detectable", "min. perm. p", "design",
+                   "speed"]
+        parts.append(_table(headers, rows, numeric=(1, 2, 4, 5)))
+    return _section("ratio", "".join(parts))
+
+
+# --- quality -----------------------------------------------------------------------------------------
+
+
+def gates_section(contents: Contents) -> str:
+    if contents.quality_version is None:
+        return _section("gates", _note("The bundle holds no quality result.", "gates"))
+    parts = [f"<p>From <code>quality/{_e(contents.quality_version)}.json</code>. The worst value is the candidate "
+             "value that deviates most from its baseline; beside its lossless deviation stand the median deviation "
+             "between two baseline processes and the metric's p in the lossless relabelling test.</p>"]
+    for series in contents.series:
+        if not series.pairs:
+            parts.append(_note(f"{series.label}: no matched pair was compared."))
+            continue
+        rows = []
+        for row in gate_rows(series):
+            worst = f'<span title="{_e(row.not_measured)}">not measured</span>' if row.not_measured else _num(row.worst, 6)
+            rows.append([_e(row.metric), _e(row.threshold), worst, f"{row.passed}/{row.pairs}",
+                         "-" if row.deviation is None else f"{row.deviation:.3g}",
+                         "-" if row.control_median is None else f"{row.control_median:.3g}",
+                         "-" if row.lossless_p is None else f"{row.lossless_p:.3g}"])
+        parts.append(f"<h3>{_e(series.label)}: {len(series.pairs)} matched pairs</h3>")
+        parts.append(_table(["gate", "threshold", "worst candidate value", "pairs passing", "its lossless deviation",
+                             "baseline-to-baseline (median)", "lossless p"], rows, numeric=(2, 4, 5, 6)))
+        failing = sorted({c["name"] for r in series.pairs.values() for c in r.get("checks", ())
+                          if c.get("status") == "fail"})
+        parts.append(f"<p>Checks failing in any pair: {_e(', '.join(failing) or 'none')}.</p>")
+        if series.lossless is not None:
+            parts.append(f"<p>Lossless {_badge(series.lossless.get('outcome'))} "
+                         f"{_e('; '.join(series.lossless.get('reasons', ())))}</p>")
+    return _section("gates", "".join(parts))
+
+
+def worst_pair_section(contents: Contents, figures: dict[str, Figure], notes: Mapping[str, Sequence[str]]) -> str:
+    if not contents.worst:
+        return _section("worst-pair", _note("No matched pair has a stored SSIM or LPIPS.", "worst-pair"))
+    parts = []
+    for candidate, worst in contents.worst.items():
+        parts.append(f"<h3>{_e(candidate)}: {_e(worst.pair.id)}, {_e(worst.metric)} {worst.value:.6g}</h3>")
+        if worst.paths is not None:
+            parts.append(f"<p>Baseline <code>{_e(worst.paths[0].name)}</code>, candidate "
+                         f"<code>{_e(worst.paths[1].name)}</code>.</p>")
+        for kind in ("curves", "frame", "spectrogram"):
+            figure = figures.get(f"fig-{kind}-{candidate}")
+            if figure is not None:
+                parts.append(_figure(figure))
+        parts += [_note(n) for n in notes.get(candidate, ())]
+    return _section("worst-pair", "".join(parts))
+
+
+# --- lifecycle, telemetry, profiles -------------------------------------------------------------------
+
+
+def lifecycle_section(figures: dict[str, Figure]) -> str:
+    figure = figures.get("fig-lifecycle")
+    return _section("lifecycle", _figure(figure) if figure else _note("No lifecycle record.", "lifecycle"))
+
+
+def telemetry_section(contents: Contents, figures: dict[str, Figure]) -> str:
+    figure = figures.get("fig-telemetry")
+    if contents.telemetry is None:
+        body = _note("Skipped: the bundle has no telemetry.jsonl (device telemetry is recorded on NPU hosts).",
+                     "telemetry")
+    elif figure is None:
+        body = _note("Skipped: telemetry.jsonl holds no timed sample.", "telemetry")
+    else:
+        body = _figure(figure)
+    return _section("telemetry", body)
+
+
+def profile_section(contents: Contents) -> str:
+    if not contents.profiles:
+        return _section("profile", _note("Skipped: the bundle holds no profiled request (samples of kind "
+                                         "\"profile\").", "profile"))
+    keys = [k for k in STAGE_KEYS if any(k in s.stage_durations for s in contents.profiles)]
+    rows = [[_e(s.block_id), str(s.index), _num(s.e2e_s, 3), *(_num(s.stage_durations.get(k), 4) for k in keys)]
+            for s in contents.profiles]
+    header = ["block", "request", "E2E (s)", *(k.removeprefix(STAGE_PREFIX) for k in keys)]
+    return _section("profile", "<p>Seconds per profiler stage; nested stages (denoise_step, *.decode_latent) are "
+                               "inside their parents.</p>" + _table(header, rows, numeric=range(1, len(header))))
+
+
+def render_page(contents: Contents, figures: Sequence[Figure], notes: Mapping[str, Sequence[str]], generated: str) -> str:
+    """The whole page as one HTML document."""
+    by_id = {f.id: f for f in figures}
+    nav = "".join(f'<a href="#{key}">{_e(title)}</a>' for key, title in SECTIONS.items())
+    body = "".join([
+        verdict_section(contents),
+        f"<nav>{nav}</nav>",
+        manifest_section(contents),
+        e2e_section(contents, by_id),
+        stages_section(contents, by_id),
+        ratio_section(contents, by_id),
+        gates_section(contents),
+        worst_pair_section(contents, by_id, notes),
+        lifecycle_section(by_id),
+        telemetry_section(contents, by_id),
+        profile_section(contents),
+    ])
+    title = f"h3bench report: {contents.spec.name}"
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{_e(title)}</title>'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{_CSS}</style></head>'
+            f"<body><h1>{_e(title)}</h1><p class=\"meta\">bundle <code>{_e(contents.path)}</code> · spec id "
+            f"<code>{_e(contents.spec.spec_id[:16])}</code> · written {_e(generated)}</p>{body}</body></html>\n")

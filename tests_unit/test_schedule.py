@@ -1,0 +1,94 @@
+"""h3bench.schedule: the lossless control blocks, candidate-only anchored orders and what the lossless test counts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from h3bench.runspec import load_runspec
+from h3bench.schedule import CONTROLS, CandidateWorkload, MatchedPair, Schedule, control_blocks, plan
+
+SPECS = Path(__file__).resolve().parents[1] / "fixtures" / "runspecs"
+
+
+@pytest.fixture(scope="module")
+def sim():
+    return load_runspec(SPECS / "sim.toml")
+
+
+def with_protocol(spec, **changes):
+    return spec.model_copy(update={"protocol": spec.protocol.model_copy(update=changes)})
+
+
+def test_lossless_specs_run_two_control_blocks_first_at_each_duration(sim):
+    assert sim.gates.lossless and sim.protocol.lossless_baseline_blocks is None and control_blocks(sim) == 2
+    blocks = plan(sim)
+    assert [b.id for b in blocks[:10]] == [
+        "5s-baseline-1A-baseline", "5s-baseline-2A-baseline",
+        "5s-clean-1A-baseline", "5s-clean-2B-clean", "5s-clean-3B-clean", "5s-clean-4A-baseline",
+        "5s-clean-5A-baseline", "5s-clean-6B-clean", "5s-clean-7B-clean", "5s-clean-8A-baseline",
+    ]
+    assert blocks[10].id == "15s-baseline-1A-baseline" and len(blocks) == 20
+    assert {b.design for b in blocks if b.candidate == CONTROLS} == {"controls"}
+
+
+def test_no_control_blocks_without_lossless_or_when_set_to_zero(sim):
+    off = sim.model_copy(update={"gates": sim.gates.model_copy(update={"lossless": False})})
+    assert control_blocks(off) == 0 and len(plan(off)) == 16
+    assert control_blocks(with_protocol(sim, lossless_baseline_blocks=0)) == 0
+    assert control_blocks(with_protocol(off, lossless_baseline_blocks=3)) == 3
+
+
+def test_control_blocks_are_baseline_processes_of_the_lossless_test_and_not_speed(sim):
+    schedule = Schedule(sim)
+    baseline, candidate = schedule.lossless_processes(CandidateWorkload("clean", 5.0))
+    assert [b.id for b in baseline] == ["5s-baseline-1A-baseline", "5s-baseline-2A-baseline", "5s-clean-1A-baseline",
+                                        "5s-clean-4A-baseline", "5s-clean-5A-baseline", "5s-clean-8A-baseline"]
+    assert [b.position for b in candidate] == [2, 3, 6, 7]
+    assert all(b.candidate == "clean" for b in schedule.series(5.0, "clean"))
+    assert len(schedule.series(5.0, "clean")) == 8
+    assert {case.id for case in schedule.cases("candidate_workload")} == {"5s-clean", "15s-clean"}
+    assert len(schedule.cases("baseline_output")) == 2 * 6 * 3
+
+
+def test_every_series_baseline_counts_for_every_candidate(tmp_path):
+    spec = load_runspec(SPECS / "sim-candidates.toml")
+    schedule = Schedule(spec)
+    baseline, candidate = schedule.lossless_processes(CandidateWorkload("noisy", 5.0))
+    assert len(baseline) == control_blocks(spec) + 4 * len(spec.candidates) and len(candidate) == 4
+    # A selection reads only its own series and the controls; other series count when they ran.
+    needed = schedule.blocks_of(CandidateWorkload("noisy", 5.0))
+    assert {b.candidate for b in needed} == {"noisy", CONTROLS}
+
+
+def test_a_candidate_only_run_runs_the_anchored_order_and_matches_stored_baselines(sim):
+    schedule = Schedule(sim, "candidate", anchored=True)
+    today = [b for b in schedule.blocks if b.duration == 5.0]
+    assert "".join(b.letter for b in today) == "BABBAB" == sim.protocol.anchored_order
+    assert today[0].id == "5s-clean-anchored-1B-clean" and today[1].id == "5s-clean-anchored-2A-baseline"
+    stored_ids = {b.id for b in schedule.stored_blocks}
+    assert not stored_ids & {b.id for b in schedule.blocks}
+    pairs = [p for p in schedule.cases("matched_pair") if isinstance(p, MatchedPair) and p.duration == 5.0]
+    partners = [p.baseline.block.position for p in pairs if p.candidate.index == 0]
+    assert partners == [1, 4, 5, 8]  # the i-th candidate block with the i-th stored A block of its series
+    assert all(p.baseline.block.design == "paired" for p in pairs)
+    assert len({p.id for p in pairs}) == len(pairs)
+    baseline, candidate = schedule.lossless_processes(CandidateWorkload("clean", 5.0))
+    assert len(baseline) == 2 + 4 + 2 and len(candidate) == 4  # controls, stored A blocks, today's anchors
+    assert len(set(schedule.case_by_id())) == sum(len(schedule.cases(f)) for f in
+                                                  ("block", "baseline_output", "matched_pair", "candidate_workload"))
+    assert [b.letter for b in schedule.stored_series(5.0, "clean")] == ["A"] * 4
+
+
+def test_candidate_only_without_stored_bundle_keeps_the_spec_order(sim):
+    schedule = Schedule(sim, "candidate")
+    assert [b.position for b in schedule.blocks if b.duration == 5.0] == [2, 3, 6, 7]
+
+
+def test_the_plan_of_a_candidate_only_run_lists_its_anchored_blocks(sim, tmp_path):
+    from h3bench.plan import make_plan
+
+    planned = make_plan(sim, arms="candidate", anchored=True, lock_path=tmp_path / "lock")
+    assert "".join(b.letter for b in planned.blocks if b.duration == 5.0) == "BABBAB"
+    assert len(make_plan(sim, arms="candidate", lock_path=tmp_path / "lock").blocks) == 8  # the spec's B blocks
