@@ -126,6 +126,9 @@ def noisy_campaign(project: Path, candidate: str) -> tuple[Path, str]:
     evidence = project / "evidence"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     env["H3BENCH_DEVICE_LOCK"] = str(project / "devices.lock")
+    # No LPIPS weights, whatever this machine has cached: the module's tests read a run without LPIPS.
+    env["H3BENCH_CACHE_DIR"] = str(project / "cache")
+    env.pop("H3BENCH_LPIPS_DIR", None)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--runspec", str(spec), "--evidence-dir", str(evidence),
          "-p", "no:cacheprovider", "-q"],
