@@ -72,6 +72,8 @@ def test_without_original_baseline_there_is_no_extra_series() -> None:
     (lambda d: d["heldout"].update(seeds=[0, 3]), "heldout.seeds", "formal seed 0 is not held out"),
     (lambda d: d["heldout"].update(seeds=[]), "heldout", "needs seeds or inputs"),
     (lambda d: d["arms"]["fused"].update(source={"kind": "kernel", "ref": "x"}), "arms.fused.source.kind", "kind"),
+    (lambda d: d["arms"]["fused"]["argv"].extend(["--profiler-config", "{}"]), "arms.fused",
+     "protocol.profile gives every server its own --profiler-config"),
 ])
 def test_research_rules_refuse_with_the_field(change: Any, field: str, message: str) -> None:
     data = _data("sim-research.toml")
@@ -79,6 +81,16 @@ def test_research_rules_refuse_with_the_field(change: Any, field: str, message: 
     with pytest.raises(RunSpecError, match=message) as info:
         _parse(data)
     assert field in str(info.value)
+
+
+def test_a_vllm_arm_keeps_its_torch_profiler_directory_only_without_protocol_profile() -> None:
+    data = _data("910b1-x8.toml")
+    data["arms"]["dlo_rank_local"]["profiler"] = {"pipeline": True, "torch_dir": "/traces"}
+    assert "--profiler-config" in parse_runspec(data, source="test", spec_dir=SPECS).arms["dlo_rank_local"].argv
+    data["protocol"]["profile"] = True
+    with pytest.raises(RunSpecError, match="leave the arm's profiler directory out") as info:
+        parse_runspec(data, source="test", spec_dir=SPECS)
+    assert info.value.field_path == "arms.dlo_rank_local"
 
 
 def test_a_formal_npu_spec_needs_hypothesis_and_source_for_every_candidate() -> None:
