@@ -29,7 +29,7 @@ import json
 import os
 import statistics
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,27 +50,34 @@ from h3bench.outcome import Outcome
 from h3bench.pace import Pace
 from h3bench.ports import LOCALHOST, find_free_port
 from h3bench.proctree import CAMPAIGN_ID_ENV
+from h3bench.profiling import PROFILE, profiled_request, server_args
 from h3bench.progress import Progress
 from h3bench.records import BlockResult, Sample
-from h3bench.runspec import BASELINE, RunSpec
+from h3bench.runspec import RunSpec
 from h3bench.schedule import Block
 from h3bench.scrub import Scrubber
 from h3bench.server import ExitReport, ServerProcess
 from h3bench.serverlog import read_attention_backends, require_attention_backend
 from h3bench.sim import PROFILE_ENV as SIM_PROFILE_ENV
 
-__all__ = ["AUDIT_SLACK_S", "DEVICE_LOCK_ENV", "audit_problem", "interrupt_name", "run_block"]
+__all__ = ["AUDIT_SLACK_S", "DEVICE_LOCK_ENV", "Recorder", "Script", "audit_problem", "interrupt_name", "run_block",
+           "warmups"]
 
 # Perf blocks on one host never overlap: every campaign takes this file lock (its path can be moved).
 DEVICE_LOCK_ENV = "H3BENCH_DEVICE_LOCK"
 AUDIT_SLACK_S = 0.25
 
 
-class _Recorder:
-    """Sends a block's requests and writes each one's evidence outside the timed part."""
+class Recorder:
+    """Sends a block's requests and writes each one's evidence outside the timed part.
+
+    ``phase`` marks every sample it records (``formal``, or ``heldout`` for the
+    held-out phase); a profiled request is marked ``profile``.
+    """
 
     def __init__(
-        self, spec: RunSpec, block: Block, bundle: Bundle, inputs: Mapping[str, Path], scratch: Path, pace: Pace
+        self, spec: RunSpec, block: Block, bundle: Bundle, inputs: Mapping[str, Path], scratch: Path, pace: Pace,
+        phase: str = "formal",
     ) -> None:
         self.spec = spec
         self.block = block
@@ -78,10 +85,12 @@ class _Recorder:
         self.scratch = scratch
         self.pace = pace
         self.references = tuple(Reference.from_path(p) for p in inputs.values())
+        self.phase = phase
         self.samples: list[Sample] = []
         self._pending: tuple[str, int, int, GenerationResult] | None = None
+        self._held: list[Sample] | None = None  # the profiled request's sample waits for its traces
 
-    def _request(self, seed: int) -> GenerationRequest:
+    def _request(self, seed: int, references: tuple[Reference, ...] | None = None) -> GenerationRequest:
         w = self.spec.workload
         return GenerationRequest(
             prompt=self.spec.inputs.prompt,
@@ -92,23 +101,26 @@ class _Recorder:
             num_inference_steps=w.steps,
             flow_shift=w.flow_shift,
             audio_flow_shift=w.audio_flow_shift,
-            references=self.references,
+            references=references or self.references,
         )
 
-    def send(self, client: VideoClient, kind: str, index: int, seed: int) -> None:
-        """The timed part: one request, its MP4 streamed to a scratch file."""
+    def send(
+        self, client: VideoClient, kind: str, index: int, seed: int, references: tuple[Reference, ...] | None = None
+    ) -> None:
+        """The timed part: one request (``references``: other inputs than the spec's), its MP4 streamed to scratch."""
         output = self.scratch / f"{self.block.id}-{kind}{index}.mp4"
+        request = self._request(seed, references)
         try:
             with self.pace.step(self.block, kind, index) as step:
                 if self.spec.protocol.request_api == "async":
                     def polled(job: dict[str, Any]) -> None:
                         step.server_percent = job.get("progress")
 
-                    result = client.generate_async(self._request(seed), output, on_poll=polled)
+                    result = client.generate_async(request, output, on_poll=polled)
                 else:
-                    result = client.generate_sync(self._request(seed), output)
+                    result = client.generate_sync(request, output)
         except H3BenchError as exc:
-            self._record(Sample(self.block.id, kind, index, seed, ok=False, error=str(exc)))
+            self._record(Sample(self.block.id, kind, index, seed, ok=False, error=str(exc), phase=self._phase(kind)))
             raise
         self._pending = (kind, index, seed, result)
 
@@ -127,17 +139,43 @@ class _Recorder:
             stage_durations=dict(result.stage_durations),
             peak_memory_mb=result.peak_memory_mb,
             output_sha256=sha,
+            phase=self._phase(kind),
         ))
 
-    def request(self, client: VideoClient, kind: str, index: int, seed: int) -> None:
-        self.send(client, kind, index, seed)
+    def request(
+        self, client: VideoClient, kind: str, index: int, seed: int, references: tuple[Reference, ...] | None = None
+    ) -> None:
+        self.send(client, kind, index, seed, references)
         self.flush()
 
-    def _record(self, sample: Sample) -> None:
+    def profiled(self, client: VideoClient, directory: Path) -> None:
+        """One more request, between /start_profile and /stop_profile, recorded as ``profile`` with its traces."""
+        held: list[Sample] = []
+        info: dict[str, Any] = {"profiler": {"supported": None, "note": "the profiled request failed"}, "traces": []}
+        self._held = held
+        try:
+            info = profiled_request(client, lambda: self.request(client, PROFILE, 0, self.spec.workload.seed),
+                                    bundle=self.bundle, directory=directory, block=self.block)
+        finally:
+            self._held = None
+            if not held:  # not sent: the server does not profile
+                held.append(Sample(self.block.id, PROFILE, 0, self.spec.workload.seed, ok=False,
+                                   error=info["profiler"]["note"], phase=PROFILE))
+            for sample in held:
+                self._record(sample, info)
+
+    def _phase(self, kind: str) -> str:
+        return PROFILE if kind == PROFILE else self.phase
+
+    def _record(self, sample: Sample, extra: Mapping[str, Any] | None = None) -> None:
+        if self._held is not None and sample.kind == PROFILE:
+            self._held.append(sample)
+            return
         self.samples.append(sample)
         block = self.block
         self.bundle.append_sample({
             **sample.to_dict(),
+            **(extra or {}),
             "warmup": sample.kind == "warmup",
             "arm": block.arm,
             "candidate": block.candidate,
@@ -207,6 +245,31 @@ def _exit_dict(report: ExitReport | None) -> dict[str, Any]:
     }
 
 
+Script = Callable[[Recorder, VideoClient, ServerProcess, Measure], None]
+
+
+def warmups(recorder: Recorder, client: VideoClient, server: ServerProcess) -> None:
+    """The block's warmup requests (at the workload's seed), timed as the server's warmup."""
+    t0 = time.perf_counter()
+    for i in range(recorder.spec.protocol.warmups_per_block):
+        recorder.request(client, "warmup", i, recorder.spec.workload.seed)
+    server.record_warmup(time.perf_counter() - t0)
+    server.snapshot()
+
+
+def _formal(recorder: Recorder, client: VideoClient, server: ServerProcess, measure: Measure) -> None:
+    """Warmups, the measured requests (timed by ``measure``), then the audit request."""
+    protocol, seed = recorder.spec.protocol, recorder.spec.workload.seed
+    warmups(recorder, client, server)
+    counter = iter(range(protocol.requests_per_block))
+    measure.time(lambda: recorder.send(client, "measured", next(counter), seed), recorder.flush,
+                 protocol.requests_per_block)
+    server.snapshot()
+    if protocol.audit:
+        recorder.request(client, "audit", 0, protocol.audit_seed)
+    server.snapshot()
+
+
 @contextlib.contextmanager
 def _started(server: ServerProcess, pace: Pace, block: Block) -> Iterator[ServerProcess]:
     """``with server:``, the start shown as a step of its own (on an NPU it takes minutes)."""
@@ -223,8 +286,12 @@ def interrupt_name(exc: BaseException) -> str:
     return getattr(exc, "signame", None) or type(exc).__name__
 
 
-def _server(spec: RunSpec, block: Block, log_path: Path, bundle: Bundle, campaign_id: str | None) -> ServerProcess:
+def _server(
+    spec: RunSpec, block: Block, log_path: Path, bundle: Bundle, campaign_id: str | None, profile_dir: Path | None
+) -> ServerProcess:
     arm, protocol = spec.arms[block.arm], spec.protocol
+    # With profiling on, every server of every arm gets the same profiler flags (h3bench.profiling).
+    extra = server_args(profile_dir) if profile_dir is not None else []
     port = find_free_port(LOCALHOST)
     env = arm.launch_env()
     if campaign_id:
@@ -238,7 +305,7 @@ def _server(spec: RunSpec, block: Block, log_path: Path, bundle: Bundle, campaig
                               "server_id": server.server_id, "started_at": now()})
 
     return ServerProcess(
-        arm.command(LOCALHOST, port, spec.model.path),
+        [*arm.command(LOCALHOST, port, spec.model.path), *extra],
         port=port,
         host=LOCALHOST,
         log_path=log_path,
@@ -262,6 +329,9 @@ def run_block(
     measure: Measure | None = None,
     campaign_id: str | None = None,
     pace: Pace | None = None,
+    profile: bool = False,
+    script: Script | None = None,
+    phase: str = "formal",
 ) -> BlockResult:
     """Run one block and record everything it produced; a failure is in the result, not raised.
 
@@ -269,13 +339,17 @@ def run_block(
     path, records the block as interrupted, and is raised again.
     ``campaign_id`` goes into the server's environment, so that a resume can
     find what a killed run left behind; ``pace`` shows each step's progress.
+    ``profile``: this block also runs the profiled request (after the audit).
+    ``script`` replaces the formal requests (warmups, measured, audit) with
+    other ones, recorded under ``phase`` (the held-out phase, :mod:`h3bench.heldout`).
     """
     measure = measure or PlainMeasure()
     pace = pace or Pace(spec, Progress())
-    protocol, seed = spec.protocol, spec.workload.seed
+    protocol = spec.protocol
     log_path = scratch / f"{block.id}.log"
-    server = _server(spec, block, log_path, bundle, campaign_id)
-    recorder = _Recorder(spec, block, bundle, inputs, scratch, pace)
+    profile_dir = scratch / f"{block.id}-profile" if protocol.profile else None
+    server = _server(spec, block, log_path, bundle, campaign_id, profile_dir)
+    recorder = Recorder(spec, block, bundle, inputs, scratch, pace, phase)
     failure: str | None = None
     interruption: BaseException | None = None
     try:
@@ -283,18 +357,9 @@ def run_block(
             # Before any request: a server on the wrong attention backend measures something else.
             require_attention_backend(spec.arms[block.arm].expected_attention_backend, log_path)
             with VideoClient(server.base_url, model=spec.model.path, timeout=protocol.request_timeout_s) as client:
-                t0 = time.perf_counter()
-                for i in range(protocol.warmups_per_block):
-                    recorder.request(client, "warmup", i, seed)
-                server.record_warmup(time.perf_counter() - t0)
-                server.snapshot()
-                counter = iter(range(protocol.requests_per_block))
-                measure.time(lambda: recorder.send(client, "measured", next(counter), seed), recorder.flush,
-                             protocol.requests_per_block)
-                server.snapshot()
-                if protocol.audit:
-                    recorder.request(client, "audit", 0, protocol.audit_seed)
-                server.snapshot()
+                (script or _formal)(recorder, client, server, measure)
+                if profile and profile_dir is not None:
+                    recorder.profiled(client, profile_dir)
     except H3BenchError as exc:
         failure = _describe_failure(exc)
     except BaseException as exc:  # Ctrl-C or a signal: the server is stopped, the block recorded as incomplete
@@ -315,7 +380,7 @@ def run_block(
     if failure is None and protocol.audit:
         failure = audit_problem(recorder.samples, protocol.audit_latency_tolerance)
     # A broken baseline or a foreign process invalidates the comparison; it does not fail the candidate.
-    invalid = (block.arm == BASELINE or interruption is not None
+    invalid = (block.letter == "A" or interruption is not None
                or (failure or "").startswith(_FAILURE_KINDS[InterferenceError]))
     failure_outcome = Outcome.INCONCLUSIVE if invalid else Outcome.FAIL
     # Nothing recorded keeps a secret: not the log, the failure (log tails), argv, env or command lines.

@@ -27,16 +27,19 @@ from pathlib import Path
 from typing import Any
 
 from h3bench import __version__
-from h3bench.block import run_block
+from h3bench.block import interrupt_name, run_block
 from h3bench.evidence import Bundle, files
 from h3bench.evidence.files import now
 from h3bench.evidence.verify import final_sha256
+from h3bench.heldout import run_heldout
 from h3bench.measure import Measure, PlainMeasure
 from h3bench.pace import Pace
 from h3bench.plan import bundle_bytes
-from h3bench.preflight import preflight
+from h3bench.preflight import DIAGNOSTIC, preflight
+from h3bench.profiling import profiled_blocks
 from h3bench.progress import Progress
 from h3bench.records import BlockFailed, BlockResult, CandidateStopped, headline
+from h3bench.research import DIAGNOSTIC_VERDICT, acceptance, heldout_candidates
 from h3bench.resume import Resumed, resume_bundle
 from h3bench.review import Review
 from h3bench.runspec import Arm, RunSpec, VllmArm, load_runspec
@@ -78,6 +81,9 @@ class Campaign(Review):
         self.interrupted: str | None = None  # why the session did not run to its end (set by finish)
         self.resumed: Resumed | None = None  # what a resume found and stopped
         self.pace = Pace(spec, Progress(), (settings.evidence_root,))
+        self._profiled = profiled_blocks(self.schedule.blocks) if spec.protocol.profile else set()
+        self.heldout: dict[str, Any] | None = None  # the held-out phase's results, once finish() ran it
+        self.accepted: dict[str, Any] | None = None
 
     def show_progress(self, progress: Progress) -> None:
         """Show every long wait (server starts, requests, quality comparisons) on ``progress``."""
@@ -121,7 +127,14 @@ class Campaign(Review):
         return self._bundle
 
     @property
-    def _scratch(self) -> Path:
+    def diagnostic(self) -> bool:
+        return self.preflight.kind == DIAGNOSTIC
+
+    def research_results(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        return self.heldout, self.accepted
+
+    @property
+    def scratch(self) -> Path:
         """Where logs and outputs land before they are copied into the bundle; removed by finish()."""
         if self._scratch_dir is None:
             self._scratch_dir = Path(tempfile.mkdtemp(prefix="h3bench-"))
@@ -165,8 +178,9 @@ class Campaign(Review):
             if stop is not None:
                 raise CandidateStopped(f"candidate {block.candidate!r} was stopped: {stop.reason}")
             measure = measure or PlainMeasure()
-            result = run_block(self.spec, block, bundle=self.bundle, inputs=self.inputs, scratch=self._scratch,
-                               measure=measure, campaign_id=self.session, pace=self.pace)
+            result = run_block(self.spec, block, bundle=self.bundle, inputs=self.inputs, scratch=self.scratch,
+                               measure=measure, campaign_id=self.session, pace=self.pace,
+                               profile=block.id in self._profiled)
             self.pace.finished(block)
             self.take(result)
             measure.annotate(extra_info(self.spec, result))
@@ -205,14 +219,34 @@ class Campaign(Review):
         return final_sha256(self._bundle.path)
 
     def finish(self, interrupted: str | None = None) -> None:
-        """Write the quality results and verdict.json, then seal the bundle; nothing if no block ran."""
-        if self._scratch_dir is not None:
-            shutil.rmtree(self._scratch_dir, ignore_errors=True)
-        self.interrupted = interrupted
+        """Write the quality results, run the held-out phase, write verdict.json and seal the bundle.
+
+        The held-out phase (:mod:`h3bench.heldout`) runs for the candidates that
+        passed, after an uninterrupted session of every arm; final.json gets
+        its results and the acceptance (:func:`h3bench.research.acceptance`).
+        Nothing happens if no block ran.
+        """
         if self._bundle is None:
+            self._remove_scratch()
+            self.interrupted = interrupted
             return
         self.write_quality()
+        self.heldout = {}
+        if interrupted is None and self.spec.heldout is not None and self.settings.arm == "all":
+            try:
+                self.heldout = run_heldout(self, heldout_candidates(self))
+            except BaseException as exc:  # Ctrl-C or a signal during the held-out phase: seal what was written
+                interrupted = f"interrupted by {interrupt_name(exc)} during the held-out phase"
+        self._remove_scratch()
+        self.interrupted = interrupted
+        self.accepted = acceptance(self, self.heldout, diagnostic=self.diagnostic)
         self.bundle.write_verdict({"spec_id": self.spec.spec_id, "h3bench": __version__,
                                    "interrupted": interrupted, "run": self.preflight.kind,
+                                   **({"verdict": DIAGNOSTIC_VERDICT} if self.diagnostic else {}),
                                    "candidates": {c: v.to_dict() for c, v in self.verdicts().items()}})
-        self.bundle.close(interrupted=interrupted)
+        self.bundle.close(interrupted=interrupted, results={"heldout": self.heldout, "accepted": self.accepted})
+
+    def _remove_scratch(self) -> None:
+        if self._scratch_dir is not None:
+            shutil.rmtree(self._scratch_dir, ignore_errors=True)
+            self._scratch_dir = None

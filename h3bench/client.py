@@ -215,6 +215,10 @@ class VideoClient:
         # No proxies from the environment: they would add hops to the measured E2E.
         self._http = httpx.Client(base_url=self.base_url, timeout=timeout, trust_env=False)
 
+
+    def control(self, path: str, *, timeout: float) -> httpx.Response:
+        """POST with no body to a control route such as ``/start_profile``; transport errors raise httpx's."""
+        return self._http.post(path, timeout=timeout)
     def close(self) -> None:
         self._http.close()
 

@@ -246,6 +246,11 @@ class Judge:
             self._batch_with(ref)
         return self.engine.probed(self.locate(ref))
 
+    def compare_files(self, paths: tuple[Path, Path], duration: float, label: str) -> QualityReport:
+        """Every gate on a baseline and a candidate MP4 of ``duration`` seconds: the held-out phase's pairs."""
+        with self.progress.step(f"quality {label}"):
+            return self.engine.compare_many([Comparison(*paths, duration)])[0]
+
     # -- lossless ------------------------------------------------------------------
 
     def lossless(self, case: CandidateWorkload) -> lossless.LosslessVerdict:

@@ -27,7 +27,7 @@ from h3bench import stats
 from h3bench.errors import UsageError
 from h3bench.intervals import Levels, error_levels
 from h3bench.outcome import Outcome, combine
-from h3bench.runspec import BASELINE
+from h3bench.schedule import series_of
 from h3bench.stored import StoredBundle
 
 __all__ = ["ACCEPTED", "FORMAT", "INCONCLUSIVE", "NOT_RUN", "REJECTED", "entries_of", "refuse_diagnostic"]
@@ -50,7 +50,7 @@ def refuse_diagnostic(bundle: StoredBundle) -> None:
 
 def _effect(candidate: str, duration: float, margin: float, results: list[Any], levels: Levels) -> dict[str, Any]:
     """The paired ratio with its bounds at the campaign's own error levels, recomputed from the samples."""
-    blocks = [stats.BlockSamples("A" if r.block.arm == BASELINE else "B", r.latencies) for r in results
+    blocks = [stats.BlockSamples(r.block.letter, r.latencies) for r in results
               if r.block.candidate == candidate and r.block.duration == duration and r.failure is None
               and r.latencies]
     if {b.role for b in blocks} != {"A", "B"}:
@@ -124,7 +124,7 @@ def entries_of(bundle: StoredBundle) -> list[dict[str, Any]]:
                 "duration": key,
                 **bundle.attribution(candidate),
                 "effect": _effect(candidate, duration, spec.gates.speed_margin, results,
-                                  error_levels(len(spec.workload.durations), len(spec.candidates))),
+                                  error_levels(len(spec.workload.durations), len(series_of(spec)))),
                 "quality": durations.get("quality", NOT_RUN),
                 "lossless": durations.get("lossless", NOT_RUN),
                 "heldout": heldout if heldout is not None else NOT_RUN,

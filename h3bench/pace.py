@@ -74,9 +74,11 @@ class Pace:
     def step(self, block: Block, phase: str, index: int = 0) -> Iterator[Step]:
         """Show one step of a block; its length teaches the ETA of the next ones like it."""
         steps = self._steps(block)
-        position = steps.index(phase) + (index if phase != "start" else 0)
+        # A profiled or held-out request is beyond the formal steps: it counts as the block's last.
+        position = min(steps.index(phase) + (index if phase != "start" else 0), len(steps) - 1) \
+            if phase in steps else len(steps) - 1
         what = f"{block.duration:g}s {block.arm} {block.position}{block.letter} " + (
-            "server start" if phase == "start" else f"{phase} {index + 1}/{steps.count(phase)}")
+            "server start" if phase == "start" else f"{phase} {index + 1}/{max(steps.count(phase), index + 1)}")
         with self.progress.step(what, eta_s=self._expected(block, phase),
                                 campaign_left_s=lambda: self._left_after(block, position)) as current:
             yield current

@@ -4,6 +4,10 @@ A **formal** run refuses a RunSpec with fields still ``"UNPINNED"`` or marked
 ``TODO`` in its TOML file (a ``TODO`` in the field's line, or in the comment
 lines right above it), listing them all. ``--allow-unpinned`` runs anyway:
 the bundle's manifest says ``DIAGNOSTIC`` and why, and so does the summary.
+A spec that says ``diagnostic = true``, or whose steps are not the frozen 50,
+makes a DIAGNOSTIC run too (:func:`h3bench.runspec.research.diagnostic_reasons`);
+the manifest's ``run.reasons`` lists every reason, and :func:`is_diagnostic`
+is how a consumer of a bundle (``--baseline-evidence``, a ledger) refuses one.
 
 On NPU hosts the manifest records :func:`h3bench.host.host_evidence` for
 every arm's interpreter, and the checkpoint's content identity
@@ -32,7 +36,8 @@ from h3bench.errors import RunSpecError
 from h3bench.ports import LOCALHOST
 from h3bench.runspec import UNPINNED, RunSpec
 
-__all__ = ["DIAGNOSTIC", "FORMAL", "Preflight", "preflight", "todo_fields", "unpinned_fields"]
+__all__ = ["DIAGNOSTIC", "FORMAL", "Preflight", "diagnostic_reasons", "is_diagnostic", "preflight", "todo_fields",
+           "unpinned_fields"]
 
 FORMAL, DIAGNOSTIC = "FORMAL", "DIAGNOSTIC"
 _TABLE = re.compile(r"\[\[?\s*([^\]]+?)\s*\]\]?\s*(?:#.*)?$")
@@ -90,6 +95,20 @@ def unpinned_fields(spec: RunSpec, spec_file: Path | None) -> list[str]:
     return found
 
 
+def is_diagnostic(manifest: dict[str, Any]) -> bool:
+    """Whether a bundle's manifest stamps its run DIAGNOSTIC: never a campaign result, nor evidence for one."""
+    run = manifest.get("run")
+    return isinstance(run, dict) and run.get("kind") == DIAGNOSTIC
+
+
+def diagnostic_reasons(manifest: dict[str, Any]) -> list[str]:
+    """Why a bundle's run is DIAGNOSTIC, as its manifest says (older bundles name only unpinned fields)."""
+    if not is_diagnostic(manifest):
+        return []
+    run = manifest["run"]
+    return list(run.get("reasons") or [f"--allow-unpinned: {', '.join(run.get('unpinned', []))}"])
+
+
 @dataclass(frozen=True)
 class Preflight:
     """What the manifest records about the run before its first block."""
@@ -98,11 +117,12 @@ class Preflight:
     unpinned: tuple[str, ...]
     host: dict[str, Any]
     unverified: tuple[str, ...]  # pins that the host could not confirm
+    reasons: tuple[str, ...] = ()  # why the run is DIAGNOSTIC
     underpowered: tuple[str, ...] = ()  # why the design cannot reach its verdict (h3bench.design)
 
     def manifest(self) -> dict[str, Any]:
-        return {"run": {"kind": self.kind, "unpinned": list(self.unpinned), "unverified": list(self.unverified),
-                        "underpowered": list(self.underpowered)},
+        return {"run": {"kind": self.kind, "reasons": list(self.reasons), "unpinned": list(self.unpinned),
+                        "unverified": list(self.unverified), "underpowered": list(self.underpowered)},
                 "host": self.host}
 
     def with_design(self, spec: RunSpec, *, lossless_on: bool, allow_underpowered: bool) -> Preflight:
@@ -114,7 +134,9 @@ class Preflight:
             raise RunSpecError(f"{spec.name}: this design cannot reach the verdict it asks for: {'; '.join(problems)}; "
                                "change the spec (a new frozen spec), or pass --allow-underpowered for a DIAGNOSTIC "
                                "run", field_path="protocol")
-        return dataclasses.replace(self, kind=DIAGNOSTIC, underpowered=problems)
+        reason = "--allow-underpowered: the design cannot reach the verdict it asks for"
+        return dataclasses.replace(self, kind=DIAGNOSTIC, reasons=(*self.reasons, reason), underpowered=problems)
+
 
 
 def _mismatch(field: str, pinned: str, found: str, how: str) -> RunSpecError:
@@ -133,11 +155,12 @@ def preflight(
             f"{', '.join(unpinned)}; pin them (a new frozen spec), or pass --allow-unpinned for a DIAGNOSTIC run",
             field_path=unpinned[0],
         )
-    kind = DIAGNOSTIC if unpinned else FORMAL
+    reasons = tuple([f"--allow-unpinned: {', '.join(unpinned)}"] if unpinned else []) + spec.diagnostic_reasons
+    kind = DIAGNOSTIC if reasons else FORMAL
     if spec.hardware.kind == "sim":
         absent = {"engine": None, "cann": None, "driver": None, "npu_smi": None, "image_digest": None,
                   "checkpoint": None, "absent_because": "the simulator runs no engine on no NPU"}
-        return Preflight(kind, unpinned, absent, ())
+        return Preflight(kind, unpinned, absent, (), reasons)
     unverified: list[str] = []
     engines: dict[str, Any] = {}
     for name, arm in spec.arms.items():
@@ -167,4 +190,4 @@ def preflight(
                             f"the files of {model}")
     else:
         unverified.append(f"model.content_identity ({model} is not a directory here)")
-    return Preflight(kind, unpinned, evidence, tuple(unverified))
+    return Preflight(kind, unpinned, evidence, tuple(unverified), reasons)

@@ -34,7 +34,7 @@ class Sample:
     """One request of one block, as recorded in samples.jsonl."""
 
     block_id: str
-    kind: str  # "warmup", "measured" or "audit"
+    kind: str  # "warmup", "measured", "audit" or "profile"
     index: int
     seed: int
     ok: bool
@@ -45,6 +45,7 @@ class Sample:
     peak_memory_mb: float | None = None
     output_sha256: str | None = None
     error: str | None = None
+    phase: str = "formal"  # "formal", "heldout" or "profile"; only formal requests enter statistics
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -76,7 +77,8 @@ class BlockResult:
 
     @property
     def measured(self) -> tuple[Sample, ...]:
-        return tuple(s for s in self.samples if s.kind == "measured")
+        """The formal measured requests: never a held-out or profiled one."""
+        return tuple(s for s in self.samples if s.kind == "measured" and s.phase == "formal")
 
     @property
     def latencies(self) -> tuple[float, ...]:

@@ -30,11 +30,13 @@ from h3bench.intervals import error_levels
 from h3bench.judging import Judge, LpipsStatus
 from h3bench.measure import Measure
 from h3bench.outcome import Outcome, combine
+from h3bench.preflight import diagnostic_reasons, is_diagnostic
 from h3bench.quality import QualityReport
 from h3bench.quality.files import Probed
 from h3bench.records import BlockFailed, BlockResult, CandidateStopped, Sample, Stop, headline, load_results
-from h3bench.runspec import BASELINE, RunSpec, parse_runspec, require_same_spec
-from h3bench.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule
+from h3bench.research import DIAGNOSTIC_VERDICT, diagnostic_lines, research_lines
+from h3bench.runspec import RunSpec, parse_runspec, require_same_spec
+from h3bench.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule, series_of
 from h3bench.settings import Settings
 from h3bench.summary import summary_lines
 from h3bench.verdict import BlockRecord, CandidateVerdict, DurationVerdict
@@ -80,7 +82,11 @@ class Review:
             raise UsageError("--baseline-evidence runs only the candidate's blocks: add --arm candidate")
         stored = Review.from_bundle(path, dataclasses.replace(self.settings, arm="all", baseline_evidence=None))
         require_same_spec(stored.spec.spec_id, self.spec.spec_id)
-        if not any(r.block.arm == BASELINE and r.failure is None for r in stored.results.values()):
+        if is_diagnostic(stored.bundle.manifest):
+            raise EvidenceError(
+                f"{path} is a DIAGNOSTIC run ({'; '.join(diagnostic_reasons(stored.bundle.manifest))}): it is not a "
+                "campaign result and can never be --baseline-evidence; run the baseline formally", path=str(path))
+        if not any(r.block.letter == "A" and r.failure is None for r in stored.results.values()):
             raise EvidenceError(f"{path} holds no successful baseline block", path=str(path))
         self.stored_baseline = stored
 
@@ -219,7 +225,7 @@ class Review:
         """
         blocks = [stats.BlockSamples(r.block.letter, r.latencies)
                   for r in self.series(duration, candidate) if r.failure is None]
-        levels = error_levels(len(self.spec.workload.durations), len(self.spec.candidates))
+        levels = error_levels(len(self.spec.workload.durations), len(series_of(self.spec)))
         margin = self.spec.gates.speed_margin
         roles = {b.role for b in blocks}
         if self.stored_baseline is not None and "B" in roles:
@@ -242,7 +248,7 @@ class Review:
     def verdicts(self) -> dict[str, CandidateVerdict]:
         """Per candidate: speed, quality and lossless at each duration, and the stop rule that fired."""
         out = {}
-        for candidate in self.spec.candidates:
+        for candidate in (series.name for series in series_of(self.spec)):
             durations = {
                 f"{d:g}s": DurationVerdict.of(
                     self.speed(d, candidate), self.judge.pairs_of(candidate, d), self.optional_checks(),
@@ -269,7 +275,7 @@ class Review:
         notes: list[str] = []
         for duration in self.spec.workload.durations:
             series = self.series(duration, candidate)
-            for arm in (BASELINE, candidate):
+            for arm in dict.fromkeys(r.block.arm for r in series):
                 found = [t for r in series if r.block.arm == arm and (t := self.block_telemetry(r.block)) is not None]
                 notes += telemetry.outlier_notes(f"{arm} {duration:g} s", found)
         return tuple(notes)
@@ -277,8 +283,24 @@ class Review:
     def outcome(self) -> Outcome:
         return combine(v.outcome for v in self.verdicts().values())
 
+    @property
+    def diagnostic(self) -> bool:
+        """Whether this run is DIAGNOSTIC: never a campaign result (its manifest says so)."""
+        return is_diagnostic(self.bundle.manifest)
+
+    def verdict_label(self, outcome: Outcome) -> str:
+        """How a verdict reads: ``DIAGNOSTIC (not a campaign result)`` for a diagnostic run, with what was measured."""
+        return f"{DIAGNOSTIC_VERDICT}; measured {outcome}" if self.diagnostic else str(outcome)
+
+    def research_results(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """The held-out results and the acceptance that the run sealed into final.json (None before)."""
+        final = self.bundle.final() or {}
+        return final.get("heldout"), final.get("accepted")
+
     def summary_lines(self) -> list[str]:
-        return summary_lines(self)
+        lines = summary_lines(self)
+        lines[-1:-1] = research_lines(self, *self.research_results())
+        return diagnostic_lines(lines) if self.diagnostic else lines
 
     def load_quality(self) -> str | None:
         """Take the quality results that the newest validator stored in the bundle; its version, or None."""
@@ -298,12 +320,10 @@ class Review:
 
     def run_notes(self) -> list[str]:
         """What the manifest says about the run itself: a DIAGNOSTIC run, pins the host could not confirm."""
-        run = self.bundle.manifest.get("run") or {}
-        lines = []
-        if run.get("unpinned"):
-            lines.append(f"DIAGNOSTIC run (--allow-unpinned): not a formal result; unpinned: {', '.join(run['unpinned'])}")
-        lines += [f"DIAGNOSTIC run (--allow-underpowered): not a formal result; {problem}"
-                  for problem in run.get("underpowered", ())]
+        manifest = self.bundle.manifest
+        run = manifest.get("run") or {}
+        lines = [f"DIAGNOSTIC run: not a campaign result; {reason}" for reason in diagnostic_reasons(manifest)]
+        lines += [f"  underpowered: {problem}" for problem in run.get("underpowered", ())]
         lines += [f"design: {warning}" for warning in design_warnings(self.spec)]
         return lines + [f"not verified: {item}" for item in run.get("unverified", ())]
 

@@ -28,10 +28,19 @@ The cases, in schedule order:
   the same inputs and seed, from the partner block;
 - ``candidate_workload``: one per candidate and duration (the lossless judgement).
 
+A **series** is one comparison: a candidate against its control, the
+``baseline``. When the spec names an ``original_baseline`` other than the
+baseline, the final combination gets one more series, ``<final>-vs-<original>``
+(:func:`series_of`), whose ``A`` blocks run the original baseline: the direct
+comparison that campaign acceptance needs. Its name cannot be an arm's (arm
+names have no hyphen).
+
 The lossless test of a candidate at a duration (:meth:`Schedule.lossless_processes`)
-counts as baseline processes every baseline block of that duration: the
-control blocks, the ``A`` blocks of every candidate's series and, in a
-candidate-only run, the anchors.
+counts as control processes every block of that duration that runs its
+series' control: for a candidate against the baseline, the control blocks,
+the ``A`` blocks of every candidate's series and, in a candidate-only run,
+the anchors; for the final combination against the original baseline, that
+series' ``A`` blocks.
 """
 
 from __future__ import annotations
@@ -51,8 +60,10 @@ __all__ = [
     "MatchedPair",
     "OutputRef",
     "Schedule",
+    "Series",
     "control_blocks",
     "plan",
+    "series_of",
 ]
 
 DEFAULT_CONTROL_BLOCKS = 2  # 4 + 2 baseline processes against 4 candidate ones: see h3bench.lossless
@@ -71,10 +82,11 @@ class Block:
 
     duration: float
     candidate: str  # the candidate whose series this block belongs to; CONTROLS for a control block
-    arm: str  # "baseline" or the candidate's name
+    arm: str  # the series' control (A) or the candidate (B)
     position: int  # 1-based position in its series' order
-    letter: Literal["A", "B"]  # A: baseline, B: candidate
+    letter: Literal["A", "B"]  # A: the series' control (the baseline, or the original baseline), B: candidate
     design: Design = "paired"
+    control: str = BASELINE  # the arm of the series' A blocks
 
     @property
     def pair(self) -> int:
@@ -143,27 +155,46 @@ def control_blocks(spec: RunSpec) -> int:
     return count if count is not None else (DEFAULT_CONTROL_BLOCKS if spec.gates.lossless else 0)
 
 
-def _series(duration: float, candidate: str, order: str, design: Design) -> list[Block]:
-    return [Block(duration, candidate, BASELINE if letter == "A" else candidate, position, "A" if letter == "A" else "B",
-                  design) for position, letter in enumerate(order, start=1)]
+@dataclass(frozen=True)
+class Series:
+    """One comparison: ``arm`` (B blocks) against ``control`` (A blocks), named ``name`` in ids and verdicts."""
+
+    name: str
+    arm: str
+    control: str = BASELINE
+
+
+def series_of(spec: RunSpec) -> tuple[Series, ...]:
+    """Every candidate against the baseline, then the final combination against a different original baseline."""
+    found = [Series(candidate, candidate) for candidate in spec.candidates]
+    if spec.final is not None and spec.final_control != BASELINE:
+        found.append(Series(f"{spec.final}-vs-{spec.final_control}", spec.final, spec.final_control))
+    return tuple(found)
+
+
+def _series(duration: float, series: Series, order: str, design: Design) -> list[Block]:
+    return [Block(duration, series.name, series.control if letter == "A" else series.arm, position,
+                  "A" if letter == "A" else "B", design, series.control)
+            for position, letter in enumerate(order, start=1)]
 
 
 def plan(spec: RunSpec, arms: str = "all", *, anchored: bool = False) -> tuple[Block, ...]:
-    """Per duration: the control blocks, then each candidate's series; ``arms`` filters them.
+    """Per duration: the control blocks, then each series (:func:`series_of`); ``arms`` filters them.
 
-    ``anchored`` gives a candidate-only run's blocks instead: each
-    candidate's anchored order, anchors included.
+    ``arms`` is ``all``, ``baseline`` (the ``A`` blocks) or ``candidate``
+    (the ``B`` blocks). ``anchored`` gives a candidate-only run's blocks
+    instead: each series' anchored order, anchors included.
     """
     blocks: list[Block] = []
     for duration in spec.workload.durations:
         if anchored:
-            for candidate in spec.candidates:
-                blocks += _series(duration, candidate, spec.protocol.anchored_order, "anchored")
+            for series in series_of(spec):
+                blocks += _series(duration, series, spec.protocol.anchored_order, "anchored")
             continue
-        blocks += _series(duration, CONTROLS, "A" * control_blocks(spec), "controls")
-        for candidate in spec.candidates:
-            blocks += _series(duration, candidate, spec.protocol.order, "paired")
-    return tuple(b for b in blocks if anchored or arms == "all" or (arms == BASELINE) == (b.arm == BASELINE))
+        blocks += _series(duration, Series(CONTROLS, BASELINE), "A" * control_blocks(spec), "controls")
+        for series in series_of(spec):
+            blocks += _series(duration, series, spec.protocol.order, "paired")
+    return tuple(b for b in blocks if anchored or arms == "all" or (arms == BASELINE) == (b.letter == "A"))
 
 
 class Schedule:
@@ -178,9 +209,10 @@ class Schedule:
         self.spec = spec
         self.anchored = anchored
         self.blocks = plan(spec, arms, anchored=anchored)
-        self.stored_blocks = tuple(b for b in plan(spec) if b.arm == BASELINE) if anchored else ()
+        self.stored_blocks = tuple(b for b in plan(spec) if b.letter == "A") if anchored else ()
         self.baseline_blocks = tuple(b for b in (*self.stored_blocks, *(self.blocks if anchored else plan(spec)))
-                                     if b.arm == BASELINE)
+                                     if b.letter == "A")
+        self._controls = {series.name: series.control for series in series_of(spec)}
         self._order = {block.id: index for index, block in enumerate(self.blocks)}
 
     def index(self, block: Block) -> int:
@@ -199,14 +231,14 @@ class Schedule:
             return [OutputRef(b, i) for b in self.baseline_blocks for i in range(k)]
         if fixture == "matched_pair":
             return [MatchedPair(OutputRef(self.partner(b), i), OutputRef(b, i))
-                    for b in self.blocks if b.arm != BASELINE for i in range(k)]
+                    for b in self.blocks if b.letter == "B" for i in range(k)]
         if fixture == "candidate_workload":
             return list(dict.fromkeys(CandidateWorkload(b.candidate, b.duration)
                                       for b in self.blocks if b.design != "controls"))
         raise ValueError(f"no campaign cases for fixture {fixture!r}")
 
     def partner(self, block: Block) -> Block:
-        """The baseline block a candidate block's outputs are matched with.
+        """The control block a candidate block's outputs are matched with.
 
         The other block of its AB/BA pair; in a candidate-only run, the
         stored baseline block of its series with the same rank (cycling when
@@ -215,11 +247,11 @@ class Schedule:
         if block.design == "anchored":
             stored = [b for b in self.stored_blocks
                       if b.design == "paired" and b.candidate == block.candidate and b.duration == block.duration]
-            ours = [b for b in self.blocks if b.arm != BASELINE and b.candidate == block.candidate
+            ours = [b for b in self.blocks if b.letter == "B" and b.candidate == block.candidate
                     and b.duration == block.duration]
             return stored[ours.index(block) % len(stored)]
         position = block.position + (1 if block.position % 2 else -1)
-        return Block(block.duration, block.candidate, BASELINE, position, "A")
+        return Block(block.duration, block.candidate, block.control, position, "A", control=block.control)
 
     def matched_pairs(self, case: CandidateWorkload) -> list[MatchedPair]:
         pairs = self.cases("matched_pair")
@@ -236,10 +268,15 @@ class Schedule:
                 if b.duration == duration and b.candidate == candidate and b.design == "paired"]
 
     def lossless_processes(self, case: CandidateWorkload) -> tuple[list[Block], list[Block]]:
-        """Baseline and candidate processes of a candidate's lossless test, each in schedule order."""
-        baseline = [b for b in self.baseline_blocks if b.duration == case.duration]
+        """Control and candidate processes of a series' lossless test, each in schedule order.
+
+        The control processes are every block of the duration that runs the
+        series' control arm (the baseline, or the original baseline).
+        """
+        control = self._controls.get(case.candidate, BASELINE)
+        baseline = [b for b in self.baseline_blocks if b.duration == case.duration and b.arm == control]
         candidate = [b for b in self.blocks
-                     if b.arm == case.candidate and b.candidate == case.candidate and b.duration == case.duration]
+                     if b.letter == "B" and b.candidate == case.candidate and b.duration == case.duration]
         return baseline, candidate
 
     def blocks_of(self, case: object) -> tuple[Block, ...]:

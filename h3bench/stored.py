@@ -23,34 +23,28 @@ What is read here, and where it comes from:
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from h3bench.errors import EvidenceError, RunSpecError
+from h3bench.errors import EvidenceError
 from h3bench.evidence import Bundle, require_verified
 from h3bench.evidence.bundle import FINAL, QUALITY, segments_of
 from h3bench.evidence.files import read_json
-from h3bench.preflight import DIAGNOSTIC
+from h3bench.preflight import is_diagnostic as run_is_diagnostic
 from h3bench.records import BlockResult, load_results
 from h3bench.runspec import BASELINE, RunSpec, parse_runspec
 from h3bench.schedule import Schedule
 
 __all__ = ["StoredBundle", "is_diagnostic", "open_verified"]
 
-# Spec keys of the research protocol that an older RunSpec model does not know; dropped only to parse.
-_RESEARCH_ARM_KEYS = ("hypothesis", "source", "combination_of")
-_RESEARCH_SPEC_KEYS = ("diagnostic", "final", "original_baseline", "heldout")
-
 
 def is_diagnostic(manifest: dict[str, Any]) -> bool:
-    """Whether a bundle is a DIAGNOSTIC run (unpinned fields, or a spec marked diagnostic): never evidence."""
-    run = manifest.get("run") or {}
+    """Whether a bundle is a DIAGNOSTIC run (its run says so, or its spec is marked diagnostic): never evidence."""
     spec = manifest.get("spec") or {}
-    return run.get("kind") == DIAGNOSTIC or spec.get("diagnostic") is True
+    return run_is_diagnostic(manifest) or spec.get("diagnostic") is True
 
 
 @dataclass(frozen=True)
@@ -128,12 +122,12 @@ class StoredBundle:
         per_candidate = (self.final.get("heldout") or {}).get(candidate)
         if not isinstance(per_candidate, dict):
             return None
-        found = per_candidate.get(duration, per_candidate.get(f"{duration}s"))
+        found = per_candidate.get(f"{duration}s")  # keyed like verdict.json (h3bench.heldout)
         return found if isinstance(found, dict) else None
 
     def acceptance(self, candidate: str) -> dict[str, Any] | None:
         """final.json's acceptance of one candidate (``accepted``, ``reasons``), or None when not judged."""
-        found = (self.final.get("candidates") or {}).get(candidate)
+        found = ((self.campaign_acceptance() or {}).get("candidates") or {}).get(candidate)
         return found if isinstance(found, dict) else None
 
     def campaign_acceptance(self) -> dict[str, Any] | None:
@@ -142,18 +136,8 @@ class StoredBundle:
         return found if isinstance(found, dict) else None
 
     def runspec(self) -> RunSpec:
-        """The bundle's own spec; research keys that this h3bench's RunSpec does not know are dropped to parse it."""
-        source = f"{self.path}/manifest.json"
-        try:
-            return parse_runspec(self.spec_data, source=source)
-        except RunSpecError:
-            data = copy.deepcopy(self.spec_data)
-            for key in _RESEARCH_SPEC_KEYS:
-                data.pop(key, None)
-            for arm in (data.get("arms") or {}).values():
-                for key in _RESEARCH_ARM_KEYS:
-                    arm.pop(key, None)
-            return parse_runspec(data, source=source)
+        """The bundle's own spec, as its manifest recorded it."""
+        return parse_runspec(self.spec_data, source=f"{self.path}/manifest.json")
 
     def verdict(self) -> dict[str, Any]:
         """The run's verdict.json (the last segment's), or ``{}`` when none was written."""

@@ -103,12 +103,13 @@ def summary_lines(review: Review) -> list[str]:
              f"shutdown budget {spec.protocol.shutdown_budget_s:g} s for every arm"]
     verdicts = review.verdicts()
     for duration in spec.workload.durations:
-        for candidate in spec.candidates:
+        for candidate in verdicts:
             series = review.series(duration, candidate)
             if not series:
                 continue
-            lines.append(f"ref2va {duration:g}s, {candidate} against baseline:")
-            for arm in ("baseline", candidate):
+            arms = sorted({r.block.arm: r.block.letter for r in series}.items(), key=lambda item: item[1])
+            lines.append(f"ref2va {duration:g}s, {candidate} against {series[0].block.control}:")
+            for arm, _ in arms:
                 samples = [s for r in series if r.block.arm == arm for s in r.measured if s.ok and s.e2e_s is not None]
                 if samples:
                     e2e = [s.e2e_s for s in samples if s.e2e_s is not None]
@@ -127,7 +128,7 @@ def summary_lines(review: Review) -> list[str]:
     anchored = " (candidate-only run: speed against today's anchor blocks)" if review.stored_baseline else ""
     for candidate, verdict in verdicts.items():
         stopped = f" (stopped: {verdict.stopped.reason})" if verdict.stopped else ""
-        lines.append(f"verdict {candidate}: {verdict.outcome}{anchored}{stopped}")
+        lines.append(f"verdict {candidate}: {review.verdict_label(verdict.outcome)}{anchored}{stopped}")
         lines += [f"  note: {note}" for note in verdict.notes]
     if not spec.gates.lpips_required:
         lines.append("LPIPS is not required by this RunSpec: quality verdicts do not include it.")

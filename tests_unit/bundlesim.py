@@ -25,17 +25,24 @@ from h3bench.schedule import Block, Schedule
 from h3bench.verdict import CandidateVerdict, DurationVerdict
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runspecs"
+# What npu_spec gives a new candidate that declares nothing: a formal NPU spec attributes every candidate.
+ATTRIBUTION = {"hypothesis": "It is faster.", "source": {"kind": "code", "ref": "bundlesim"}}
 
 
 def npu_spec(kind: str = "910b1", devices: int = 8, **arms: dict[str, Any]) -> RunSpec:
-    """The 8x910B1 fixture spec (4 devices: the 950PR one), on another hardware kind or with other candidates."""
+    """The 8x910B1 fixture spec (4 devices: the 950PR one), on another hardware kind or with other candidates.
+
+    Each new candidate gets :data:`ATTRIBUTION` unless ``arms`` gives its own.
+    """
     fixture = "910b1-x8.toml" if devices == 8 else "950pr-x4.toml"
     data = load_runspec(FIXTURES / fixture).model_dump(mode="json")
     data["hints"] = None  # the hints name the fixture's own candidates
     data["hardware"] = {"kind": kind, "device_ids": list(range(devices))}
     if arms:
         baseline = data["arms"]["baseline"]
-        data["arms"] = {"baseline": baseline, **{name: {**copy.deepcopy(baseline), **arm} for name, arm in arms.items()}}
+        data["arms"] = {"baseline": baseline,
+                        **{name: {**copy.deepcopy(baseline), **copy.deepcopy(ATTRIBUTION), **arm}
+                           for name, arm in arms.items()}}
     return parse_runspec(data, source="bundlesim")
 
 

@@ -88,7 +88,11 @@ def write_campaign(
     if source is not None:
         parts.append(_table("source", source))
     if arm_tables is not None:
-        parts += [_table(f"arms.{name}", table) for name, table in arm_tables.items()]
+        # A formal NPU spec attributes every candidate (h3bench.runspec.research).
+        attribution = {"hypothesis": "the test's candidate is faster",
+                       "source": {"kind": "configuration", "ref": "a test flag"}}
+        parts += [_table(f"arms.{name}", table if name == "baseline" else {**attribution, **table})
+                  for name, table in arm_tables.items()]
     else:
         arms = {"baseline": baseline or {}, **(candidates if candidates is not None else {"clean": {}})}
         for name, overrides in arms.items():
@@ -122,6 +126,9 @@ def noisy_campaign(project: Path, candidate: str) -> tuple[Path, str]:
     evidence = project / "evidence"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     env["H3BENCH_DEVICE_LOCK"] = str(project / "devices.lock")
+    # No LPIPS weights, whatever this machine has cached: the module's tests read a run without LPIPS.
+    env["H3BENCH_CACHE_DIR"] = str(project / "cache")
+    env.pop("H3BENCH_LPIPS_DIR", None)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--runspec", str(spec), "--evidence-dir", str(evidence),
          "-p", "no:cacheprovider", "-q", f"--benchmark-json={project / 'benchmark.json'}"],

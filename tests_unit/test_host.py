@@ -141,6 +141,7 @@ env = { A = "1" }
 def npu_spec(tmp_path: Path, arm_argv: list[str], env: dict, **model) -> object:
     sim = tomllib.loads((SPECS / "sim.toml").read_text())
     arms = {name: {"description": name, "argv": arm_argv, "env": env} for name in ("baseline", "candidate")}
+    arms["candidate"] |= {"hypothesis": "It is faster.", "source": {"kind": "code", "ref": "a commit"}}  # formal
     data = {**sim, "hardware": {"kind": "910b1", "device_ids": [0]}, "arms": arms,
             "source": {"engine_commit": COMMIT, "image_digest": DIGEST},
             "model": {"path": str(tmp_path / "model"), "content_identity": "UNPINNED", **model}}
@@ -200,9 +201,9 @@ def test_an_unpinned_campaign_is_refused_unless_it_runs_as_diagnostic(pytester) 
     result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "--allow-unpinned")
     result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["h3bench: --runspec * --allow-unpinned",
-                                 "DIAGNOSTIC run (--allow-unpinned): not a formal result; unpinned: model.content_identity"])
+                                 "DIAGNOSTIC run: not a campaign result; --allow-unpinned: model.content_identity"])
     bundle = bundle_of(pytester)
     manifest = json.loads((bundle / "manifest.json").read_text())
-    assert manifest["run"] == {"kind": "DIAGNOSTIC", "unpinned": ["model.content_identity"], "unverified": [],
-                               "underpowered": []}
+    assert manifest["run"] == {"kind": "DIAGNOSTIC", "reasons": ["--allow-unpinned: model.content_identity"],
+                               "unpinned": ["model.content_identity"], "unverified": [], "underpowered": []}
     assert json.loads((bundle / "verdict.json").read_text())["run"] == "DIAGNOSTIC"

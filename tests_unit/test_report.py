@@ -251,7 +251,8 @@ def test_profiled_requests_are_shown_with_their_stage_times(copy, tmp_path):
     stages = {"MiniMaxH3Pipeline.diffuse": 1.25, "MiniMaxH3Pipeline.denoise_step": 1.2, "MiniMaxH3Pipeline.decode": 0.5}
     block = f"5s-{CANDIDATE}-2B-{CANDIDATE}"
     profile = {"block_id": block, "kind": "profile", "index": 0, "seed": 0, "ok": True, "e2e_s": 1.875,
-               "stage_durations": stages}
+               "stage_durations": stages, "profiler": {"supported": True, "note": "traces written"},
+               "traces": [{"path": f"profiles/{block}/trace_rank0.json", "sha256": "0" * 64, "size": 1505}]}
     samples = copy / "samples.jsonl"
     samples.write_bytes(samples.read_bytes() + (json.dumps(profile) + "\n").encode())
     final = json.loads((copy / "final.json").read_text())
@@ -267,6 +268,7 @@ def test_profiled_requests_are_shown_with_their_stage_times(copy, tmp_path):
     section = text[text.index('<section id="profile">'):]
     assert f"<td>{block}</td><td class=\"num\">0</td><td class=\"num\">1.875</td>" in section
     assert "denoise_step" in section and "1.2000" in section
+    assert "1 file(s), 1505 bytes; traces written" in section
 
 
 def test_a_bundle_in_which_nothing_ran_still_gets_a_report_that_says_so(tmp_path):

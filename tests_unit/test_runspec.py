@@ -283,6 +283,7 @@ def test_arms_need_a_baseline_and_a_candidate(data):
 
 def test_npu_specs_need_source_devices_and_no_sim_profile(data):
     npu = edited(edited(data, "hardware.kind", "910b1"), "hardware.device_ids", [0, 1])
+    npu["arms"]["fast"] |= {"hypothesis": "It is faster.", "source": {"kind": "code", "ref": "a commit"}}  # formal
     with pytest.raises(RunSpecError, match=r"invalid RunSpec: source: .*needs \[source\]"):
         parse(npu)
     npu["source"] = {"engine_commit": "0" * 40, "image_digest": "sha256:" + "0" * 64}
@@ -446,8 +447,9 @@ def test_910b1_spec_is_the_first_search_slice_with_only_the_weight_transfer_chan
     # Arithmetic and weights unchanged: no quantization, cache or attention change in any arm.
     for arm in arms.values():
         assert (arm["quantization"], arm["cache"]["backend"], arm["attention"]["backend"]) == (None, "none", None)
-        assert {k: v for k, v in arm.items() if k not in ("description", "offload")} == {
-            k: v for k, v in arms["baseline"].items() if k not in ("description", "offload")}
+        changes = ("description", "offload", "hypothesis", "source", "combination_of")
+        assert {k: v for k, v in arm.items() if k not in changes} == {
+            k: v for k, v in arms["baseline"].items() if k not in changes}
     assert "--dlo-use-allgather" in spec.baseline.argv
     assert spec.arms["dlo_rank_local_resident"].argv[-4:] == (
         "--dlo-no-use-allgather", "--dlo-resident-layers", str(resident["resident_layers"]), "--trust-remote-code")

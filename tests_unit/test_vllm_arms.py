@@ -34,10 +34,13 @@ EXIT_STATUS = {"A": 2, "B": 1, "C": 1, "D": 1, "E": 1}
 CANDIDATE = "candidate"
 
 
+ATTRIBUTION = {"hypothesis": "The option under test is faster.", "source": {"kind": "configuration", "ref": "the case"}}
+
+
 def spec_with(candidate: dict[str, Any], hardware: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The 910B1 spec's data with a vllm baseline of the table's base options and this candidate."""
+    """The 910B1 spec's data with a vllm baseline of the table's base options and this (attributed) candidate."""
     data = tomllib.loads(NPU_SPEC.read_text())
-    data["arms"] = {"baseline": copy.deepcopy(BASE_FIELDS), CANDIDATE: candidate}
+    data["arms"] = {"baseline": copy.deepcopy(BASE_FIELDS), CANDIDATE: {**ATTRIBUTION, **candidate}}
     if hardware is not None:
         data["hardware"] = hardware
     return data
@@ -210,7 +213,8 @@ def test_an_unknown_arm_type_is_refused_and_errors_inside_an_arm_name_its_own_fi
 
 def test_an_argv_arm_serializes_as_before_so_specs_without_vllm_arms_keep_their_id():
     argv_arm = ArgvArm(description="d", argv=("x",))
-    assert set(argv_arm.model_dump()) == {"description", "argv", "env", "sim"}
+    # The launch fields, and a candidate's attribution (h3bench.runspec.attribution), as for a vllm arm.
+    assert set(argv_arm.model_dump()) == {"description", "argv", "env", "sim", "hypothesis", "source", "combination_of"}
     spec = load({"description": "written out", "argv": ["vllm", "serve", "{model}", "--omni", "--usp", "8"]})
     assert isinstance(spec.arms[CANDIDATE], ArgvArm) and isinstance(spec.baseline, VllmArm)
     assert "type" not in spec.model_dump(mode="json")["arms"][CANDIDATE]

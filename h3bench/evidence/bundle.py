@@ -4,13 +4,15 @@ Layout of a bundle (``<root>/<UTC timestamp>-<spec name>-<spec id[:12]>/``)::
 
     manifest.json            written at creation: spec id and spec, h3bench version,
                              environment, start time, inputs, source and model identity
-    samples.jsonl            one line per request; ``kind`` is warmup | measured | audit
+    samples.jsonl            one line per request; ``kind`` is warmup | measured | audit | profile,
+                             ``phase`` formal | heldout | profile (absent: formal)
     servers.jsonl            one line per server process when it is launched (what a
                              resume must stop if the run is killed)
     lifecycle.jsonl          one line per server process, when it has been stopped
     telemetry.jsonl          one line per reserved NPU chip and npu-smi sample during each block
     outputs/<sha256>.mp4     the returned MP4s, named by their content hash
     logs/<name>              server logs, copied in at the end of each block
+    profiles/<block>/...     profiler traces of the profiled request (h3bench.profiling)
     verdict.json             written once
     quality/<version>.json   one result per validator version, beside the older ones
     final.json               written once at close: end time, outcome, and the SHA-256
@@ -56,7 +58,7 @@ __all__ = ["DEFAULT_ROOT", "FORMAT", "LIFECYCLE", "SAMPLES", "SAMPLE_KINDS", "SE
 
 FORMAT = "h3bench-evidence/1"
 DEFAULT_ROOT = "h3bench-evidence"
-SAMPLE_KINDS = ("warmup", "measured", "audit")
+SAMPLE_KINDS = ("warmup", "measured", "audit", "profile")
 
 MANIFEST = "manifest.json"
 SAMPLES = "samples.jsonl"
@@ -70,6 +72,7 @@ ADDENDA = "addenda.jsonl"
 OUTPUTS = "outputs"
 LOGS = "logs"
 QUALITY = "quality"
+PROFILES = "profiles"
 
 OUTPUT_NAME = re.compile(r"([0-9a-f]{64})\.mp4")
 
@@ -279,13 +282,17 @@ class Bundle:
         }
         self._write_once_sealed(segment + FINAL, final)
 
-    def close(self, error: str | None = None, *, interrupted: str | None = None) -> None:
+    def close(
+        self, error: str | None = None, *, interrupted: str | None = None, results: Mapping[str, Any] | None = None
+    ) -> None:
         """Seal the bundle: write ``final.json`` with the end time, outcome and file hashes.
 
         Safe to call twice; a no-op on a bundle that is already sealed. The
         outcome is ``completed``; ``aborted`` with ``error`` (an exception in
         the writer); or ``interrupted`` with the reason (Ctrl-C, a signal, an
         internal error, a session stopped before its blocks had run).
+        ``results`` are more keys of final.json: the held-out results and the
+        acceptance (:mod:`h3bench.research`).
         """
         if self._state is not _State.WRITING:
             return
@@ -295,6 +302,7 @@ class Bundle:
             "outcome": outcome,
             "error": error,
             "interrupted": interrupted,
+            **(results or {}),
             "files": {rel: digest.to_dict() for rel, digest in sorted(self._written.items())},
         }
         self._write_once_sealed(self.segment + FINAL, final)
@@ -369,6 +377,15 @@ class Bundle:
             raise EvidenceError(f"{src_path}: no such log file to store as {relpath}", path=str(src_path))
         self._write_once(relpath, files.read_chunks(src_path))
         return relpath
+
+    def store_profile(self, src: _PathLike, name: str) -> tuple[str, dict[str, Any]]:
+        """Copy a profiler trace into ``profiles/<name>`` (``<block>/<file>``); its relpath, SHA-256 and size."""
+        parts = [files.safe_name(part, "profile name", self.path) for part in name.split("/")]
+        relpath = f"{self.segment}{PROFILES}/" + "/".join(parts)
+        self._require_writing(relpath)
+        (self.path / relpath).parent.mkdir(parents=True, exist_ok=True)
+        self._write_once(relpath, files.read_chunks(Path(src)))
+        return relpath, self._written[relpath].to_dict()
 
     def write_verdict(self, verdict: dict[str, Any]) -> None:
         """Write ``verdict.json`` (of this segment), once."""

@@ -108,7 +108,16 @@ class Contents:
     worst: dict[str, WorstPair]  # candidate → its worst pair (absent when no pair was measured)
     telemetry: tuple[dict[str, Any], ...] | None  # None: the bundle has no telemetry.jsonl
     profiles: tuple[Sample, ...]
+    profile_traces: tuple[str, ...]  # per profiled request: its trace files and the profiler's note
     lpips_detail: str | None  # how LPIPS was (or was not) measured, from the stored checks
+
+
+def _traces(record: dict[str, Any]) -> str:
+    """A profiled request's stored trace files and what the server said (h3bench.profiling)."""
+    traces = record.get("traces") or []
+    note = (record.get("profiler") or {}).get("note") or ""
+    stored = f"{len(traces)} file(s), {sum(int(t.get('size', 0)) for t in traces)} bytes" if traces else "none"
+    return f"{stored}; {note}" if note else stored
 
 
 def _version_key(version: str) -> list[Any]:
@@ -164,6 +173,7 @@ def read_contents(path: str | os.PathLike[str]) -> Contents:
         worst=worst,
         telemetry=_telemetry(bundle),
         profiles=tuple(Sample.from_record(r) for r in bundle.samples("profile")),
+        profile_traces=tuple(_traces(r) for r in bundle.samples("profile")),
         lpips_detail=_lpips_detail(quality),
     )
 

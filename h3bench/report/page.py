@@ -305,11 +305,11 @@ def profile_section(contents: Contents) -> str:
     # Upstream's stage keys first, then whatever else the profiler reported (denoise_step, for one).
     reported = {k for s in contents.profiles for k in s.stage_durations}
     keys = [k for k in STAGE_KEYS if k in reported] + sorted(reported - set(STAGE_KEYS))
-    rows = [[_e(s.block_id), str(s.index), _num(s.e2e_s, 3), *(_num(s.stage_durations.get(k), 4) for k in keys)]
-            for s in contents.profiles]
-    header = ["block", "request", "E2E (s)", *(k.removeprefix(STAGE_PREFIX) for k in keys)]
+    rows = [[_e(s.block_id), str(s.index), _num(s.e2e_s, 3), *(_num(s.stage_durations.get(k), 4) for k in keys),
+             _e(traces)] for s, traces in zip(contents.profiles, contents.profile_traces, strict=True)]
+    header = ["block", "request", "E2E (s)", *(k.removeprefix(STAGE_PREFIX) for k in keys), "traces"]
     return _section("profile", "<p>Seconds per profiler stage; nested stages (denoise_step, *.decode_latent) are "
-                               "inside their parents.</p>" + _table(header, rows, numeric=range(1, len(header))))
+                               "inside their parents.</p>" + _table(header, rows, numeric=range(1, len(header) - 1)))
 
 
 def render_page(contents: Contents, figures: Sequence[Figure], notes: Mapping[str, Sequence[str]], generated: str) -> str:

@@ -14,16 +14,16 @@ from typing import Annotated, Any
 
 from pydantic import Discriminator, Field, StrictStr, Tag
 
-from h3bench.runspec.base import Frozen
+from h3bench.runspec.attribution import Attributed, Attribution
 from h3bench.runspec.launch import PLACEHOLDERS, Args, Environment, command_from
 from h3bench.runspec.vllm import VllmArm
 
-__all__ = ["ARM_TAGS", "BASELINE", "PLACEHOLDERS", "ArgvArm", "Arm"]
+__all__ = ["ARM_TAGS", "BASELINE", "PLACEHOLDERS", "ArgvArm", "Arm", "Attribution"]
 
 BASELINE = "baseline"
 
 
-class ArgvArm(Frozen):
+class ArgvArm(Attributed):
     """One server configuration, written as its command.
 
     ``argv`` is the server command; ``{host}``, ``{port}``, ``{model}`` and
@@ -31,6 +31,9 @@ class ArgvArm(Frozen):
     braces, such as JSON configs, are literal. ``env`` is added to the
     launcher's environment. ``sim`` is the simulator profile, kept opaque
     here and validated by the simulator.
+
+    A candidate also records why it exists (``hypothesis``, ``source``,
+    ``combination_of``: :mod:`h3bench.runspec.attribution`).
     """
 
     description: Annotated[StrictStr, Field(min_length=1)]

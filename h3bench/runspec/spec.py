@@ -47,12 +47,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
 
-from pydantic import Field, PrivateAttr, StrictStr, ValidationError, field_validator, model_validator
+from pydantic import Field, PrivateAttr, StrictBool, StrictStr, ValidationError, field_validator, model_validator
 
 from h3bench.errors import RunSpecError
 from h3bench.hashing import sha256_file
 from h3bench.runspec.arms import ARM_TAGS, BASELINE, Arm
 from h3bench.runspec.base import Frozen, raise_at
+from h3bench.runspec.research import Heldout, diagnostic_reasons, research_problems
 from h3bench.runspec.tables import UNPINNED, Gates, Hardware, Hints, Inputs, Model, Protocol, Source, Workload
 from h3bench.scrub import Scrubber
 
@@ -75,6 +76,11 @@ class RunSpec(Frozen):
     protocol: Protocol
     gates: Gates = Gates()
     hints: Hints | None = None
+    # Research (h3bench.runspec.research): what kind of run, the final combination, held-out checks.
+    diagnostic: StrictBool = False
+    final: StrictStr | None = None
+    original_baseline: StrictStr | None = None
+    heldout: Heldout | None = None
 
     # Where the spec came from; neither is part of the id.
     _spec_dir: Path | None = PrivateAttr(default=None)
@@ -129,6 +135,7 @@ class RunSpec(Frozen):
                 for duration in sorted(set(per_duration) - durations):
                     message = f"{duration!r} is not one of the workload's durations {sorted(durations)}"
                     problems.append((("hints", "e2e_s", hinted, duration), message, duration))
+        problems += research_problems(self)
         raise_at(problems, "RunSpec")
         return self
 
@@ -159,6 +166,16 @@ class RunSpec(Frozen):
             values["source.image_digest"] = self.source.image_digest
         return tuple(path for path, value in values.items() if value == UNPINNED)
 
+    @property
+    def diagnostic_reasons(self) -> tuple[str, ...]:
+        """Why every run of this spec is DIAGNOSTIC; empty when it can be formal."""
+        return tuple(diagnostic_reasons(self))
+
+    @property
+    def final_control(self) -> str:
+        """The arm the final combination is compared with directly: ``original_baseline``, else the baseline."""
+        return self.original_baseline or BASELINE
+
     # ---- arms
 
     @property
@@ -167,8 +184,8 @@ class RunSpec(Frozen):
 
     @property
     def candidates(self) -> tuple[str, ...]:
-        """Names of every arm except ``baseline``, in declaration order."""
-        return tuple(name for name in self.arms if name != BASELINE)
+        """Names of every arm except ``baseline`` and the ``original_baseline``, in declaration order."""
+        return tuple(name for name in self.arms if name not in (BASELINE, self.original_baseline))
 
     # ---- inputs
 

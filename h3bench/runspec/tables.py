@@ -125,7 +125,10 @@ class Protocol(Frozen):
     ``async`` (a job, polled; its progress shows while an hour-long request
     runs, at the cost of up to 100 ms of polling in E2E). On NPU hosts,
     ``npu-smi`` is sampled every ``telemetry_interval_s`` while a block's
-    server runs (:mod:`h3bench.telemetry`).
+    server runs (:mod:`h3bench.telemetry`). With ``profile``, every server
+    is started with a profiler directory and one extra, unmeasured request per
+    arm and duration runs between ``/start_profile`` and ``/stop_profile``
+    (:mod:`h3bench.profiling`).
     """
 
     order: StrictStr = "ABBAABBA"
@@ -141,6 +144,7 @@ class Protocol(Frozen):
     telemetry_interval_s: _Positive = 10.0
     lossless_baseline_blocks: Annotated[StrictInt, Field(ge=0)] | None = None
     anchored_order: StrictStr = "BABBAB"
+    profile: StrictBool = False
 
     @field_validator("order")
     @classmethod

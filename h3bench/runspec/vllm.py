@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr, field_validator, model_validator
 
+from h3bench.runspec.attribution import Attributed
 from h3bench.runspec.base import Frozen, raise_at
 from h3bench.runspec.launch import Args, DeviceIds, Environment, command_from
 from h3bench.runspec.vllm_rules import (
@@ -116,13 +117,14 @@ class Profiler(Frozen):
     torch_dir: Annotated[StrictStr, Field(pattern=r"^/")] | None = None
 
 
-class VllmArm(Frozen):
+class VllmArm(Attributed):
     """One vLLM-Omni server configuration, built into its ``vllm serve`` command.
 
     ``device_ids`` are the physical NPUs the server gets: ``--num-gpus`` is
     their count and ``ASCEND_RT_VISIBLE_DEVICES`` lists them.
     ``extra_args`` pass flags h3bench does not model; a flag that a field
-    builds, or whose rules h3bench checks, is refused there.
+    builds, or whose rules h3bench checks, is refused there. A candidate
+    records why it exists (:mod:`h3bench.runspec.attribution`).
     """
 
     type: Literal["vllm"]

@@ -22,6 +22,7 @@ import sys
 import types
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from h3bench.errors import H3BenchError, UsageError
@@ -77,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one (default: %(default)s)")
     parser.add_argument("--profile", metavar="FILE.toml", help="load the arm profile from this TOML file")
     parser.add_argument("--profile-table", metavar="TABLE", help="table inside --profile, e.g. arms.baseline.sim")
+    parser.add_argument("--profiler-config", metavar="JSON",
+                        help='vLLM\'s profiler config, {"profiler": "torch", "torch_profiler_dir": DIR}: '
+                             "enables POST /start_profile and /stop_profile, which write Chrome traces into DIR")
     group = parser.add_argument_group("profile", "single profile fields (modelled seconds are × time_scale)")
     for name, info in SimProfile.model_fields.items():
         flag = "--" + name.replace("_", "-")
@@ -86,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
         common: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_text}
         if kind is bool:
             group.add_argument(flag, action=argparse.BooleanOptionalAction, **common)
+        elif kind is list:
+            group.add_argument(flag, type=int, nargs="*", metavar="N", **common)
         elif kind is tuple:
             group.add_argument(flag, type=_anchors, metavar="AT_5S,AT_15S", **common)
         else:
@@ -100,6 +106,7 @@ class SimArgs:
     host: str
     port: int
     profile: SimProfile
+    profiler_dir: Path | None = None  # from --profiler-config
 
 
 def parse_args(argv: list[str] | None = None) -> SimArgs:
@@ -113,9 +120,15 @@ def parse_args(argv: list[str] | None = None) -> SimArgs:
         without ``--profile``. argparse exits 2 on a malformed command line.
     """
     from h3bench.sim.profile import SimProfile, load_profile, parse_profile
+    from h3bench.sim.profiler import parse_profiler_config
 
     options = vars(build_parser().parse_args(argv))
     host, port = options.pop("host"), options.pop("port")
+    profiler_config = options.pop("profiler_config")
+    try:
+        profiler_dir = parse_profiler_config(profiler_config) if profiler_config is not None else None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
     path, table = options.pop("profile"), options.pop("profile_table")
     if table is not None and path is None:
         raise UsageError("--profile-table needs --profile")
@@ -127,7 +140,7 @@ def parse_args(argv: list[str] | None = None) -> SimArgs:
     else:
         base = SimProfile()
     profile = parse_profile({**base.model_dump(), **options}, source="command line") if options else base
-    return SimArgs(host, port, profile)
+    return SimArgs(host, port, profile, profiler_dir)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,4 +158,4 @@ def main(argv: list[str] | None = None) -> int:
 
     from h3bench.sim.app import serve
 
-    return serve(args.host, args.port, args.profile)
+    return serve(args.host, args.port, args.profile, profiler_dir=args.profiler_dir)

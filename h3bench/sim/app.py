@@ -46,6 +46,7 @@ from h3bench.errors import ServerStartError
 from h3bench.sim.jobs import Simulator
 from h3bench.sim.pool import WorkerPool
 from h3bench.sim.profile import SimProfile
+from h3bench.sim.profiler import Profiler, profiler_router
 from h3bench.sim.routes import SYNC_TIMEOUT_ENV, error_body, router
 from h3bench.sim.worker import LOG_FORMAT, WorkerConfig
 
@@ -69,10 +70,16 @@ async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
 
 
 def create_app(
-    profile: SimProfile, pool: WorkerPool, storage: Path, *, process_seed: int, sync_timeout_s: float
+    profile: SimProfile, pool: WorkerPool, storage: Path, *, process_seed: int, sync_timeout_s: float,
+    profiler_dir: Path | None = None,
 ) -> FastAPI:
-    """The FastAPI app over a started :class:`WorkerPool`; outputs live in ``storage``."""
+    """The FastAPI app over a started :class:`WorkerPool`; outputs live in ``storage``.
+
+    With ``profiler_dir`` (``--profiler-config``) the profiler routes exist, as upstream's do only then.
+    """
     simulator = Simulator(profile, pool, storage, process_seed=process_seed, sync_timeout_s=sync_timeout_s)
+    if profiler_dir is not None:
+        simulator.engine.profiler = Profiler(profiler_dir)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
@@ -87,6 +94,10 @@ def create_app(
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.include_router(router)
+    if simulator.engine.profiler is not None:
+        log.warning("Profiler endpoints are enabled (traces in %s)", profiler_dir)
+        app.state.profiler = simulator.engine.profiler
+        app.include_router(profiler_router)
     return app
 
 
@@ -150,7 +161,7 @@ async def _run(server: uvicorn.Server, sock: socket.socket, pool: WorkerPool) ->
     await serving
 
 
-def serve(host: str, port: int, profile: SimProfile) -> int:
+def serve(host: str, port: int, profile: SimProfile, *, profiler_dir: Path | None = None) -> int:
     """Run the simulator until SIGTERM or SIGINT; return the process's exit code.
 
     Binds first (so a taken port fails fast, as vLLM does), spawns and waits
@@ -195,7 +206,8 @@ def serve(host: str, port: int, profile: SimProfile) -> int:
     exit_code = 0
     try:
         pool.start(timeout=profile.load_s * profile.time_scale + 120.0)
-        app = create_app(profile, pool, storage, process_seed=process_seed, sync_timeout_s=_sync_timeout())
+        app = create_app(profile, pool, storage, process_seed=process_seed, sync_timeout_s=_sync_timeout(),
+                         profiler_dir=profiler_dir)
         config = uvicorn.Config(
             app, log_config=None, access_log=False, lifespan="on", timeout_graceful_shutdown=_GRACEFUL_SHUTDOWN_S
         )

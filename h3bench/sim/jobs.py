@@ -40,6 +40,7 @@ from h3bench.sim.content import ContentSpec, content_key
 from h3bench.sim.forms import SimRequest
 from h3bench.sim.pool import WorkerPool
 from h3bench.sim.profile import SimProfile
+from h3bench.sim.profiler import Profiler
 from h3bench.sim.shape import resolve_shape
 from h3bench.sim.worker import GenerationError, WorkerJob, WorkerResult, now
 
@@ -133,6 +134,7 @@ class Engine:
         self._lock = asyncio.Lock()
         self._count = 0
         self._cache: dict[bytes, tuple[Path, WorkerResult]] = {}
+        self.profiler: Profiler | None = None  # with --profiler-config (h3bench.sim.profiler)
 
     async def generate(self, request: SimRequest, request_id: str, output: Path) -> WorkerResult:
         spec = content_of(request)
@@ -141,6 +143,7 @@ class Engine:
             shutil.copyfile(cached[0], output)
             log.warning("request %s: answered from the output cache (cache_outputs)", request_id)
             return cached[1]
+        started = time.time()
         async with self._lock:
             if self.pool.dead_reason is not None:
                 raise GenerationError(f"engine is dead: {self.pool.dead_reason}")
@@ -159,6 +162,7 @@ class Engine:
                 fail=nth == profile.fail_request,
                 crash_rank=profile.workers - 1 if nth == profile.crash_request else None,
                 hang=nth == profile.hang_request,
+                extra_video_noise=profile.degrade_video_noise if request.seed in profile.degrade_seeds else 0.0,
             )
             log.info(
                 "request %s: started (request %d: %d frames at %dx%d; modelled %.3f s)",
@@ -171,6 +175,8 @@ class Engine:
                 # The workers finish anyway; nobody will fetch the file.
                 future.add_done_callback(lambda _: output.unlink(missing_ok=True))
                 raise
+        if self.profiler is not None:
+            self.profiler.record(request_id, started, result.stage_durations)
         if profile.cache_outputs:
             kept = self.storage / f"cache-{spec.key.hex()}.mp4"
             shutil.copyfile(output, kept)

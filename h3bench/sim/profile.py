@@ -97,6 +97,10 @@ class SimProfile(BaseModel):
         None, description="seed of jitter and run-to-run noise; default random per process, logged"
     )
     cache_outputs: StrictBool = Field(False, description="cheat: answer repeated requests from a cache at once")
+    # A fault that shows only at some seeds: the formal seed can pass while held-out seeds fail.
+    degrade_seeds: list[Annotated[StrictInt, Field(ge=0)]] = Field(
+        default_factory=list, description="request seeds whose output gets degrade_video_noise")
+    degrade_video_noise: _NonNegative = Field(12.0, description="Gaussian sigma added at the degrade_seeds")
 
     # Failure injection.
     startup_error: StrictStr | None = Field(None, description="worker 0 fails at startup with this message")

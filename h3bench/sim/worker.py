@@ -39,7 +39,9 @@ that ignores both the stop request and SIGTERM.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import math
 import os
 import shutil
 import signal
@@ -111,6 +113,7 @@ class WorkerJob:
     fail: bool = False  # rank 0 raises after encode_prompt
     crash_rank: int | None = None  # this rank SIGKILLs itself halfway through the DiT loop
     hang: bool = False  # rank 0 stops halfway through the DiT loop and never resumes
+    extra_video_noise: float = 0.0  # this request's seed degrades (profile degrade_seeds)
 
 
 @dataclass(frozen=True)
@@ -264,7 +267,11 @@ class _Render(threading.Thread):
 def _run(job: WorkerJob, config: WorkerConfig, renders: _Renders) -> WorkerResult | None:
     """Run one request on this rank; rank 0 returns the result, the others None."""
     rank, plan = config.rank, job.plan
-    renderer = _Render(job, config.perturbation, renders) if rank == 0 else None
+    perturbation = config.perturbation
+    if job.extra_video_noise:  # independent Gaussian noises add in quadrature
+        perturbation = dataclasses.replace(
+            perturbation, video_noise=math.hypot(perturbation.video_noise, job.extra_video_noise))
+    renderer = _Render(job, perturbation, renders) if rank == 0 else None
     if renderer is not None:
         renderer.start()
     stages = _Stages(job.started)
