@@ -73,7 +73,8 @@ def test_allow_underpowered_runs_it_as_a_diagnostic_run_that_says_why(pytester):
     result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "--allow-underpowered")
 
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*DIAGNOSTIC run (--allow-underpowered): not a formal result; protocol.order = 'AB'*"])
+    result.stdout.fnmatch_lines(["*DIAGNOSTIC run: not a campaign result; --allow-underpowered: the design cannot reach*",
+                                 "*underpowered: protocol.order = 'AB' cannot reach a speed verdict*"])
     (bundle,) = (pytester.path / "evidence").glob("*/manifest.json")
     run = json.loads(bundle.read_text())["run"]
     assert run["kind"] == "DIAGNOSTIC" and run["underpowered"][0].startswith("protocol.order = 'AB'")
