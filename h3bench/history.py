@@ -64,7 +64,9 @@ class Series:
     def title(self) -> str:
         workload = json.loads(self.workload)
         launch = json.loads(self.command)
-        argv = " ".join(launch.get("argv", [])) or json.dumps(launch.get("vllm"))
+        # The recorded argv; a bundle without a launch record names the arm's options instead.
+        argv = " ".join(launch.get("argv", [])) or json.dumps({k: v for k, v in launch.items() if k != "env"},
+                                                              sort_keys=True)
         short = argv if len(argv) <= 70 else argv[:67] + "..."
         return (f"{self.hardware} · {self.duration} s · {workload.get('size')} {workload.get('fps')} fps "
                 f"{workload.get('steps')} steps · baseline: {short}")

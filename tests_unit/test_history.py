@@ -105,7 +105,7 @@ def test_a_bundle_that_does_not_verify_or_is_diagnostic_is_skipped_and_named(tmp
     if damage == "tampered":
         samples = bundles[3] / "samples.jsonl"
         samples.write_text(samples.read_text().replace('"e2e_s":1', '"e2e_s":2', 1))
-        expected = f"skipped {bundles[3]}: {bundles[3]}: does not verify, so it is not read: samples.jsonl: changed"
+        expected = f"skipped {bundles[3]}: {bundles[3]} does not verify, so it is not read: samples.jsonl: changed"
     else:
         write_bundle(tmp_path / "evidence", npu_spec(), lambda block, i: 50.0, started_at="2026-10-30T08:00:00.000Z",
                      run_kind="DIAGNOSTIC")

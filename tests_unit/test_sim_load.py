@@ -33,7 +33,7 @@ import pytest
 
 from h3bench.review import Review
 from h3bench.settings import Settings
-from tests_unit.campaign_project import write_campaign
+from tests_unit.campaign_project import bundles_in, write_campaign
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]
 
@@ -61,7 +61,8 @@ def start_campaign(root: Path, durations: tuple[int, ...], candidates: dict) -> 
     root.mkdir()
     spec = write_campaign(root, durations=durations, size="384x224", baseline=BASELINE, candidates=candidates,
                           protocol={"order": "ABBAABBA", "request_timeout_s": 60.0})
-    env = {**os.environ, "H3BENCH_DEVICE_LOCK": str(root / "devices.lock")}
+    # Its own device lock; no LPIPS weights (the spec does not require them): this test is about latency.
+    env = {**os.environ, "H3BENCH_DEVICE_LOCK": str(root / "devices.lock"), "H3BENCH_CACHE_DIR": str(root / "cache")}
     argv = [sys.executable, "-m", "pytest", "--runspec", str(spec), "--evidence-dir", str(root / "evidence"),
             "-p", "no:cacheprovider"]
     return subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -76,7 +77,7 @@ def test_a_10_percent_faster_profile_measures_0_9_and_an_identical_one_is_not_ju
 
     reviews, verdicts = {}, {}
     for name in CAMPAIGNS:
-        (bundle,) = (tmp_path / name / "evidence").iterdir()
+        (bundle,) = bundles_in(tmp_path / name / "evidence")
         reviews[name] = Review.from_bundle(bundle, Settings(None))
         verdicts[name] = json.loads((bundle / "verdict.json").read_text())["candidates"]
     for duration in (5, 15):

@@ -196,6 +196,8 @@ SPACE_MARGIN = 1.5
 def require_writable(root: Path, need_bytes: float) -> None:
     """Check that bundles can be made under ``root`` and that its file system has ``need_bytes`` (with a margin).
 
+    Where ``root`` does not exist yet, its nearest existing ancestor is checked.
+
     Raises
     ------
     UsageError
@@ -203,15 +205,18 @@ def require_writable(root: Path, need_bytes: float) -> None:
     """
     from h3bench.errors import UsageError
 
+    # The directory itself is made by the first block: a session that runs nothing (--collect-only) writes nothing.
+    existing = next(p for p in (root, *root.parents) if p.exists())
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(prefix=".h3bench-write-check-", dir=root)
+        if not existing.is_dir():
+            raise NotADirectoryError(20, "Not a directory", str(existing))
+        fd, probe = tempfile.mkstemp(prefix=".h3bench-write-check-", dir=existing)
         os.close(fd)
         os.unlink(probe)
     except OSError as exc:
         raise UsageError(f"the evidence directory {root} cannot be written ({exc.strerror or exc}); "
                          "choose another with --evidence-dir, nothing was started") from exc
-    free = shutil.disk_usage(root).free
+    free = shutil.disk_usage(existing).free
     if free < need_bytes * SPACE_MARGIN:
         raise UsageError(f"the evidence directory {root} has {free / 1e6:.0f} MB free, but the plan estimates "
                          f"{need_bytes / 1e6:.0f} MB for this campaign's outputs ({need_bytes * SPACE_MARGIN / 1e6:.0f} "
