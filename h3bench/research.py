@@ -114,8 +114,8 @@ def _ratio(review: Review, duration: float, series: str) -> tuple[float, str] | 
 
 def _effect_lines(review: Review, verdicts: dict[str, CandidateVerdict], heldout: dict[str, Any]) -> list[str]:
     spec = review.spec
-    lines = ["research: each effect measured directly in its own AB/BA blocks (ratio candidate/control, 95 % "
-             "interval); effects from separate cohorts are never added or multiplied into a result"]
+    lines = ["research: each effect measured directly in its own AB/BA blocks (ratio candidate/control with its "
+             "bounds); effects from separate cohorts are never added or multiplied into a result"]
     for duration in spec.workload.durations:
         for series in series_of(spec):
             measured = _ratio(review, duration, series.name)
@@ -166,8 +166,9 @@ def research_lines(review: Review, heldout: dict[str, Any] | None, accepted: dic
         for name, item in accepted["candidates"].items():
             lines.append(f"candidate {name}: {'accepted' if item['accepted'] else 'rejected'}: "
                          f"{'; '.join(item['reasons'])}")
-        lines.append(f"campaign acceptance (final {accepted['final']}): "
-                     f"{'ACCEPTED' if accepted['accepted'] else 'NOT accepted'}: {'; '.join(accepted['reasons'])}")
+        if accepted["final"] is not None:  # without a final combination there is no campaign to accept
+            lines.append(f"campaign acceptance (final {accepted['final']}): "
+                         f"{'ACCEPTED' if accepted['accepted'] else 'NOT accepted'}: {'; '.join(accepted['reasons'])}")
     lines += _profile_lines(review)
     return lines
 

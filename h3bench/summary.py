@@ -10,8 +10,9 @@ then every verdict.
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from h3bench.h3 import TOP_LEVEL_STAGES, mux_and_transfer_s
@@ -22,6 +23,7 @@ from h3bench.scrub import Scrubber
 from h3bench.stats import PERCENTILES, percentile
 
 if TYPE_CHECKING:
+    from h3bench.judging import PairOutcome
     from h3bench.review import Review
 
 __all__ = ["extra_info", "report_header", "stage_medians", "summary_lines"]
@@ -47,6 +49,26 @@ def report_header(review: Review, arms: str, evidence: str) -> list[str]:
 
 
 DERIVED_STAGE = "mux+transfer (derived)"
+
+
+# Which way each gate's value gets worse: the lowest, the highest, or the farthest from 1 (on a log scale).
+_WORST: dict[str, Callable[[float], float]] = {
+    "ssim": lambda v: -v, "psnr_db": lambda v: -v, "lpips": lambda v: v, "audio_spectral_cosine": lambda v: -v,
+    "audio_rms_ratio": lambda v: abs(math.log(v)) if v > 0 else math.inf,
+}
+
+
+def worst_gate_values(pairs: Iterable[PairOutcome]) -> str:
+    """Each gate's worst measured value over the matched pairs, with its threshold: ``lpips 0.0123 (<= 0.2)``."""
+    checks = [c for p in pairs for c in p.result.get("checks", ()) if c.get("name") in _WORST]
+    parts = []
+    for name, badness in _WORST.items():
+        found = [(c["value"], c.get("threshold", "")) for c in checks
+                 if c["name"] == name and isinstance(c.get("value"), (int, float))]
+        if found:
+            value, threshold = max(found, key=lambda item: badness(item[0]))
+            parts.append(f"{name} {value:.4g} ({threshold})")
+    return ", ".join(parts)
 
 
 def stage_median_values(samples: Iterable[Sample]) -> tuple[dict[str, float], int]:
@@ -123,6 +145,9 @@ def summary_lines(review: Review) -> list[str]:
             lines += _reasons(f"speed {d.speed}", d.speed_reasons)
             lines += [f"  warmup: {check.describe()}" for check in d.warmup_flags]
             lines.append(f"  quality {d.to_dict()['quality']} over {d.quality_pairs} matched pairs")
+            worst = worst_gate_values(review.judge.pairs_of(candidate, duration))
+            if worst:
+                lines.append(f"      worst over the pairs: {worst}")
             if d.lossless is not None:
                 lines += _reasons(f"lossless {d.lossless.outcome}", d.lossless.reasons)
     anchored = " (candidate-only run: speed against today's anchor blocks)" if review.stored_baseline else ""
