@@ -10,7 +10,6 @@ from typing import Any
 
 from h3bench.errors import UsageError
 from h3bench.ledger import DEFAULT_LEDGER, add_bundle, read_ledger, verify_ledger
-from h3bench.ledger_entry import NOT_RUN
 
 __all__ = ["configure_history", "configure_ledger", "ledger_table", "run_history", "run_ledger"]
 
@@ -38,6 +37,8 @@ def _effect_text(effect: dict[str, Any]) -> str:
 
 
 def _outcome_text(value: Any) -> str:
+    from h3bench.ledger_entry import NOT_RUN
+
     return "not run" if value == NOT_RUN else str(value.get("verdict")) if isinstance(value, dict) else str(value)
 
 

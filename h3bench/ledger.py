@@ -37,8 +37,6 @@ from typing import Any
 import h3bench
 from h3bench.errors import EvidenceError, UsageError
 from h3bench.evidence import files
-from h3bench.ledger_entry import entries_of
-from h3bench.stored import open_verified
 
 __all__ = ["DEFAULT_LEDGER", "GENESIS", "Added", "LedgerReport", "add_bundle", "entry_hash", "read_ledger",
            "verify_ledger"]
@@ -116,6 +114,9 @@ def add_bundle(bundle: str | Path, ledger: str | Path) -> Added:
     UsageError
         The bundle is DIAGNOSTIC, or its ``final.json`` is already in the ledger.
     """
+    from h3bench.ledger_entry import entries_of  # stats and the spec load only when a bundle is read
+    from h3bench.stored import open_verified
+
     stored = open_verified(bundle)
     new = entries_of(stored)
     path = Path(ledger)
@@ -200,6 +201,9 @@ def verify_ledger(ledger: str | Path, bundle_dirs: Sequence[str | Path] = ()) ->
     ``final.json`` hash compared with the entry's, and the entry derived again
     from it and compared field by field (the entry's format permitting).
     """
+    from h3bench.ledger_entry import entries_of  # stats and the spec load only when a bundle is read
+    from h3bench.stored import open_verified
+
     path = Path(ledger)
     if not path.is_file():
         raise UsageError(f"{path}: no such ledger file")
