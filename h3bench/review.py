@@ -67,9 +67,13 @@ class Review:
                            lossless_flag=settings.lossless)
 
     @classmethod
-    def from_bundle(cls, path: str | Path, settings: Settings) -> Review:
-        """Review a stored bundle under its own spec, once it verifies (EvidenceError naming the files otherwise)."""
-        require_verified(path, "it is not read")
+    def from_bundle(cls, path: str | Path, settings: Settings, *, verified: bool = False) -> Review:
+        """Review a stored bundle under its own spec, once it verifies (EvidenceError naming the files otherwise).
+
+        ``verified``: the caller has just verified it (the report), so it is not hashed twice.
+        """
+        if not verified:
+            require_verified(path, "it is not read")
         bundle = Bundle.open(path)
         spec = parse_runspec(bundle.manifest["spec"], source=f"{path}/manifest.json")
         review = cls(spec, settings, bundle_path=bundle.path)

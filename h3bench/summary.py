@@ -10,12 +10,12 @@ then every verdict.
 
 from __future__ import annotations
 
-import math
 import statistics
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from h3bench.h3 import TOP_LEVEL_STAGES, mux_and_transfer_s
+from h3bench.lossless import DEVIATIONS
 from h3bench.ports import LOCALHOST
 from h3bench.records import BlockResult, Sample
 from h3bench.runspec import RunSpec
@@ -51,18 +51,12 @@ def report_header(review: Review, arms: str, evidence: str) -> list[str]:
 DERIVED_STAGE = "mux+transfer (derived)"
 
 
-# Which way each gate's value gets worse: the lowest, the highest, or the farthest from 1 (on a log scale).
-_WORST: dict[str, Callable[[float], float]] = {
-    "ssim": lambda v: -v, "psnr_db": lambda v: -v, "lpips": lambda v: v, "audio_spectral_cosine": lambda v: -v,
-    "audio_rms_ratio": lambda v: abs(math.log(v)) if v > 0 else math.inf,
-}
-
-
 def worst_gate_values(pairs: Iterable[PairOutcome]) -> str:
     """Each gate's worst measured value over the matched pairs, with its threshold: ``lpips 0.0123 (<= 0.2)``."""
-    checks = [c for p in pairs for c in p.result.get("checks", ()) if c.get("name") in _WORST]
+    # The worst value deviates most from its baseline, as the lossless test measures deviations.
+    checks = [c for p in pairs for c in p.result.get("checks", ()) if c.get("name") in DEVIATIONS]
     parts = []
-    for name, badness in _WORST.items():
+    for name, badness in DEVIATIONS.items():
         found = [(c["value"], c.get("threshold", "")) for c in checks
                  if c["name"] == name and isinstance(c.get("value"), (int, float))]
         if found:

@@ -148,7 +148,8 @@ def read_contents(path: str | os.PathLike[str]) -> Contents:
         raise UsageError(f"{path}: not an evidence bundle directory")
     verified = _refuse_unverified(path)
     # The report judges nothing itself, so no LPIPS settings: the stored results are shown as they are.
-    review = Review.from_bundle(path, Settings.for_bundle(path, lossless=False, lpips_dir=None, lpips_device="cpu"))
+    review = Review.from_bundle(path, Settings.for_bundle(path, lossless=False, lpips_dir=None, lpips_device="cpu"),
+                                verified=True)
     bundle = review.bundle
     versions = tuple(sorted(bundle.quality_versions(), key=_version_key))
     quality = bundle.read_quality(versions[-1]) if versions else {}
