@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from h3bench import h3, media
+from h3bench import cli, h3, media
 from h3bench.cli import main
 from tests_unit import mediagen
 
@@ -269,6 +269,16 @@ def test_sim_gets_every_argument_after_its_name(capsys):
     assert capsys.readouterr().out.startswith("usage: h3bench sim")
     assert main(["sim", "--port", "not-a-port"]) == 2
     assert "argument --port: invalid int value: 'not-a-port'" in capsys.readouterr().err
+
+
+def test_the_executable_returns_mains_code_and_leaves_the_last_collection_to_the_exit(monkeypatch, capsys):
+    # gc.freeze spares the ending process the finalisation of numba's compiled code; the code is main's.
+    frozen = []
+    monkeypatch.setattr(cli.gc, "freeze", lambda: frozen.append(True))
+    monkeypatch.setattr(sys, "argv", ["h3bench", "compare", "--expect-seconds", "99", "a", "b"])
+    assert cli.console() == 2
+    assert "invalid duration '99'" in capsys.readouterr().err
+    assert frozen == [True]
 
 
 # --- real subprocesses -----------------------------------------------------------------------

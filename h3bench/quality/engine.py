@@ -262,26 +262,23 @@ class Engine:
     ) -> Generator[media.DecodedFrame | _End, None, None]:
         """Runs on the file's own thread: its frames, then one :class:`_End`.
 
-        When all of the file's pairs trim its audio alike, its spectra are
-        computed here too, in parallel with the other files' work.
+        The audio comes first: decoding it and computing its spectra (when all
+        of the file's pairs trim it alike) fill the time in which the
+        consumer is still loading the SSIM kernel, and the PCM is small.
         """
         try:
             has_video, has_audio = media.streams_of(file.path)
+            pcm, audio = media.read_audio(file.path) if has_audio else (None, None)
+            spectra = _file_spectra(pcm, audio, seconds)
             video = sha = None
             if has_video:
                 reader = media.VideoReader(file.path, rgb=rgb, hash_planes=self.digests)
                 yield from reader
                 video, sha = reader.info, reader.sha256
-            pcm, audio = media.read_audio(file.path) if has_audio else (None, None)
             info = media.MediaInfo(file.path, os.path.getsize(file.path), video, audio)
         except MediaDecodeError as exc:
             yield _End(None, str(exc))
             return
-        spectra = None
-        if pcm is not None and audio is not None and len(seconds) == 1:
-            (expect,) = seconds
-            count = audio_trim_count(audio, expected_shape(expect) if expect is not None else None)
-            spectra = _spectra_of(pcm, count)
         yield _End(info, None, pcm, sha, spectra)
 
     def _stream(self, pairs: list[_Pair], files: list[_File], streams: dict[int, Any], *, lpips: bool) -> None:
@@ -402,6 +399,16 @@ class Engine:
             if count not in file.spectra:
                 file.spectra[count] = audio.spectra(pcm)
         return audio.spectra_cosine(base.spectra[base_count], cand.spectra[cand_count]), audio.rms_ratio(b, c)
+
+
+def _file_spectra(
+    pcm: np.ndarray | None, audio: media.AudioInfo | None, seconds: set[float | None]
+) -> tuple[int, Spectra] | None:
+    """A file's spectra, computed once, when every pair it is in trims its audio to the same count."""
+    if pcm is None or audio is None or len(seconds) != 1:
+        return None
+    (expect,) = seconds
+    return _spectra_of(pcm, audio_trim_count(audio, expected_shape(expect) if expect is not None else None))
 
 
 def _spectra_of(pcm: np.ndarray, count: int) -> tuple[int, Spectra] | None:
