@@ -23,6 +23,11 @@ Workloads
     reference calls the loop once per pair; h3bench (the quality engine) runs
     each output's frame through AlexNet once and only the heads per pair.
 
+The ≥ 1.5x target is the campaign's, the main job's workload. One pair has
+no target: there both sides push the same two frames through AlexNet, so
+h3bench can gain only the loop's distance from the conv ceiling, which the
+line prints; the exit status is the campaign's.
+
 Each round times both sides back to back, alternating which goes first; the
 ratio is the median over rounds of (loop time / h3bench time), with the
 spread of the per-round ratios. Values: the largest |h3bench − lpips| over
@@ -30,7 +35,7 @@ every pair and frame must be ≤ 1e-6.
 
 Machine throughput: the best of ``--rounds`` runs of ``torch.conv2d``
 (channels-last, batch 1) on AlexNet's five layer shapes at this size, back to
-back, is the conv ceiling; a 4096² float32 matmul is reported beside it.
+back, before the workloads and again after them, is the conv ceiling; a 4096² float32 matmul is reported beside it.
 LPIPS throughput in GFLOP/s counts AlexNet's conv FLOPs (2·MACs) of the
 frames each side pushes through AlexNet (the loop: two per pair; h3bench:
 one per distinct output frame), and as "useful" GFLOP/s the FLOPs the
@@ -46,6 +51,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import lpips
@@ -163,12 +169,23 @@ def our_side(net: h3lpips.LpipsNetwork, videos: list[list[np.ndarray]], pairs: l
     return scores
 
 
+@dataclass(frozen=True)
+class Timed:
+    """One workload's medians, per-round ratios and value deviation."""
+
+    name: str
+    pairs: int
+    distinct: int
+    frames: int
+    loop_s: float
+    our_s: float
+    ratios: tuple[float, ...]
+    deviation: float
+
+
 def measure(name: str, videos: list[list[np.ndarray]], pairs: list[tuple[int, int]], rounds: int,
-            model: lpips.LPIPS, net: h3lpips.LpipsNetwork, gflop: float, conv: float) -> bool:
-    frames = len(videos[0])
-    distinct = len({i for pair in pairs for i in pair})
+            model: lpips.LPIPS, net: h3lpips.LpipsNetwork) -> Timed:
     expected, ours = loop_side(model, videos, pairs), our_side(net, videos, pairs)  # warm-up, and the values
-    deviation = float(np.max(np.abs(ours - expected)))
     ratios, loop_s, our_s = [], [], []
     for index in range(rounds):
         timed = {}
@@ -179,23 +196,33 @@ def measure(name: str, videos: list[list[np.ndarray]], pairs: list[tuple[int, in
         loop_s.append(timed["loop"])
         our_s.append(timed["ours"])
         ratios.append(timed["loop"] / timed["ours"])
-    loop_med, our_med, ratio = statistics.median(loop_s), statistics.median(our_s), statistics.median(ratios)
-    loop_rate = 2 * len(pairs) * frames * gflop / loop_med
-    our_rate = distinct * frames * gflop / our_med
-    useful = distinct * frames * gflop
-    met = ratio >= TARGET and deviation <= TOLERANCE
-    print(f"\n{name}: {len(pairs)} pair(s) over {distinct} outputs, {frames} frames each")
+    return Timed(name, len(pairs), len({i for pair in pairs for i in pair}), len(videos[0]),
+                 statistics.median(loop_s), statistics.median(our_s), tuple(ratios),
+                 float(np.max(np.abs(ours - expected))))
+
+
+def report(result: Timed, gflop: float, conv: float, *, targeted: bool) -> bool:
+    ratio, frames, pairs = statistics.median(result.ratios), result.frames, result.pairs
+    loop_rate = 2 * pairs * frames * gflop / result.loop_s
+    our_rate = result.distinct * frames * gflop / result.our_s
+    useful = result.distinct * frames * gflop
+    # With no frame shared between pairs, both sides push the same frames through AlexNet: h3bench can gain
+    # at most the loop's distance from the conv ceiling.
+    ceiling = conv / loop_rate if result.distinct == 2 * pairs else None
+    print(f"\n{result.name}: {pairs} pair(s) over {result.distinct} outputs, {frames} frames each")
     print(f"  {'':34}{'lpips loop':>12}{'h3bench':>12}")
-    print(f"  {'median s per round':34}{loop_med:12.3f}{our_med:12.3f}")
-    print(f"  {'ms per pair and frame':34}{1e3 * loop_med / (len(pairs) * frames):12.1f}"
-          f"{1e3 * our_med / (len(pairs) * frames):12.1f}")
+    print(f"  {'median s per round':34}{result.loop_s:12.3f}{result.our_s:12.3f}")
+    print(f"  {'ms per pair and frame':34}{1e3 * result.loop_s / (pairs * frames):12.1f}"
+          f"{1e3 * result.our_s / (pairs * frames):12.1f}")
     print(f"  {'AlexNet GFLOP/s pushed':34}{loop_rate:12.1f}{our_rate:12.1f}")
     print(f"  {'... as a fraction of the conv ceiling':34}{loop_rate / conv:12.0%}{our_rate / conv:12.0%}")
-    print(f"  {'useful GFLOP/s (distinct frames)':34}{useful / loop_med:12.1f}{useful / our_med:12.1f}")
-    print(f"  throughput ratio {ratio:.2f}x (per-round {min(ratios):.2f}x to {max(ratios):.2f}x; target >= {TARGET}x: "
-          f"{'met' if ratio >= TARGET else 'MISSED'}); max |h3bench - lpips| {deviation:.1e} "
-          f"({'<=' if deviation <= TOLERANCE else 'ABOVE'} {TOLERANCE:g})")
-    return met
+    print(f"  {'useful GFLOP/s (distinct frames)':34}{useful / result.loop_s:12.1f}{useful / result.our_s:12.1f}")
+    goal = (f"target >= {TARGET}x: {'met' if ratio >= TARGET else 'MISSED'}" if targeted
+            else f"no target: at most {ceiling:.2f}x at the conv ceiling" if ceiling is not None else "no target")
+    print(f"  throughput ratio {ratio:.2f}x (per-round {min(result.ratios):.2f}x to {max(result.ratios):.2f}x; "
+          f"{goal}); max |h3bench - lpips| {result.deviation:.1e} "
+          f"({'<=' if result.deviation <= TOLERANCE else 'ABOVE'} {TOLERANCE:g})")
+    return ratio >= TARGET and result.deviation <= TOLERANCE
 
 
 def main() -> int:
@@ -210,19 +237,20 @@ def main() -> int:
     net, model = h3lpips.network(weights), reference_model(weights)
     gflop = alexnet_gflop(height, width)
     load_before = os.getloadavg()[0]
-    conv, matmul = machine_gflops(height, width, args.rounds)
+    before = machine_gflops(height, width, args.rounds)
+    videos = outputs(args.frames, width, height)
+    timed = [measure("one pair", videos, [(0, BASELINES)], args.rounds, model, net),
+             measure("campaign (one request index of ABBAABBA)", videos, campaign_pairs(), args.rounds, model, net)]
+    after = machine_gflops(height, width, args.rounds)
+    # The ceiling is the best seen before and after the workloads: a busy moment lowers only one of them.
+    conv, matmul = max(before[0], after[0]), max(before[1], after[1])
     print(f"LPIPS alex v0.1 at {width}x{height}: AlexNet {gflop:.2f} GFLOP per frame; weights {weights.source.describe()}")
     print(f"machine: {os.cpu_count()} CPUs, torch {torch.__version__}, {torch.get_num_threads()} threads; "
-          f"conv ceiling {conv:.1f} GFLOP/s (AlexNet's five convs back to back, best of {args.rounds}), "
-          f"matmul 4096² {matmul:.1f} GFLOP/s")
-    videos = outputs(args.frames, width, height)
-    results = [
-        measure("one pair", videos, [(0, BASELINES)], args.rounds, model, net, gflop, conv),
-        measure("campaign (one request index of ABBAABBA)", videos, campaign_pairs(), args.rounds, model, net, gflop,
-                conv),
-    ]
+          f"conv ceiling {conv:.1f} GFLOP/s (AlexNet's five convs back to back, best of {args.rounds} before and "
+          f"after: {before[0]:.1f}, {after[0]:.1f}), matmul 4096² {matmul:.1f} GFLOP/s")
+    met = [report(timed[0], gflop, conv, targeted=False), report(timed[1], gflop, conv, targeted=True)]
     print(f"\nload average {load_before:.2f} before, {os.getloadavg()[0]:.2f} after")
-    return 0 if results[-1] else 1
+    return 0 if met[-1] else 1
 
 
 if __name__ == "__main__":
