@@ -232,6 +232,26 @@ def _duration(seconds: float) -> str:
     return f"{hours} h {minutes:02d} min" if hours else f"{minutes} min {secs:02d} s"
 
 
+def block_groups(blocks: Iterable[Block]) -> str:
+    """Blocks in order, grouped by what they are: the lossless controls, then each series under its name.
+
+    Positions restart in each group (each series has its own AB/BA order), so
+    the group's name keeps "1A baseline" of the controls apart from "1A
+    baseline" of a series.
+    """
+    groups: list[tuple[str, list[str]]] = []
+    for b in blocks:
+        if b.design == "controls":
+            name, label = "lossless controls", f"{b.position} {b.arm}"
+        else:
+            name = b.candidate + (" (anchored)" if b.design == "anchored" else "")
+            label = f"{b.position}{b.letter} {b.arm}"
+        if not groups or groups[-1][0] != name:
+            groups.append((name, []))
+        groups[-1][1].append(label)
+    return "; ".join(f"{name}: {', '.join(labels)}" for name, labels in groups)
+
+
 def plan_lines(p: Plan) -> list[str]:
     """The plan as the terminal shows it."""
     warmups, measured, audit = p.requests_per_block
@@ -240,8 +260,7 @@ def plan_lines(p: Plan) -> list[str]:
     for duration in p.spec.workload.durations:
         blocks = [b for b in p.blocks if b.duration == duration]
         if blocks:
-            lines.append(f"  {workload_marker(duration)} ({len(blocks)} blocks): "
-                         + ", ".join(f"{b.position}{b.letter} {b.arm}" for b in blocks))
+            lines.append(f"  {workload_marker(duration)} ({len(blocks)} blocks): " + block_groups(blocks))
     lines.append(f"server starts: {p.server_starts}")
     if p.seconds is None:
         lines.append(f"estimated wall time: unknown (no hint for some arm or duration; source: {p.source})")

@@ -86,6 +86,17 @@ def test_candidate_only_without_stored_bundle_keeps_the_spec_order(sim):
     assert [b.position for b in schedule.blocks if b.duration == 5.0] == [2, 3, 6, 7]
 
 
+def test_the_plans_block_line_keeps_the_lossless_controls_apart_from_the_series(sim, tmp_path):
+    from h3bench.plan import block_groups, make_plan
+
+    planned = make_plan(sim, lock_path=tmp_path / "lock")
+    line = block_groups(b for b in planned.blocks if b.duration == 5.0)
+    assert line == ("lossless controls: 1 baseline, 2 baseline; clean: 1A baseline, 2B clean, 3B clean, "
+                    "4A baseline, 5A baseline, 6B clean, 7B clean, 8A baseline")
+    anchored = make_plan(sim, arms="candidate", anchored=True, lock_path=tmp_path / "lock")
+    assert block_groups(b for b in anchored.blocks if b.duration == 5.0).startswith("clean (anchored): ")
+
+
 def test_the_plan_of_a_candidate_only_run_lists_its_anchored_blocks(sim, tmp_path):
     from h3bench.plan import make_plan
 
