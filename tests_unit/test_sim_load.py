@@ -31,6 +31,7 @@ from pathlib import Path
 
 import pytest
 
+from h3bench.proctree import die_with_parent
 from h3bench.review import Review
 from h3bench.settings import Settings
 from tests_unit.campaign_project import bundles_in, write_campaign
@@ -47,7 +48,9 @@ CAMPAIGNS = {
 @pytest.fixture
 def busy_cores() -> Iterator[list[subprocess.Popen[bytes]]]:
     """One ``while True: pass`` per core this process may run on, for the length of the test."""
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in os.sched_getaffinity(0)]
+    # Each child dies with this process, even when a killed test never reaches its finally.
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=die_with_parent)
+                for _ in os.sched_getaffinity(0)]
     try:
         yield spinners
     finally:
@@ -65,14 +68,22 @@ def start_campaign(root: Path, durations: tuple[int, ...], candidates: dict) -> 
     env = {**os.environ, "H3BENCH_DEVICE_LOCK": str(root / "devices.lock"), "H3BENCH_CACHE_DIR": str(root / "cache")}
     argv = [sys.executable, "-m", "pytest", "--runspec", str(spec), "--evidence-dir", str(root / "evidence"),
             "-p", "no:cacheprovider"]
-    return subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # It stops (SIGTERM: its servers with it) if this process dies, so a killed test leaves no campaign behind.
+    return subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=die_with_parent)
 
 
 def test_a_10_percent_faster_profile_measures_0_9_and_an_identical_one_is_not_judged(
     tmp_path: Path, busy_cores: list[subprocess.Popen[bytes]]
 ) -> None:
     runs = {name: start_campaign(tmp_path / name, **campaign) for name, campaign in CAMPAIGNS.items()}
-    outputs = {name: run.communicate(timeout=900)[0] for name, run in runs.items()}
+    try:
+        outputs = {name: run.communicate(timeout=900)[0] for name, run in runs.items()}
+    finally:
+        for run in runs.values():  # after a timeout: nothing keeps running past the test (its servers die with it)
+            if run.poll() is None:
+                run.kill()
+                run.wait()
     assert all(spinner.poll() is None for spinner in busy_cores)  # the cores stayed busy throughout
 
     reviews, verdicts = {}, {}
