@@ -264,7 +264,8 @@ class Engine:
 
         The audio comes first: decoding it and computing its spectra (when all
         of the file's pairs trim it alike) fill the time in which the
-        consumer is still loading the SSIM kernel, and the PCM is small.
+        consumer is still loading the SSIM kernel. The PCM is kept to the end
+        of the group either way.
         """
         try:
             has_video, has_audio = media.streams_of(file.path)
