@@ -362,10 +362,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def console() -> int:
     """The ``h3bench`` executable: :func:`main`, then an exit without the interpreter's final garbage collection.
 
-    That last collection finalises numba's and llvmlite's compiled code one
-    object at a time: 0.3 s after a ``compare``, for memory the ending process
-    gives back anyway. Objects still close when their last reference goes (files
-    flush); only reference cycles are left to the exit.
+    That last collection finalises compiled code one object at a time (numba's
+    and llvmlite's, when numba's is the SSIM kernel: 0.3 s after a ``compare``;
+    torch's after LPIPS), for memory the ending process gives back anyway.
+    Objects still close when their last reference goes (files flush); only
+    reference cycles are left to the exit.
     """
     code = main()
     gc.freeze()

@@ -1,13 +1,17 @@
 """h3bench as a wheel: installed with ``pip install`` (not ``-e``) and used from another directory.
 
-The wheel is built from this checkout and installed into a directory of its
-own; ``PYTHONPATH`` puts that copy first, so nothing is read from the
-checkout. The CLI, the pytest plugin and the shipped LPIPS pins must work.
+The wheel is built from a copy of this checkout (so that xdist workers, each
+building their own, do not share a build directory; the copy leaves out
+what the build makes) and installed into a directory of its own;
+``PYTHONPATH`` puts that copy first, so nothing is read from the checkout.
+The CLI, the pytest plugin, the compiled SSIM kernel and the shipped LPIPS
+pins must work.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,8 +29,11 @@ REPO = Path(__file__).resolve().parents[1]
 def installed(tmp_path_factory) -> Path:
     """The site directory of a wheel built from this checkout."""
     work = tmp_path_factory.mktemp("wheel")
+    source = shutil.copytree(REPO, work / "source", ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", "*.so", "__pycache__", ".*_cache", ".hypothesis", ".benchmarks",
+        "h3bench-evidence"))
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(REPO)],
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(work / "dist"), str(source)],
                    check=True, capture_output=True, timeout=300)
     (wheel,) = (work / "dist").glob("h3bench-*.whl")
     subprocess.run([*pip, "install", "--no-deps", "--target", str(work / "site"), str(wheel)],
@@ -55,6 +62,15 @@ def test_the_cli_runs_from_the_wheel(installed, tmp_path, make_mp4):
 
     assert version.returncode == 0 and version.stdout.startswith("h3bench "), version.stderr
     assert probe.returncode == 0 and "6 frames decoded" in probe.stdout, probe.stderr
+
+
+def test_the_wheel_holds_the_compiled_ssim_kernel(installed, tmp_path):
+    code = "from h3bench.metrics import _ssim_kernel, ssim_psnr; print(ssim_psnr.KERNEL, _ssim_kernel.__file__)"
+    proc = run(installed, tmp_path, sys.executable, "-c", code)
+
+    assert proc.returncode == 0, proc.stderr
+    kernel, where = proc.stdout.split()
+    assert kernel == "compiled" and Path(where).is_relative_to(installed)
 
 
 def test_the_lpips_pins_ship_with_the_wheel(installed, tmp_path):

@@ -40,10 +40,14 @@ Frames are paired in decoding order. ffmpeg pairs them by timestamp, which is
 the same pairing once frame count, size and frame rate match (the gates check
 these first); a count or size mismatch is an error here, never a truncation.
 
-Speed: both metrics come from one pass per plane of a numba kernel (numba
-arrives with librosa; the compiled kernel is cached on disk), and the two
-files decode on their own threads while earlier frames are scored.
-``benchmarks/bench_ssim_psnr.py`` times it against the two ffmpeg runs.
+Speed: both metrics come from one pass per plane of a C kernel
+(``_ssim_kernel.c``, compiled when h3bench is installed, with an AVX2 and an
+AVX-512 copy chosen at load time on x86-64), and the two files decode on
+their own threads while earlier frames are scored. An install built without
+a C compiler uses the numba kernel of :mod:`h3bench.metrics.ssim_numba`
+instead: the same bits, but half a second of start-up per process.
+``KERNEL`` says which one runs. ``benchmarks/bench_ssim_psnr.py`` and
+``benchmarks/bench_compare.py`` time them against the two ffmpeg runs.
 
 References
 ----------
@@ -57,25 +61,43 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 from h3bench.errors import MediaShapeError
 from h3bench.media import YuvFrame, iter_yuv_frames
 from h3bench.prefetch import prefetch
 
-__all__ = ["VideoComparison", "VideoMetrics", "compare_video", "frame_count_error", "psnr_planes", "ssim_planes"]
+__all__ = [
+    "KERNEL",
+    "VideoComparison",
+    "VideoMetrics",
+    "compare_video",
+    "frame_count_error",
+    "psnr_planes",
+    "ssim_planes",
+]
 
 _PathLike = str | os.PathLike[str]
 
 _PEAK = 255  # 8-bit samples; ffmpeg's average peak lrint(Σ max·weight) is also 255
-# x264's constants for 8x8 windows, scaled by the window's 64 pixels (vf_ssim.c).
-_C1 = int(0.01 * 0.01 * 255 * 255 * 64 + 0.5)
-_C2 = int(0.03 * 0.03 * 255 * 255 * 64 * 63 + 0.5)
 _MIN_PLANE = 8  # one 8x8 window; ffmpeg divides by zero below that
 _PREFETCH = 8  # decoded frames held ahead per file
+
+
+def _kernel() -> tuple[str, Callable[[np.ndarray, np.ndarray], tuple[float, int]]]:
+    """The compiled kernel when the install built it, else numba's (imported only then: it is slow to load)."""
+    try:
+        from h3bench.metrics._ssim_kernel import plane_stats
+    except ImportError:
+        from h3bench.metrics.ssim_numba import plane_stats
+        return "numba", plane_stats
+    return "compiled", plane_stats
+
+
+KERNEL, _plane_stats = _kernel()
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,67 +113,6 @@ class VideoMetrics:
     ssim_per_frame: np.ndarray  # [frames, 4]: Y, U, V, All
     psnr_per_frame: np.ndarray  # [frames, 4]: Y, U, V, All (psnr_y/u/v/avg of the stats file)
     mse_per_frame: np.ndarray  # [frames, 3]: Y, U, V
-
-
-@numba.njit(nogil=True, cache=True)
-def _plane_stats(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
-    """One plane's SSIM (mean over its 8x8 windows) and its sum of squared differences.
-
-    One pass over the rows: column sums over the 4 rows of a block row, then
-    block sums, then the windows between this block row and the previous one.
-    The GIL is released, so decoding threads keep running.
-    """
-    h, w = a.shape
-    bh, bw = h >> 2, w >> 2
-    cw = 4 * bw
-    col1 = np.zeros(cw, np.int32)
-    col2 = np.zeros(cw, np.int32)
-    colss = np.zeros(cw, np.int32)
-    col12 = np.zeros(cw, np.int32)
-    prev = np.zeros((4, bw), np.int32)
-    cur = np.zeros((4, bw), np.int32)
-    ssim = np.float64(0.0)
-    sse = np.int64(0)
-    for y in range(h):
-        ra, rb = a[y], b[y]
-        row_sse = np.int64(0)
-        for x in range(w):
-            d = np.int32(ra[x]) - np.int32(rb[x])
-            row_sse += d * d
-        sse += row_sse
-        if y >= 4 * bh:
-            continue  # rows past the last whole block row are in no window
-        for x in range(cw):
-            p, q = np.int32(ra[x]), np.int32(rb[x])
-            col1[x] += p
-            col2[x] += q
-            colss[x] += p * p + q * q
-            col12[x] += p * q
-        if y & 3 != 3:
-            continue
-        for bx in range(bw):
-            i = 4 * bx
-            cur[0, bx] = col1[i] + col1[i + 1] + col1[i + 2] + col1[i + 3]
-            cur[1, bx] = col2[i] + col2[i + 1] + col2[i + 2] + col2[i + 3]
-            cur[2, bx] = colss[i] + colss[i + 1] + colss[i + 2] + colss[i + 3]
-            cur[3, bx] = col12[i] + col12[i + 1] + col12[i + 2] + col12[i + 3]
-        col1[:] = 0
-        col2[:] = 0
-        colss[:] = 0
-        col12[:] = 0
-        if y >= 7:
-            for bx in range(bw - 1):
-                s1 = np.int64(prev[0, bx] + prev[0, bx + 1] + cur[0, bx] + cur[0, bx + 1])
-                s2 = np.int64(prev[1, bx] + prev[1, bx + 1] + cur[1, bx] + cur[1, bx + 1])
-                ss = np.int64(prev[2, bx] + prev[2, bx + 1] + cur[2, bx] + cur[2, bx + 1])
-                s12 = np.int64(prev[3, bx] + prev[3, bx + 1] + cur[3, bx] + cur[3, bx + 1])
-                var = ss * 64 - s1 * s1 - s2 * s2
-                covar = s12 * 64 - s1 * s2
-                num = np.float32(2 * s1 * s2 + _C1) * np.float32(2 * covar + _C2)
-                den = np.float32(s1 * s1 + s2 * s2 + _C1) * np.float32(var + _C2)
-                ssim += num / den
-        prev, cur = cur, prev
-    return float(ssim / ((bw - 1) * (bh - 1))), int(sse)
 
 
 def _planes(frame: YuvFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

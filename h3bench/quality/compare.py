@@ -25,9 +25,9 @@ is the waveform the muxer was given.
 The measuring is done by the quality engine (:mod:`h3bench.quality.engine`),
 which decodes each file once for every check and metric, and for every pair
 it is in; :func:`assemble` turns what it measured into the checks, in the
-order above. torch is imported only when LPIPS is measured, numba only when
-SSIM and PSNR are, so importing this module (the pytest plugin, ``h3bench
-probe``) stays light.
+order above. torch is imported only when LPIPS is measured, the SSIM kernel
+only when SSIM and PSNR are, so importing this module (the pytest plugin,
+``h3bench probe``) stays light.
 """
 
 from __future__ import annotations
