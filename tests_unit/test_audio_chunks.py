@@ -41,9 +41,10 @@ def test_the_norm_carried_across_reads_is_the_whole_arrays_to_the_bit(monkeypatc
     values = np.random.default_rng(1).random(10_003, dtype=np.float32)
     path = tmp_path / "m.f32"
     values.tofile(path)
-    whole = spectra_files._torch_norm(str(path), len(values))
+    whole = spectra_files._torch_norm(spectra_files._read(str(path)), len(values))
     monkeypatch.setattr(spectra_files, "_VALUES_PER_READ", 8 * 5)
-    assert spectra_files._torch_norm(str(path), len(values)) == whole
+    assert spectra_files._torch_norm(spectra_files._read(str(path)), len(values)) == whole
+    assert spectra_files._torch_norm(spectra_files._slices(values), len(values)) == whole  # the in-memory store
     assert whole != np.float32(np.sqrt(np.sum(np.square(values.astype(np.float64)))))  # the float32 order shows
 
 
@@ -54,7 +55,9 @@ def test_identical_15_s_keeps_upstreams_float32_value_above_one():
     assert cosine > 1.0
 
 
-def test_a_comparison_leaves_no_spectrum_files(make_mp4, monkeypatch, tmp_path):
+@pytest.fixture
+def spectrum_directories(monkeypatch, tmp_path) -> list[str]:
+    """The temporary directories that spectra are written to, made under ``tmp_path``."""
     made: list[str] = []
     real_mkdtemp = tempfile.mkdtemp
 
@@ -63,12 +66,28 @@ def test_a_comparison_leaves_no_spectrum_files(make_mp4, monkeypatch, tmp_path):
         return made[-1]
 
     monkeypatch.setattr(spectra_files.tempfile, "mkdtemp", recorded)
+    return made
+
+
+def test_long_audio_goes_to_files_that_a_comparison_leaves_behind(make_mp4, monkeypatch, spectrum_directories):
+    monkeypatch.setattr(spectra_files, "_IN_MEMORY_BYTES", 0)  # any audio is long
     clip = make_mp4(frames=4, width=96, height=64, audio_samples=16_000)
     other = make_mp4("other.mp4", frames=4, width=96, height=64, audio_samples=16_000, freq=445.0)
     report = quality.compare(clip, other, measure_lpips=False)
     assert report.audio_spectral_cosine is not None
     gc.collect()
-    assert len(made) == 2 and not any(os.path.exists(path) for path in made)
+    assert len(spectrum_directories) == 2 and not any(os.path.exists(path) for path in spectrum_directories)
+
+
+def test_short_audio_stays_in_memory_with_the_same_bits(spectrum_directories, monkeypatch):
+    rng = np.random.default_rng(3)
+    base = rng.standard_normal((2, 5 * audio.SAMPLE_RATE)).astype(np.float32)
+    cand = (base + 0.3 * rng.standard_normal(base.shape)).astype(np.float32)
+    in_memory = audio.spectral_cosine(base, cand)
+    assert spectrum_directories == []  # 5 s of stereo: 8 MB of magnitudes, no file
+    monkeypatch.setattr(spectra_files, "_IN_MEMORY_BYTES", 0)
+    assert audio.spectral_cosine(base, cand) == in_memory
+    assert len(spectrum_directories) == 2
 
 
 def test_decoded_pcm_is_one_contiguous_array_equal_to_its_frames(make_mp4):

@@ -129,7 +129,7 @@ def comparable(
 
 @dataclass(frozen=True, eq=False)
 class Spectra:
-    """One waveform's STFT magnitudes at each ``n_fft``, per channel, in temporary files with torch's norm of each.
+    """One waveform's STFT magnitudes at each ``n_fft``, per channel (in files when long), with torch's norm of each.
 
     The cosine of two waveforms is then one chunked dot product per
     ``n_fft`` and channel (:func:`spectra_cosine`), so a waveform compared

@@ -1,10 +1,12 @@
-"""STFT magnitudes kept in temporary files, so the spectral cosine of long audio needs bounded memory.
+"""STFT magnitudes kept in memory for short audio and in temporary files for long audio, so memory stays bounded.
 
 Ten minutes of stereo audio has about 900 MB of magnitudes over the three
 resolutions; upstream's formula holds them all. Here each resolution is
-computed a few thousand STFT frames at a time and written to a file, in the
-frequency × time order that ``torch.stft(...).flatten()`` gives. Two passes
-then read each file in chunks:
+computed a few hundred STFT frames at a time and stored in the frequency ×
+time order that ``torch.stft(...).flatten()`` gives: in an array when the
+waveform's magnitudes fit ``_IN_MEMORY_BYTES`` (H3's 5 s and 15 s clips
+need 8 and 23 MB), in a file otherwise. Two passes then read each one in
+chunks:
 
 - the norm, in torch's order of float32 operations (8 lanes, one after
   another within each lane, then the lanes in order and the tail last),
@@ -15,9 +17,10 @@ then read each file in chunks:
   ``F.cosine_similarity`` sums them, the chunks' sums in float64 (within
   1e-6 of one float32 sum over the whole array).
 
-The files live in a temporary directory that is removed when its
-:class:`SpectrumFiles` is garbage-collected (the quality engine drops a
-file's spectra once its group's reports are made).
+The files live in a temporary directory, made only when a waveform needs
+one, that is removed when its :class:`SpectrumFiles` is garbage-collected
+(the quality engine drops a file's spectra once its group's reports are
+made). Both stores give the same bits: the chunks are the same.
 """
 
 from __future__ import annotations
@@ -33,35 +36,54 @@ import numpy as np
 
 __all__ = ["SpectrumFile", "SpectrumFiles", "dot", "write_spectra"]
 
-_FRAMES_PER_CHUNK = 2048  # STFT frames per FFT call: 16 MB of windowed frames at n_fft 2048
+# STFT frames per FFT call: 2 MB of windowed frames at n_fft 2048. Larger calls are not faster, and their
+# temporaries fault in fresh pages every time; smaller ones cost more calls.
+_FRAMES_PER_CHUNK = 256
 _VALUES_PER_READ = 1 << 22  # float32 values per read (16 MB); a multiple of the 8 lanes
+_IN_MEMORY_BYTES = 64 << 20  # a waveform's magnitudes up to this size stay in memory (about 40 s of stereo)
 _NORM_LANES = 8  # torch's float32 vector_norm on CPU
 _COSINE_EPS = np.float32(1e-12)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SpectrumFile:
-    """One channel's magnitudes at one ``n_fft``: ``length`` float32 values, and torch's norm of them."""
+    """One channel's magnitudes at one ``n_fft``: ``length`` float32 values, and torch's norm of them.
 
-    path: str
+    They are in ``values`` when kept in memory, else in the file at ``path``.
+    """
+
+    path: str | None
     length: int
     norm: np.float32
+    values: np.ndarray | None = None
 
 
 class SpectrumFiles:
-    """The magnitude files of one waveform, (n_fft, channel) in order, in a directory of their own."""
+    """The magnitudes of one waveform, (n_fft, channel) in order; in files of their own directory if ``on_disk``."""
 
-    def __init__(self) -> None:
-        self.directory = tempfile.mkdtemp(prefix="h3bench-spectra-")
-        weakref.finalize(self, shutil.rmtree, self.directory, ignore_errors=True)
+    def __init__(self, *, on_disk: bool = True) -> None:
+        self.directory: str | None = None
+        if on_disk:
+            self.directory = tempfile.mkdtemp(prefix="h3bench-spectra-")
+            weakref.finalize(self, shutil.rmtree, self.directory, ignore_errors=True)
         self.files: list[SpectrumFile] = []
 
     def add(self, magnitudes_by_chunk: Iterable[np.ndarray], freqs: int, frames: int) -> None:
-        """Write one channel's magnitudes, given as ``[freqs, frames]`` chunks over time, and record its norm."""
+        """Store one channel's magnitudes, given as ``[freqs, frames]`` chunks over time, and record its norm."""
+        length = freqs * frames
+        if self.directory is None:
+            values = np.empty((freqs, frames), dtype=np.float32)
+            start = 0
+            for chunk in magnitudes_by_chunk:
+                values[:, start:start + chunk.shape[1]] = chunk
+                start += chunk.shape[1]
+            flat = values.reshape(-1)
+            self.files.append(SpectrumFile(None, length, _torch_norm(_slices(flat), length), flat))
+            return
         path = os.path.join(self.directory, f"{len(self.files)}.f32")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.ftruncate(fd, freqs * frames * 4)
+            os.ftruncate(fd, length * 4)
             start = 0
             for chunk in magnitudes_by_chunk:
                 for row in range(freqs):  # row f of the flattened [freqs, frames] array starts at f * frames
@@ -69,22 +91,25 @@ class SpectrumFiles:
                 start += chunk.shape[1]
         finally:
             os.close(fd)
-        self.files.append(SpectrumFile(path, freqs * frames, _torch_norm(path, freqs * frames)))
+        self.files.append(SpectrumFile(path, length, _torch_norm(_read(path), length)))
 
 
 def write_spectra(pcm: np.ndarray, n_ffts: tuple[int, ...], window_of: Callable[[int], np.ndarray]) -> SpectrumFiles:
-    """The magnitude files of float32 ``[channels, samples]`` PCM at each ``n_fft`` (``window_of(n_fft)``)."""
-    files = SpectrumFiles()
-    for n_fft in n_ffts:
+    """The magnitudes of float32 ``[channels, samples]`` PCM at each ``n_fft`` (``window_of(n_fft)``)."""
+    shapes = [(n_fft, n_fft // 2 + 1, 1 + pcm.shape[1] // (n_fft // 4)) for n_fft in n_ffts]
+    size = 4 * len(pcm) * sum(freqs * frames for _, freqs, frames in shapes)
+    files = SpectrumFiles(on_disk=size > _IN_MEMORY_BYTES)
+    for n_fft, freqs, frames in shapes:
         window, hop = window_of(n_fft), n_fft // 4
-        frames = 1 + pcm.shape[1] // hop
         for channel in pcm:
-            files.add(_magnitude_chunks(channel, n_fft, hop, window, frames), n_fft // 2 + 1, frames)
+            files.add(_magnitude_chunks(channel, n_fft, hop, window, frames), freqs, frames)
     return files
 
 
 def _magnitude_chunks(channel: np.ndarray, n_fft: int, hop: int, window: np.ndarray, frames: int) -> Iterator[np.ndarray]:
     """``torch.stft(..., center=True, pad_mode="reflect").abs()`` of one channel, ``[freqs, frames]`` in time chunks.
+
+    Each chunk is overwritten by the next one: the caller stores it first.
 
     Each frame's FFT is the same computation whatever the chunk, so the
     chunks are the whole-array magnitudes, split. Only the chunks at either
@@ -92,6 +117,13 @@ def _magnitude_chunks(channel: np.ndarray, n_fft: int, hop: int, window: np.ndar
     channel would), so no padded copy of the channel is made.
     """
     half, samples = n_fft // 2, len(channel)
+    # numpy's rfft of float32 computes in float64 and rounds to complex64. Doing the same into buffers made
+    # once per channel gives the same bits, without faulting in fresh pages for every chunk's temporaries.
+    rows = min(_FRAMES_PER_CHUNK, frames)
+    windowed = np.empty((rows, n_fft), np.float64)
+    spectrum = np.empty((rows, half + 1), np.complex128)
+    rounded = np.empty((rows, half + 1), np.complex64)
+    magnitude = np.empty((rows, half + 1), np.float32)
     for first in range(0, frames, _FRAMES_PER_CHUNK):
         last = min(first + _FRAMES_PER_CHUNK, frames)
         low, high = first * hop, (last - 1) * hop + n_fft  # in the padded signal, which starts `half` earlier
@@ -100,23 +132,38 @@ def _magnitude_chunks(channel: np.ndarray, n_fft: int, hop: int, window: np.ndar
         piece = np.pad(channel[start:stop], (left, right), mode="reflect") if left or right else channel[start:stop]
         offset = start + half - left  # the padded signal's index of piece[0]
         segment = piece[low - offset:high - offset]
-        windows = np.lib.stride_tricks.sliding_window_view(segment, n_fft)[::hop]
-        yield np.abs(np.fft.rfft(windows * window, axis=-1)).T
+        n = last - first
+        np.multiply(np.lib.stride_tricks.sliding_window_view(segment, n_fft)[::hop], window, out=windowed[:n])
+        np.fft.rfft(windowed[:n], axis=-1, out=spectrum[:n])
+        rounded[:n] = spectrum[:n]
+        yield np.abs(rounded[:n], out=magnitude[:n]).T  # valid until the next chunk is asked for
 
 
 def _chunks(file: SpectrumFile) -> Iterator[np.ndarray]:
-    with open(file.path, "rb") as f:
+    if file.values is not None:
+        return _slices(file.values)
+    assert file.path is not None
+    return _read(file.path)
+
+
+def _slices(values: np.ndarray) -> Iterator[np.ndarray]:
+    for start in range(0, len(values), _VALUES_PER_READ):
+        yield values[start:start + _VALUES_PER_READ]
+
+
+def _read(path: str) -> Iterator[np.ndarray]:
+    with open(path, "rb") as f:
         while chunk := f.read(_VALUES_PER_READ * 4):
             yield np.frombuffer(chunk, dtype=np.float32)
 
 
-def _torch_norm(path: str, length: int) -> np.float32:
-    """``torch.linalg.vector_norm`` of the file's float32 values on CPU, in torch's order of operations."""
+def _torch_norm(chunks: Iterable[np.ndarray], length: int) -> np.float32:
+    """``torch.linalg.vector_norm`` of ``length`` float32 values, given in chunks, in torch's order of operations on CPU."""
     lanes = np.zeros(_NORM_LANES, dtype=np.float32)
     head = length // _NORM_LANES * _NORM_LANES
     tail: list[np.float32] = []
     seen = 0
-    for values in _chunks(SpectrumFile(path, length, np.float32(0))):
+    for values in chunks:
         body = values[:max(0, min(len(values), head - seen))]
         tail += list(np.square(values[len(body):]))
         if len(body):

@@ -13,7 +13,8 @@ the metrics. Each frame index then serves every pair it belongs to:
   same decode (the probe contract: counts are verified by decoding);
 
 and each file's PCM is decoded once and its spectra computed once for all of
-its pairs, into temporary files (:mod:`~h3bench.metrics.spectra_files`).
+its pairs (:mod:`~h3bench.metrics.spectra_files`: in memory for short clips,
+in temporary files for long ones).
 Memory stays bounded: the PCM, a few frames per file, and one frame's
 features per file. Then :func:`h3bench.quality.compare.assemble` turns each
 pair's measurements into its checks, so every report is what
