@@ -36,6 +36,8 @@ def plane_stats(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
     col12 = np.zeros(cw, np.int32)
     prev = np.zeros((4, bw), np.int32)
     cur = np.zeros((4, bw), np.int32)
+    ratios = np.zeros(max(bw - 1, 1), np.float32)
+    lanes = np.zeros(8, np.float64)
     ssim = np.float64(0.0)
     sse = np.int64(0)
     for y in range(h):
@@ -66,7 +68,12 @@ def plane_stats(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
         colss[:] = 0
         col12[:] = 0
         if y >= 7:
-            for bx in range(bw - 1):
+            # The row's windows in float64, in the compiled kernel's order: eight lanes (window i in
+            # lane i % 8) over the whole groups of eight, the lanes pairwise, then the rest in order.
+            n = bw - 1
+            whole = n - n % 8
+            lanes[:] = 0.0
+            for bx in range(n):
                 s1 = np.int64(prev[0, bx] + prev[0, bx + 1] + cur[0, bx] + cur[0, bx + 1])
                 s2 = np.int64(prev[1, bx] + prev[1, bx + 1] + cur[1, bx] + cur[1, bx + 1])
                 ss = np.int64(prev[2, bx] + prev[2, bx + 1] + cur[2, bx] + cur[2, bx + 1])
@@ -75,7 +82,13 @@ def plane_stats(a: np.ndarray, b: np.ndarray) -> tuple[float, int]:
                 covar = s12 * 64 - s1 * s2
                 num = np.float32(2 * s1 * s2 + C1) * np.float32(2 * covar + C2)
                 den = np.float32(s1 * s1 + s2 * s2 + C1) * np.float32(var + C2)
-                ssim += num / den
+                ratios[bx] = num / den
+            for i in range(whole):
+                lanes[i % 8] += np.float64(ratios[i])
+            row = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+            for i in range(whole, n):
+                row += np.float64(ratios[i])
+            ssim += row
         prev, cur = cur, prev
     return float(ssim / ((bw - 1) * (bh - 1))), int(sse)
 

@@ -18,7 +18,9 @@ SSIM (libavfilter/vf_ssim.c, after x264)
 
     with integer sums, ``C1 = int(.01²·255²·64 + .5) = 416`` and
     ``C2 = int(.03²·255²·64·63 + .5) = 235963``, each product rounded to float32
-    as ffmpeg's C and SSE4 code do, and windows summed in float64. A plane's
+    as ffmpeg's C and SSE4 code do, and windows summed in float64 (each row's
+    in eight lanes, then the rows in order; a float32 value above 5e-7 joins a
+    row's sum exactly, so the order rarely shows in the last bit). A plane's
     value is the mean over its windows; a frame's ``All`` weights the planes by
     pixel count (chroma planes are ``ceil(w/2) x ceil(h/2)``); the video's SSIM
     is the mean of the frames' ``All``.
