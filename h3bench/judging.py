@@ -189,7 +189,7 @@ class Judge:
             self.lpips_status()
             # Without authenticated weights the engine tries again and carries the reason into every report.
             settings = LpipsSettings(True, self._lpips_weights, self.lpips_dir, self.lpips_device)
-            self._engine = Engine(thresholds=self.spec.gates, lpips=settings, digests=self.lossless_enabled)
+            self._engine = Engine(thresholds=self.spec.gates.thresholds, lpips=settings, digests=self.lossless_enabled)
         return self._engine
 
     def compare_many(self, pairs: Sequence[OutputPair]) -> list[QualityReport]:

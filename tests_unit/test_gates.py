@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from h3bench.errors import UsageError
 from h3bench.metrics import audio, ssim_psnr
 from h3bench.outcome import Outcome
 from h3bench.quality import Check, Status, Thresholds
+from h3bench.runspec import Gates
 from tests_unit import mediagen
 
 FRAMES, WIDTH, HEIGHT, SAMPLES = 8, 96, 64, 16_000
@@ -389,6 +391,20 @@ def test_thresholds_load_from_a_gates_table():
         Thresholds.from_mapping({"psnr_min_db": "high"})
     with pytest.raises(UsageError, match="must not exceed"):
         Thresholds.from_mapping({"rms_ratio_min": 3.0})
+
+
+@pytest.mark.parametrize("value", [True, float("nan"), float("inf"), "0.5", None])
+def test_a_threshold_is_a_finite_number(value):
+    with pytest.raises(UsageError, match=f"threshold lpips_max must be a finite number, got {re.escape(repr(value))}"):
+        Thresholds(lpips_max=value)
+    assert Thresholds(lpips_max=1).lpips_max == 1.0 and isinstance(Thresholds(lpips_max=1).lpips_max, float)
+
+
+def test_a_runspecs_gates_have_the_thresholds_names_and_defaults():
+    gates = Gates()
+    assert {name: getattr(gates, name) for name in Thresholds.names()} == Thresholds().to_dict()
+    assert set(Thresholds.names()) <= set(Gates.model_fields)
+    assert Gates(ssim_min=0.99).thresholds == Thresholds(ssim_min=0.99)
 
 
 def test_thresholds_from_a_table_decide_the_verdict(clip, weights):

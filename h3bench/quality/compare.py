@@ -176,7 +176,6 @@ def assemble(
     base: Probed, cand: Probed, measured: Measured, *, thresholds: Thresholds, expect_seconds: float | None
 ) -> QualityReport:
     """Every check of one pair, in the fixed order, from what the engine measured."""
-    thresholds = thresholds.thresholds
     shape = expected_shape(expect_seconds) if expect_seconds is not None else None
     files = (base, cand)
     decodable = decodable_check(files)

@@ -167,22 +167,37 @@ class Protocol(Frozen):
         return value
 
 
-class Gates(Thresholds):
+_DEFAULT = Thresholds()
+
+
+class Gates(Frozen):
     """Quality thresholds, the lossless mode and the speed margin.
 
-    The six metric thresholds are :class:`h3bench.quality.Thresholds`' own
-    fields, names and defaults; a RunSpec adds their ranges (similarities in
-    (0, 1], every other threshold above 0, ``rms_ratio_min`` below
-    ``rms_ratio_max``). ``speed_margin``: "candidate faster" is PASS only when
-    the ratio's upper bound lies below ``1 - speed_margin``, "slower" FAIL only
-    when its lower bound lies above ``1 + speed_margin``
-    (:func:`h3bench.stats.speed_verdict`). ``lossless`` turns on the lossless
-    test against the baseline's own run-to-run variability (:mod:`h3bench.lossless`).
+    The six metric thresholds have :class:`h3bench.quality.Thresholds`' names
+    and defaults (a test holds the two to each other); a RunSpec adds their
+    ranges (similarities in (0, 1], every other threshold above 0,
+    ``rms_ratio_min`` below ``rms_ratio_max``). ``speed_margin``: "candidate
+    faster" is PASS only when the ratio's upper bound lies below
+    ``1 - speed_margin``, "slower" FAIL only when its lower bound lies above
+    ``1 + speed_margin`` (:func:`h3bench.stats.speed_verdict`). ``lossless``
+    turns on the lossless test against the baseline's own run-to-run
+    variability (:mod:`h3bench.lossless`).
     """
 
+    ssim_min: StrictFloat = _DEFAULT.ssim_min
+    psnr_min_db: StrictFloat = _DEFAULT.psnr_min_db
+    lpips_max: StrictFloat = _DEFAULT.lpips_max
+    audio_cosine_min: StrictFloat = _DEFAULT.audio_cosine_min
+    rms_ratio_min: StrictFloat = _DEFAULT.rms_ratio_min
+    rms_ratio_max: StrictFloat = _DEFAULT.rms_ratio_max
     lpips_required: StrictBool = True
     lossless: StrictBool = False
     speed_margin: Annotated[StrictFloat, Field(ge=0, lt=1)] = 0.02
+
+    @property
+    def thresholds(self) -> Thresholds:
+        """The six metric thresholds, as the quality gates take them."""
+        return Thresholds(**{name: getattr(self, name) for name in Thresholds.names()})
 
     @model_validator(mode="after")
     def _ranges(self) -> Gates:
@@ -195,9 +210,6 @@ class Gates(Thresholds):
                 problems.append(((name,), "Input should be less than or equal to 1", value))
         raise_at(problems, "Gates")
         return self
-
-    def _rms_problem(self) -> str | None:
-        return None  # _rms_range reports it at its field
 
     @model_validator(mode="after")
     def _rms_range(self) -> Gates:
