@@ -15,7 +15,7 @@ removed at the end unless ``--keep``).
    ``--json``, each in a fresh interpreter, beside what upstream's accuracy
    test runs, ``ffmpeg -i A -i B -lavfi "[0:v][1:v]ssim" -f null -`` and
    then the same with ``psnr``. Each side runs once untimed (page cache,
-   cached JIT), then ``--rounds`` rounds run the three side by side,
+   kernel load), then ``--rounds`` rounds run the three side by side,
    rotating which goes first. Medians are reported, with CPU seconds of the
    children too, since wall time on a shared 2-core machine is noisy. The
    SSIM ``All:`` and PSNR ``average:`` that ffmpeg prints must agree with the
@@ -189,7 +189,7 @@ def without_lpips(ffmpeg: str, pair: list[str], rounds: int, env: dict[str, str]
         "--json": [sys.executable, "-m", "h3bench.cli", "compare", *pair, "--no-lpips", "--json"],
         "text": [sys.executable, "-m", "h3bench.cli", "compare", *pair, "--no-lpips"],
     }
-    # Untimed: fill the page cache and any cached JIT, so every timed round starts alike.
+    # Untimed: fill the page cache (and numba's cache, when it is the kernel), so every timed round starts alike.
     ffmpeg_runs(ffmpeg, pair)
     for argv in commands.values():
         run_timed(argv, ok=VERDICT_EXITS, env=env)
@@ -262,6 +262,13 @@ def with_lpips(ffmpeg: str, pair: list[str], rounds: int, env: dict[str, str]) -
     return rows, d_lpips <= LPIPS_TOLERANCE
 
 
+def ssim_kernel() -> str:
+    """Which SSIM kernel the CLI runs: ``compiled`` (setup.py built it) or ``numba`` (no C compiler at install)."""
+    proc = subprocess.run([sys.executable, "-c", "from h3bench.metrics import ssim_psnr; print(ssim_psnr.KERNEL)"],
+                          capture_output=True, text=True, check=True)
+    return proc.stdout.strip()
+
+
 def benchmark(workdir: Path, rounds: int, lpips_rounds: int) -> int:
     load_before = load_text()
     ffmpeg = imageio_ffmpeg.get_ffmpeg_exe()
@@ -271,7 +278,7 @@ def benchmark(workdir: Path, rounds: int, lpips_rounds: int) -> int:
     env = {k: v for k, v in os.environ.items() if k not in ("H3BENCH_LPIPS_DIR", "H3BENCH_LPIPS_PINS")}
     print(f"pair: {baseline.name} vs {candidate.name} in {workdir}")
     print(f"      1344x768, 24 FPS, {FRAMES} frames, H.264 crf 18; stereo 32 kHz AAC, {AUDIO_SECONDS} s")
-    print(f"machine: {os.cpu_count()} CPUs; {load_before} before")
+    print(f"machine: {os.cpu_count()} CPUs; {load_before} before; SSIM kernel: {ssim_kernel()}")
     rows, agree = without_lpips(ffmpeg, pair, rounds, env)
     if lpips_rounds:
         more, lpips_agree = with_lpips(ffmpeg, pair, lpips_rounds, env)

@@ -7,7 +7,7 @@ crf 18 yuv420p), made by ffmpeg itself and cached under /tmp: the baseline is
 lavfi ``testsrc2``, the candidate the same source slightly blurred with
 temporal noise (SSIM ≈ 0.98, PSNR ≈ 39 dB, near the gates). Each round times,
 back to back: the two ffmpeg runs, ``compare_video`` in this process, and
-``compare_video`` in a fresh interpreter (imports and cached-JIT load
+``compare_video`` in a fresh interpreter (imports and the kernel's load
 included, like ffmpeg's own process start). Medians are reported, with the
 values of both tools side by side. CPU seconds (all threads) are printed too:
 on a shared 2-core machine they are steadier than wall time.
