@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from h3bench.errors import UsageError
-from h3bench.ledger import DEFAULT_LEDGER, add_bundle, read_ledger, verify_ledger
+
+DEFAULT_LEDGER = "h3bench-ledger.jsonl"
 
 __all__ = ["configure_history", "configure_ledger", "ledger_table", "run_history", "run_ledger"]
 
@@ -71,6 +72,9 @@ def ledger_table(entries: Sequence[dict[str, Any]]) -> list[str]:
 
 
 def run_ledger(args: argparse.Namespace) -> int:
+    # Imported here: the ledger's imports (evidence bundles, environment) would cost every h3bench command 50 ms.
+    from h3bench.ledger import add_bundle, read_ledger, verify_ledger
+
     path = Path(args.ledger)
     if args.action == "add":
         added = add_bundle(args.bundle, path)

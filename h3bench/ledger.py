@@ -38,10 +38,9 @@ import h3bench
 from h3bench.errors import EvidenceError, UsageError
 from h3bench.evidence import files
 
-__all__ = ["DEFAULT_LEDGER", "GENESIS", "Added", "LedgerReport", "add_bundle", "entry_hash", "read_ledger",
+__all__ = ["GENESIS", "Added", "LedgerReport", "add_bundle", "entry_hash", "read_ledger",
            "verify_ledger"]
 
-DEFAULT_LEDGER = "h3bench-ledger.jsonl"
 GENESIS = "0" * 64
 _CHAIN = ("seq", "prev", "hash")
 # Not derived from the bundle: when and by which h3bench the entry was written, and where the bundle was then.
