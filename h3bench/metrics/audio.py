@@ -7,8 +7,9 @@ Inputs are float ``[channels, samples]`` PCM of equal shape; compare decoded
 AAC only after trimming both to the expected sample count (:func:`trim_to`),
 since the decoder keeps the padding of the last AAC frame.
 
-Both are computed with numpy alone (its FFT runs in float32 on float32
-input, as torch's does), in the order of operations of upstream's torch code,
+Both are computed with numpy alone (its FFT of float32 input gives complex64,
+as torch's does; numpy 2 computes it in float64 and rounds, torch in float32),
+in the order of operations of upstream's torch code,
 so the values equal upstream's ``torch.stft`` formula to 1e-6, even where its
 float32 rounding shows (the cosine of identical 15 s audio is about 1.0007):
 torch is never imported for audio.
