@@ -58,6 +58,7 @@ from h3bench.schedule import Block
 from h3bench.scrub import Scrubber
 from h3bench.server import ExitReport, ServerProcess
 from h3bench.serverlog import read_attention_backends, require_attention_backend
+from h3bench.sim import BLOCK_ID_ENV as SIM_BLOCK_ID_ENV
 from h3bench.sim import PROFILE_ENV as SIM_PROFILE_ENV
 
 __all__ = ["AUDIT_SLACK_S", "DEVICE_LOCK_ENV", "Recorder", "Script", "audit_problem", "interrupt_name", "run_block",
@@ -298,6 +299,7 @@ def _server(
         env[CAMPAIGN_ID_ENV] = campaign_id
     if arm.sim is not None:
         env[SIM_PROFILE_ENV] = json.dumps(arm.sim)
+        env[SIM_BLOCK_ID_ENV] = block.id
 
     def launched(server: ServerProcess) -> None:
         # Before readiness: what a resume must sweep if this run is killed now.

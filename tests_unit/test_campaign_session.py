@@ -19,6 +19,7 @@ import pytest
 from h3bench import evidence
 from tests_unit.campaign_project import (
     bundle_of,
+    bundles_in,
     evidence_lines,
     run_campaign,
     start_campaign,
@@ -164,3 +165,34 @@ def test_tracebacks_are_hidden_only_in_campaign_tests(pytester):
 
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*raise UsageError*", "E * h3bench.errors.UsageError: a harness test*s own error"])
+
+
+def _outputs(bundle: Path) -> dict[tuple[str, str, int], str]:
+    return {(s["block_id"], s["kind"], s["index"]): s["output_sha256"]
+            for s in map(json.loads, (bundle / "samples.jsonl").read_text().splitlines())}
+
+
+def test_block_seeds_give_every_run_of_a_campaign_the_same_outputs(pytester):
+    # A simulator spec with block_seed: each block is a process with its own seed, and a rerun repeats them all.
+    seeded = {"block_seed": 0}
+    spec = write_campaign(pytester.path, baseline=seeded, candidates={"clean": seeded}, protocol={"audit": False})
+
+    for _ in range(2):
+        run_campaign(pytester, spec, "tests_perf", "--benchmark-disable").assert_outcomes(passed=4)
+
+    first, second = (_outputs(bundle) for bundle in bundles_in(pytester.path / "evidence"))
+    assert first == second and len(first) == 4 * 4  # warmup and three measured requests per block
+    # The measured requests of one process repeat its output; two processes of one arm differ.
+    assert first[("5s-clean-1A-baseline", "measured", 0)] != first[("5s-clean-4A-baseline", "measured", 0)]
+    log = bundles_in(pytester.path / "evidence")[0] / "logs" / "5s-clean-1A-baseline.log"
+    assert "(fixed), block 5s-clean-1A-baseline" in log.read_text()
+
+
+def test_without_block_seeds_every_run_draws_new_processes(pytester):
+    spec = write_campaign(pytester.path, protocol={"audit": False})
+
+    for _ in range(2):
+        run_campaign(pytester, spec, "tests_perf", "-k", "1A", "--benchmark-disable").assert_outcomes(passed=1)
+
+    first, second = (_outputs(bundle) for bundle in bundles_in(pytester.path / "evidence"))
+    assert first.keys() == second.keys() and not set(first.values()) & set(second.values())

@@ -298,6 +298,18 @@ def test_bad_profile_paths_and_flags(tmp_path: Path, capsys: pytest.CaptureFixtu
 
     assert main(["--audio-gain", "0"]) == 2
     assert "audio_gain" in capsys.readouterr().err
+    assert main(["--process-seed", "1", "--block-seed", "0"]) == 2
+    assert "process_seed (one seed for every process) or block_seed (one per block), not both" in capsys.readouterr().err
+
+
+def test_block_seed_fixes_one_seed_per_block() -> None:
+    seeded = SimProfile(block_seed=0)
+    assert seeded.seed_for_block("5s-clean-1A-baseline") == seeded.seed_for_block("5s-clean-1A-baseline")
+    seeds = {seeded.seed_for_block(f"5s-clean-{p}") for p in ("1A-baseline", "2B-clean", "3B-clean", "4A-baseline")}
+    assert len(seeds) == 4 and all(0 <= s < 2**63 for s in seeds)
+    assert SimProfile(block_seed=1).seed_for_block("5s-clean-1A-baseline") not in seeds
+    assert SimProfile(process_seed=7).seed_for_block("5s-clean-1A-baseline") == 7
+    assert SimProfile().seed_for_block("5s-clean-1A-baseline") is None  # drawn at random by the server
 
 
 # -- processes and failure injection -------------------------------------------------

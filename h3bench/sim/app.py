@@ -43,6 +43,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from h3bench.errors import ServerStartError
+from h3bench.sim import BLOCK_ID_ENV
 from h3bench.sim.jobs import Simulator
 from h3bench.sim.pool import WorkerPool
 from h3bench.sim.profile import SimProfile
@@ -170,10 +171,13 @@ def serve(host: str, port: int, profile: SimProfile, *, profiler_dir: Path | Non
     (it ignored SIGTERM), the process leaves it running and exits at once.
     """
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr, force=True)
-    process_seed = profile.process_seed if profile.process_seed is not None else secrets.randbits(63)
+    block_id = os.environ.get(BLOCK_ID_ENV, "")
+    fixed = profile.seed_for_block(block_id)
+    process_seed = fixed if fixed is not None else secrets.randbits(63)
     log.info(
-        "starting h3bench vLLM-Omni simulator: model %s, %d worker(s), time_scale %g, process seed %d",
+        "starting h3bench vLLM-Omni simulator: model %s, %d worker(s), time_scale %g, process seed %d (%s), block %s",
         profile.model, profile.workers, profile.time_scale, process_seed,
+        "drawn" if fixed is None else "fixed", block_id or "-",
     )
     try:
         sock = _bind(host, port)

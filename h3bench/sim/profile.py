@@ -29,6 +29,7 @@ and appear only in E2E.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import tomllib
@@ -38,7 +39,17 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 from h3bench.errors import RunSpecError
 from h3bench.h3 import frame_count, latent_frames
@@ -96,6 +107,10 @@ class SimProfile(BaseModel):
     process_seed: Annotated[StrictInt, Field(ge=0)] | None = Field(
         None, description="seed of jitter and run-to-run noise; default random per process, logged"
     )
+    # A campaign that gives the same answers in every run: each block its own seed, none of them drawn.
+    block_seed: Annotated[StrictInt, Field(ge=0)] | None = Field(
+        None, description="derive each process seed from this and the campaign block's id; excludes process_seed"
+    )
     cache_outputs: StrictBool = Field(False, description="cheat: answer repeated requests from a cache at once")
     # A fault that shows only at some seeds: the formal seed can pass while held-out seeds fail.
     degrade_seeds: list[Annotated[StrictInt, Field(ge=0)]] = Field(
@@ -110,6 +125,26 @@ class SimProfile(BaseModel):
     hang_request: _Nth = Field(None, description="the n-th request never completes")
     worker_ignores_sigterm: StrictBool = Field(False, description="the last worker ignores stop and SIGTERM")
     shutdown_delay_s: _NonNegative = Field(0.0, description="wall seconds slept in the shutdown handler")
+
+    @model_validator(mode="after")
+    def _one_seed_source(self) -> SimProfile:
+        if self.process_seed is not None and self.block_seed is not None:
+            raise ValueError("give process_seed (one seed for every process) or block_seed (one per block), not both")
+        return self
+
+    def seed_for_block(self, block_id: str | None) -> int | None:
+        """The process seed this profile fixes for a server of ``block_id``; None: draw one at random.
+
+        With ``block_seed``, 63 bits of SHA-256 over it and the block's id (empty
+        outside a campaign): distinct blocks get unrelated seeds, and every run of
+        the campaign the same ones.
+        """
+        if self.process_seed is not None:
+            return self.process_seed
+        if self.block_seed is None:
+            return None
+        digest = hashlib.sha256(f"{self.block_seed}/{block_id or ''}".encode()).digest()
+        return int.from_bytes(digest[:8], "little") >> 1
 
     def perturbation(self, process_seed: int) -> Perturbation:
         """The content perturbation of this arm, with the process's run-to-run seed."""
