@@ -46,6 +46,16 @@ def test_the_norm_carried_across_reads_is_the_whole_arrays_to_the_bit(monkeypatc
     assert spectra_files._torch_norm(spectra_files._read(str(path)), len(values)) == whole
     assert spectra_files._torch_norm(spectra_files._slices(values), len(values)) == whole  # the in-memory store
     assert whole != np.float32(np.sqrt(np.sum(np.square(values.astype(np.float64)))))  # the float32 order shows
+    monkeypatch.setattr(spectra_files, "_SQUARES_PER_STEP", 8 * 7)  # the lanes carried from step to step
+    assert spectra_files._torch_norm(spectra_files._slices(values), len(values)) == whole
+
+
+def test_the_norm_is_torchs_to_the_bit():
+    torch = pytest.importorskip("torch")
+    for length in (7, 10_003, (1 << 15) + 9, 1_000_000):  # a tail only; one step; two; thirty-one
+        values = np.random.default_rng(length).random(length, dtype=np.float32)
+        expected = np.float32(torch.linalg.vector_norm(torch.from_numpy(values)).item())
+        assert spectra_files._torch_norm(spectra_files._slices(values), length) == expected
 
 
 def test_identical_15_s_keeps_upstreams_float32_value_above_one():

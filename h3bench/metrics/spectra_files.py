@@ -42,6 +42,7 @@ _FRAMES_PER_CHUNK = 256
 _VALUES_PER_READ = 1 << 22  # float32 values per read (16 MB); a multiple of the 8 lanes
 _IN_MEMORY_BYTES = 64 << 20  # a waveform's magnitudes up to this size stay in memory (about 40 s of stereo)
 _NORM_LANES = 8  # torch's float32 vector_norm on CPU
+_SQUARES_PER_STEP = 1 << 15  # values squared at a time for the norm (128 kB, in cache); a multiple of the lanes
 _COSINE_EPS = np.float32(1e-12)
 
 
@@ -99,14 +100,37 @@ def write_spectra(pcm: np.ndarray, n_ffts: tuple[int, ...], window_of: Callable[
     shapes = [(n_fft, n_fft // 2 + 1, 1 + pcm.shape[1] // (n_fft // 4)) for n_fft in n_ffts]
     size = 4 * len(pcm) * sum(freqs * frames for _, freqs, frames in shapes)
     files = SpectrumFiles(on_disk=size > _IN_MEMORY_BYTES)
+    scratch = _Scratch(min(_FRAMES_PER_CHUNK, max(frames for _, _, frames in shapes)), max(n_ffts))
     for n_fft, freqs, frames in shapes:
         window, hop = window_of(n_fft), n_fft // 4
         for channel in pcm:
-            files.add(_magnitude_chunks(channel, n_fft, hop, window, frames), freqs, frames)
+            files.add(_magnitude_chunks(channel, n_fft, hop, window, frames, scratch), freqs, frames)
     return files
 
 
-def _magnitude_chunks(channel: np.ndarray, n_fft: int, hop: int, window: np.ndarray, frames: int) -> Iterator[np.ndarray]:
+class _Scratch:
+    """The buffers of one FFT call, made once per waveform for its largest ``n_fft``: fresh ones for every
+    channel and resolution would fault in new pages each time (a quarter of the spectra's time).
+
+    numpy's rfft of float32 computes in float64 and rounds to complex64; doing the same into these buffers
+    gives the same bits.
+    """
+
+    def __init__(self, rows: int, n_fft: int) -> None:
+        self.windowed = np.empty(rows * n_fft, np.float64)
+        self.spectrum = np.empty(rows * (n_fft // 2 + 1), np.complex128)
+        self.rounded = np.empty(rows * (n_fft // 2 + 1), np.complex64)
+        self.magnitude = np.empty(rows * (n_fft // 2 + 1), np.float32)
+
+    def shaped(self, rows: int, n_fft: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        bins = n_fft // 2 + 1
+        return (self.windowed[:rows * n_fft].reshape(rows, n_fft), self.spectrum[:rows * bins].reshape(rows, bins),
+                self.rounded[:rows * bins].reshape(rows, bins), self.magnitude[:rows * bins].reshape(rows, bins))
+
+
+def _magnitude_chunks(
+    channel: np.ndarray, n_fft: int, hop: int, window: np.ndarray, frames: int, scratch: _Scratch
+) -> Iterator[np.ndarray]:
     """``torch.stft(..., center=True, pad_mode="reflect").abs()`` of one channel, ``[freqs, frames]`` in time chunks.
 
     Each chunk is overwritten by the next one: the caller stores it first.
@@ -117,13 +141,7 @@ def _magnitude_chunks(channel: np.ndarray, n_fft: int, hop: int, window: np.ndar
     channel would), so no padded copy of the channel is made.
     """
     half, samples = n_fft // 2, len(channel)
-    # numpy's rfft of float32 computes in float64 and rounds to complex64. Doing the same into buffers made
-    # once per channel gives the same bits, without faulting in fresh pages for every chunk's temporaries.
-    rows = min(_FRAMES_PER_CHUNK, frames)
-    windowed = np.empty((rows, n_fft), np.float64)
-    spectrum = np.empty((rows, half + 1), np.complex128)
-    rounded = np.empty((rows, half + 1), np.complex64)
-    magnitude = np.empty((rows, half + 1), np.float32)
+    windowed, spectrum, rounded, magnitude = scratch.shaped(min(_FRAMES_PER_CHUNK, frames), n_fft)
     for first in range(0, frames, _FRAMES_PER_CHUNK):
         last = min(first + _FRAMES_PER_CHUNK, frames)
         low, high = first * hop, (last - 1) * hop + n_fft  # in the padded signal, which starts `half` earlier
@@ -162,14 +180,18 @@ def _torch_norm(chunks: Iterable[np.ndarray], length: int) -> np.float32:
     lanes = np.zeros(_NORM_LANES, dtype=np.float32)
     head = length // _NORM_LANES * _NORM_LANES
     tail: list[np.float32] = []
+    # Reducing axis 0 of a C-ordered array adds row after row. The carried lanes are the first row of every
+    # step (0 + x is x), and the squares of a few thousand rows the others: no temporary of a chunk's size.
+    step = np.empty(_NORM_LANES + _SQUARES_PER_STEP, dtype=np.float32)
     seen = 0
     for values in chunks:
         body = values[:max(0, min(len(values), head - seen))]
         tail += list(np.square(values[len(body):]))
-        if len(body):
-            # Reducing axis 0 of a C-ordered array adds row after row; the carried lanes are the first row.
-            rows = np.square(body).reshape(-1, _NORM_LANES)
-            lanes = np.add.reduce(rows if seen == 0 else np.vstack([lanes, rows]), axis=0, dtype=np.float32)
+        for start in range(0, len(body), _SQUARES_PER_STEP):
+            part = body[start:start + _SQUARES_PER_STEP]
+            step[:_NORM_LANES] = lanes
+            np.square(part, out=step[_NORM_LANES:_NORM_LANES + len(part)])
+            lanes = np.add.reduce(step[:_NORM_LANES + len(part)].reshape(-1, _NORM_LANES), axis=0, dtype=np.float32)
         seen += len(values)
     total = np.float32(0.0)
     for value in [*lanes, *tail]:
