@@ -3,6 +3,10 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+# httpx imports httpcore only when its first client is made. The pytester fixture restores sys.modules
+# after each test, so a first client made during a pytester test left httpx mapping the errors of a
+# dropped httpcore: every later ConnectError escaped as httpcore's, unmapped (seen under random order).
+import httpcore  # noqa: F401
 import imageio_ffmpeg
 import pytest
 
