@@ -132,7 +132,7 @@ class SimProfile(BaseModel):
             raise ValueError("give process_seed (one seed for every process) or block_seed (one per block), not both")
         return self
 
-    def seed_for_block(self, block_id: str | None) -> int | None:
+    def seed_for_block(self, block_id: str) -> int | None:
         """The process seed this profile fixes for a server of ``block_id``; None: draw one at random.
 
         With ``block_seed``, 63 bits of SHA-256 over it and the block's id (empty
@@ -143,7 +143,7 @@ class SimProfile(BaseModel):
             return self.process_seed
         if self.block_seed is None:
             return None
-        digest = hashlib.sha256(f"{self.block_seed}/{block_id or ''}".encode()).digest()
+        digest = hashlib.sha256(f"{self.block_seed}/{block_id}".encode()).digest()
         return int.from_bytes(digest[:8], "little") >> 1
 
     def perturbation(self, process_seed: int) -> Perturbation:
