@@ -51,11 +51,33 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from h3bench import __version__, cli_campaign, cli_ledger, media, quality
-from h3bench.errors import H3BenchError, RunSpecError, UsageError, WeightIntegrityError
-from h3bench.h3 import expected_shape
-from h3bench.outcome import Outcome
-from h3bench.quality import QualityReport, compare, format_value, json_safe, require_readable
+
+def _numpy_without_blas_workers() -> None:
+    """Import numpy with its OpenBLAS on the calling thread, unless the caller chose a thread count.
+
+    At load, OpenBLAS starts a worker per core, and each spins for about
+    0.1 s of CPU before it sleeps: on two cores, a tenth of a second taken
+    from the decoders of ``compare``. No command makes a BLAS call large
+    enough to use them (decoding, the metric kernels and torch's LPIPS do not
+    go through numpy's BLAS). The variable is read once, at load, so it is
+    removed again and child processes see the caller's environment.
+    """
+    if "OPENBLAS_NUM_THREADS" in os.environ or "numpy" in sys.modules:
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        import numpy  # noqa: F401
+    finally:
+        del os.environ["OPENBLAS_NUM_THREADS"]
+
+
+_numpy_without_blas_workers()
+
+from h3bench import __version__, cli_campaign, cli_ledger, media, quality  # noqa: E402
+from h3bench.errors import H3BenchError, RunSpecError, UsageError, WeightIntegrityError  # noqa: E402
+from h3bench.h3 import expected_shape  # noqa: E402
+from h3bench.outcome import Outcome  # noqa: E402
+from h3bench.quality import QualityReport, compare, format_value, json_safe, require_readable  # noqa: E402
 
 __all__ = ["EXIT_CODES", "SUBCOMMANDS", "Passthrough", "Subcommand", "build_parser", "exit_code", "main"]
 
