@@ -30,6 +30,7 @@ __all__ = [
     "DecodedDigest",
     "DecodedFrame",
     "MediaInfo",
+    "MediaReader",
     "VideoInfo",
     "VideoReader",
     "YuvFrame",
@@ -40,7 +41,6 @@ __all__ = [
     "probe",
     "read_audio",
     "read_pcm",
-    "streams_of",
     "write_mp4",
 ]
 
@@ -125,24 +125,11 @@ def probe(path: _PathLike) -> MediaInfo:
     Frame and sample counts are verified by decoding, durations are what the
     container declares, and start times are the streams' declared starts.
     """
-    has_video, has_audio = streams_of(path)
-    video = None
-    if has_video:
-        reader = VideoReader(path)
-        for _ in reader:
-            pass
-        video = reader.info
-    audio = read_audio(path)[1] if has_audio else None
-    return MediaInfo(path=os.fspath(path), size_bytes=os.path.getsize(path), video=video, audio=audio)
-
-
-def streams_of(path: _PathLike) -> tuple[bool, bool]:
-    """Whether the file has a video and an audio stream; MediaDecodeError if it has neither or does not open."""
-    with _open(path) as container:
-        has_video, has_audio = bool(container.streams.video), bool(container.streams.audio)
-    if not has_video and not has_audio:
-        raise MediaDecodeError(f"{os.fspath(path)}: no video or audio stream", path=os.fspath(path))
-    return has_video, has_audio
+    reader = MediaReader(path)
+    for _ in reader:
+        pass
+    assert reader.info is not None
+    return reader.info
 
 
 def _video_info(stream, pts: list[float], display: DisplayMatrix | None) -> VideoInfo:
@@ -177,6 +164,36 @@ class DecodedFrame:
     rgb: np.ndarray | None  # [H, W, 3] uint8
 
 
+class _VideoDecode:
+    """What one decode of a video stream counts, frame by frame: timestamps, the display matrix, the planes' digest."""
+
+    def __init__(self, stream, *, rgb: bool, hash_planes: bool, threads: int = 0) -> None:
+        stream.thread_type = "AUTO"
+        stream.codec_context.thread_count = threads
+        self.stream = stream
+        self.rgb = rgb
+        self.digest = hashlib.sha256() if hash_planes else None
+        self.pts: list[float] = []
+        self.display: DisplayMatrix | None = None  # the first decoded frame's display matrix, if it has one
+
+    def frame(self, frame) -> DecodedFrame:
+        if not self.pts:
+            self.display = display_matrix(frame)
+        seconds = _seconds(frame.pts, frame.time_base)
+        self.pts.append(seconds if seconds is not None else float("nan"))
+        decoded = DecodedFrame(_yuv(frame), frame.to_ndarray(format="rgb24") if self.rgb else None)
+        if self.digest is not None:
+            for plane in (decoded.yuv.y, decoded.yuv.u, decoded.yuv.v):
+                self.digest.update(np.ascontiguousarray(plane).data)
+        return decoded
+
+    def info(self) -> VideoInfo:
+        return _video_info(self.stream, self.pts, self.display)
+
+    def sha256(self) -> str | None:
+        return self.digest.hexdigest() if self.digest is not None else None
+
+
 class VideoReader:
     """One decode of a file's first video stream: iterate once for the frames, then read what it counted.
 
@@ -198,29 +215,75 @@ class VideoReader:
         self.sha256: str | None = None
 
     def __iter__(self) -> Generator[DecodedFrame, None, None]:
-        digest = hashlib.sha256() if self.hash_planes else None
-        pts: list[float] = []
-        display = None  # the first decoded frame's display matrix, if it has one
         with _open(self.path) as container:
             if not container.streams.video:
                 raise MediaDecodeError(f"{self.path}: no video stream", path=self.path)
-            stream = container.streams.video[0]
-            stream.thread_type = "AUTO"
+            video = _VideoDecode(container.streams.video[0], rgb=self.rgb, hash_planes=self.hash_planes)
             try:
-                for frame in container.decode(stream):
-                    if not pts:
-                        display = display_matrix(frame)
-                    seconds = _seconds(frame.pts, frame.time_base)
-                    pts.append(seconds if seconds is not None else float("nan"))
-                    decoded = DecodedFrame(_yuv(frame), frame.to_ndarray(format="rgb24") if self.rgb else None)
-                    if digest is not None:
-                        for plane in (decoded.yuv.y, decoded.yuv.u, decoded.yuv.v):
-                            digest.update(np.ascontiguousarray(plane).data)
-                    yield decoded
+                for frame in container.decode(video.stream):
+                    yield video.frame(frame)
             except (av.error.FFmpegError, ValueError) as exc:
                 raise _decode_error(self.path, "the video stream", exc) from exc
-            self.info = _video_info(stream, pts, display)
-        self.sha256 = digest.hexdigest() if digest is not None else None
+            self.info = video.info()
+        self.sha256 = video.sha256()
+
+
+class MediaReader:
+    """One decode of a whole file in one pass over its packets: iterate once for the video's frames, then read
+    what the decode found.
+
+    The audio packets decode as the demuxer reaches them, between the video
+    frames, so a file is opened and read once (not once per stream). After
+    the iteration ends, ``info`` is the file's :class:`MediaInfo`, with the
+    counts of :class:`VideoReader` and :func:`read_audio`; ``pcm`` is the
+    decoded audio as :func:`read_audio` returns it (None without an audio
+    stream), and ``sha256`` the video planes' digest when ``hash_planes``.
+    Frames are :class:`VideoReader`'s, decoded on ``threads`` threads (0:
+    libavcodec's choice, about one per core). Errors are
+    :class:`~h3bench.errors.MediaDecodeError`: a file without a video or an
+    audio stream, a stream that does not decode, a container that does not
+    demux.
+    """
+
+    def __init__(self, path: _PathLike, *, rgb: bool = False, hash_planes: bool = False, threads: int = 0) -> None:
+        self.path = os.fspath(path)
+        self.rgb = rgb
+        self.hash_planes = hash_planes
+        self.threads = threads
+        self.info: MediaInfo | None = None
+        self.pcm: np.ndarray | None = None
+        self.sha256: str | None = None
+
+    def __iter__(self) -> Generator[DecodedFrame, None, None]:
+        with _open(self.path) as container:
+            video_stream = container.streams.video[0] if container.streams.video else None
+            audio_stream = container.streams.audio[0] if container.streams.audio else None
+            if video_stream is None and audio_stream is None:
+                raise MediaDecodeError(f"{self.path}: no video or audio stream", path=self.path)
+            video = (_VideoDecode(video_stream, rgb=self.rgb, hash_planes=self.hash_planes, threads=self.threads)
+                     if video_stream else None)
+            audio = _AudioDecode(audio_stream) if audio_stream else None
+            packets = container.demux([s for s in (video_stream, audio_stream) if s is not None])
+            while True:
+                try:
+                    packet = next(packets)
+                except StopIteration:
+                    break
+                except (av.error.FFmpegError, ValueError) as exc:
+                    raise _decode_error(self.path, "the container", exc) from exc
+                is_audio = audio is not None and packet.stream_index == audio.stream.index
+                try:
+                    if is_audio:
+                        for frame in packet.decode():
+                            audio.frame(frame)  # type: ignore[union-attr]
+                    decoded = [video.frame(frame) for frame in packet.decode()] if video and not is_audio else []
+                except (av.error.FFmpegError, ValueError) as exc:
+                    raise _decode_error(self.path, "the audio stream" if is_audio else "the video stream", exc) from exc
+                yield from decoded  # outside the try: what the consumer throws in is not a decode error
+            pcm, audio_info = audio.result() if audio is not None else (None, None)
+            video_info = video.info() if video is not None else None
+        self.pcm, self.sha256 = pcm, video.sha256() if video is not None else None
+        self.info = MediaInfo(self.path, os.path.getsize(self.path), video_info, audio_info)
 
 
 def _yuv(frame: av.VideoFrame) -> YuvFrame:
@@ -256,27 +319,40 @@ def read_audio(path: _PathLike) -> tuple[np.ndarray, AudioInfo]:
     with _open(path) as container:
         if not container.streams.audio:
             raise MediaDecodeError(f"{os.fspath(path)}: no audio stream", path=os.fspath(path))
-        stream = container.streams.audio[0]
-        ctx = stream.codec_context
-        channels = int(ctx.channels)
-        buffer = _PcmBuffer(channels, _seconds(stream.duration, stream.time_base), int(ctx.sample_rate))
+        audio = _AudioDecode(container.streams.audio[0])
         try:
-            for frame in container.decode(stream):
-                buffer.append(_frame_pcm(frame))
+            for frame in container.decode(audio.stream):
+                audio.frame(frame)
         except (av.error.FFmpegError, ValueError) as exc:
             raise _decode_error(path, "the audio stream", exc) from exc
-        pcm = buffer.result()
-        info = AudioInfo(
+        return audio.result()
+
+
+class _AudioDecode:
+    """One decode of an audio stream into one PCM array, frame by frame."""
+
+    def __init__(self, stream) -> None:
+        self.stream = stream
+        ctx = stream.codec_context
+        self.channels = int(ctx.channels)
+        self.buffer = _PcmBuffer(self.channels, _seconds(stream.duration, stream.time_base), int(ctx.sample_rate))
+
+    def frame(self, frame) -> None:
+        self.buffer.append(_frame_pcm(frame))
+
+    def result(self) -> tuple[np.ndarray, AudioInfo]:
+        stream, ctx = self.stream, self.stream.codec_context
+        pcm = self.buffer.result()
+        return pcm, AudioInfo(
             codec=ctx.name,
             sample_rate=int(ctx.sample_rate),
-            channels=channels,
+            channels=self.channels,
             duration_s=_seconds(stream.duration, stream.time_base),
             samples=int(pcm.shape[1]),
             start_time_s=_seconds(stream.start_time, stream.time_base) or 0.0,
             sample_format=ctx.format.name if ctx.format is not None else "",
             layout=ctx.layout.name if ctx.layout is not None else "",
         )
-    return pcm, info
 
 
 class _PcmBuffer:
@@ -317,7 +393,7 @@ def read_pcm(path: _PathLike) -> tuple[np.ndarray, int]:
 
 def _frame_pcm(frame) -> np.ndarray:
     data = frame.to_ndarray()
-    channels = len(frame.layout.channels)
+    channels = frame.layout.nb_channels
     if not frame.format.is_planar:
         data = data.reshape(-1, channels).T
     if data.dtype.kind == "i":
@@ -335,16 +411,10 @@ class DecodedDigest:
 
 def decoded_digest(path: _PathLike) -> DecodedDigest:
     """Hash the decoded yuv420p planes frame by frame, and the decoded float32 PCM."""
-    has_video, has_audio = streams_of(path)
-    video = pcm = None
-    if has_video:
-        reader = VideoReader(path, hash_planes=True)
-        for _ in reader:
-            pass
-        video = reader.sha256
-    if has_audio:
-        pcm = pcm_sha256(read_audio(path)[0])
-    return DecodedDigest(video, pcm)
+    reader = MediaReader(path, hash_planes=True)
+    for _ in reader:
+        pass
+    return DecodedDigest(reader.sha256, pcm_sha256(reader.pcm) if reader.pcm is not None else None)
 
 
 def pcm_sha256(pcm: np.ndarray) -> str:

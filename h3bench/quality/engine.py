@@ -49,9 +49,10 @@ if TYPE_CHECKING:
     from h3bench.metrics.lpips import LpipsNetwork, LpipsWeights
     from h3bench.metrics.ssim_psnr import VideoComparison
 
-__all__ = ["Comparison", "Engine", "components"]
+__all__ = ["Comparison", "Engine", "components", "decoder_threads"]
 
 _PREFETCH_FRAMES = 16  # decoded frames held ahead over a group's files (at least 4 per file)
+_ONE_THREAD_SHARE = 0.9  # a file needing less than this much of one core decodes on one thread
 _BATCH_PIXELS = 8 * 1344 * 768  # frames per AlexNet pass: eight at H3's full size, more when smaller
 
 _PathLike = str | os.PathLike[str]
@@ -72,6 +73,7 @@ class _File:
 
     path: str
     sha256: str
+    size: int = 0  # bytes, which set its decoder threads (decoder_threads)
     info: media.MediaInfo | None = None
     error: str | None = None
     pcm: np.ndarray | None = None  # dropped once its group's reports are made
@@ -191,7 +193,7 @@ class Engine:
     def _file(self, path: _PathLike) -> _File:
         name = require_readable(path)
         if name not in self._files:
-            self._files[name] = _File(name, sha256_file(name).hexdigest)
+            self._files[name] = _File(name, sha256_file(name).hexdigest, os.path.getsize(name))
         return self._files[name]
 
     def _pair(self, comparison: Comparison) -> _Pair:
@@ -243,9 +245,10 @@ class Engine:
         lpips_files = {id(f) for p in pairs for f in (p.base, p.cand)} if weights is not None else set()
         seconds = {id(f): {p.comparison.expect_seconds for p in pairs if f in (p.base, p.cand)} for f in files}
         depth = max(4, _PREFETCH_FRAMES // len(files))  # a pair decodes further ahead, riding out scheduling gaps
-        streams = {id(f): prefetch(self._decode(f, rgb=id(f) in lpips_files, seconds=seconds[id(f)]), depth,
-                                   name=f"decode {f.path}")
-                   for f in files}
+        threads = decoder_threads([f.size for f in files])
+        streams = {id(f): prefetch(self._decode(f, rgb=id(f) in lpips_files, seconds=seconds[id(f)], threads=n),
+                                   depth, name=f"decode {f.path}")
+                   for f, n in zip(files, threads, strict=True)}
         with contextlib.ExitStack() as stack:
             for stream in streams.values():
                 stack.enter_context(contextlib.closing(stream))
@@ -259,31 +262,25 @@ class Engine:
                 f.spectra.clear()
 
     def _decode(
-        self, file: _File, *, rgb: bool, seconds: set[float | None]
+        self, file: _File, *, rgb: bool, seconds: set[float | None], threads: int
     ) -> Generator[media.DecodedFrame | _End, None, None]:
         """Runs on the file's own thread: its frames, then one :class:`_End`.
 
-        The audio comes first: its PCM, and its spectra when all of the
-        file's pairs trim it alike. With numba's kernel (an install without a
-        C compiler) that fills the half second in which the consumer loads
-        it; with the compiled kernel the order costs nothing (the audio on a
-        thread of its own was measured no faster). The PCM is kept to the end
-        of the group either way.
+        One pass over the file's packets (:class:`~h3bench.media.MediaReader`)
+        decodes the video and, between its frames, the audio. Once the PCM is
+        whole, its spectra are computed here, when all of the file's pairs
+        trim it alike, beside the other files' threads doing the same. The PCM
+        is kept to the end of the group.
         """
         try:
-            has_video, has_audio = media.streams_of(file.path)
-            pcm, audio = media.read_audio(file.path) if has_audio else (None, None)
-            spectra = _file_spectra(pcm, audio, seconds)
-            video = sha = None
-            if has_video:
-                reader = media.VideoReader(file.path, rgb=rgb, hash_planes=self.digests)
-                yield from reader
-                video, sha = reader.info, reader.sha256
-            info = media.MediaInfo(file.path, os.path.getsize(file.path), video, audio)
+            reader = media.MediaReader(file.path, rgb=rgb, hash_planes=self.digests, threads=threads)
+            yield from reader
         except MediaDecodeError as exc:
             yield _End(None, str(exc))
             return
-        yield _End(info, None, pcm, sha, spectra)
+        info = reader.info
+        assert info is not None
+        yield _End(info, None, reader.pcm, reader.sha256, _file_spectra(reader.pcm, info.audio, seconds))
 
     def _stream(self, pairs: list[_Pair], files: list[_File], streams: dict[int, Any], *, lpips: bool) -> None:
         """Read every file's frames in lockstep and feed them to every pair they belong to."""
@@ -403,6 +400,30 @@ class Engine:
             if count not in file.spectra:
                 file.spectra[count] = audio.spectra(pcm)
         return audio.spectra_cosine(base.spectra[base_count], cand.spectra[cand_count]), audio.rms_ratio(b, c)
+
+
+def decoder_threads(sizes: Sequence[int], cores: int | None = None) -> list[int]:
+    """Decoder threads for each of a group's files (0: libavcodec's choice), from their sizes in bytes.
+
+    The group's files are read in lockstep, so the heaviest one sets the pace
+    and a lighter one only has to keep up. A file whose share of the group's
+    bytes is under ``_ONE_THREAD_SHARE`` of a core decodes on one thread:
+    frame threads would only add their hand-offs to its CPU time, which the
+    other files' decoders need (a 40/60 pair on 2 cores: about 0.15 s less
+    wall time for ``compare``). The others get libavcodec's choice.
+    """
+    cores = cores if cores is not None else _usable_cores()
+    total = sum(sizes)
+    if total <= 0:
+        return [0] * len(sizes)
+    return [1 if size / total * cores < _ONE_THREAD_SHARE else 0 for size in sizes]
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
 
 
 def _file_spectra(
