@@ -271,14 +271,17 @@ class MediaReader:
                     break
                 except (av.error.FFmpegError, ValueError) as exc:
                     raise _decode_error(self.path, "the container", exc) from exc
-                is_audio = audio is not None and packet.stream_index == audio.stream.index
+                pcm_sink = audio if audio is not None and packet.stream_index == audio.stream.index else None
+                decoded: list[DecodedFrame] = []
                 try:
-                    if is_audio:
+                    if pcm_sink is not None:
                         for frame in packet.decode():
-                            audio.frame(frame)  # type: ignore[union-attr]
-                    decoded = [video.frame(frame) for frame in packet.decode()] if video and not is_audio else []
+                            pcm_sink.frame(frame)
+                    elif video is not None:
+                        decoded = [video.frame(frame) for frame in packet.decode()]
                 except (av.error.FFmpegError, ValueError) as exc:
-                    raise _decode_error(self.path, "the audio stream" if is_audio else "the video stream", exc) from exc
+                    what = "the audio stream" if pcm_sink is not None else "the video stream"
+                    raise _decode_error(self.path, what, exc) from exc
                 yield from decoded  # outside the try: what the consumer throws in is not a decode error
             pcm, audio_info = audio.result() if audio is not None else (None, None)
             video_info = video.info() if video is not None else None

@@ -313,7 +313,10 @@ def test_the_cli_loads_numpy_without_openblas_workers_unless_the_caller_chose_a_
     # The workers spin for about 0.1 s of CPU each at load, time that compare's decoders need.
     code = "import os, h3bench.cli; print(len(os.listdir('/proc/self/task')), os.environ.get('OPENBLAS_NUM_THREADS'))"
     env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    run = lambda env: subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,  # noqa: E731
-                                     check=True).stdout.split()
+
+    def run(env: dict[str, str]) -> list[str]:
+        return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                              check=True).stdout.split()
+
     assert run(env) == ["1", "None"]  # one thread, and the environment handed to children is the caller's
     assert run({**env, "OPENBLAS_NUM_THREADS": "2"}) == ["2", "2"]

@@ -1,8 +1,8 @@
 """The quality engine and the judge's batches: each output decoded once, reports as for each pair alone.
 
 Decodes are counted at their source: every decode opens its file
-(``media._open``), and one open is one pass over the file's packets. LPIPS uses the seeded random AlexNet of the
-``lpips_test_weights`` fixture.
+(``media._open``), and one open is one pass over the file's packets. LPIPS
+uses the seeded random AlexNet of the ``lpips_test_weights`` fixture.
 """
 
 from __future__ import annotations
