@@ -255,7 +255,10 @@ class ServerProcess:
     # -- start ---------------------------------------------------------------
 
     def start(self) -> ServerProcess:
-        """Launch the server and wait for readiness; raises ServerStartError or InterferenceError."""
+        """Launch the server and wait for readiness; raises ServerStartError or InterferenceError.
+
+        Whatever ends the wait early (an interrupt included) stops the server before it is raised again.
+        """
         self._require(ServerState.NEW, "start()")
         if not port_free(self.host, self.port):
             holder = port_holder(self.port)
@@ -267,10 +270,17 @@ class ServerProcess:
             )
         for check in self.device_checks:
             check.before_start()
-        self._launch()
-        for check in self.device_checks:
-            check.started(self)
-        self._wait_ready()
+        try:
+            self._launch()
+            for check in self.device_checks:
+                check.started(self)
+            self._wait_ready()
+        except BaseException:
+            # Ctrl-C or a signal while a real server loads (minutes on an NPU), or a device check's error:
+            # the server is stopped through its normal path, so that it is not left running for the caller.
+            if self._state is ServerState.RUNNING:
+                self.stop()
+            raise
         return self
 
     def _launch(self) -> None:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -308,6 +310,38 @@ def test_device_checks_run_before_the_launch_and_after_the_stop(make_server) -> 
     assert report.device_interference == ("pid 7 (other) was on NPU 1",)
     with pytest.raises(CleanupError, match="still holds NPU 0"):
         report.check()
+
+
+class InterruptingCheck(RecordingCheck):
+    """Once the server is launched, Ctrl-C reaches the harness while the server is still loading."""
+
+    def started(self, owner) -> None:
+        super().started(owner)
+        threading.Timer(0.5, _thread.interrupt_main).start()
+
+
+class FailingCheck(RecordingCheck):
+    """Once the server is launched, the device watcher itself fails."""
+
+    def started(self, owner) -> None:
+        super().started(owner)
+        raise RuntimeError("npu-smi telemetry could not start")
+
+
+@pytest.mark.parametrize(("check", "raised"), [(InterruptingCheck, KeyboardInterrupt), (FailingCheck, RuntimeError)],
+                         ids=["ctrl-c-while-loading", "device-check-fails-once-launched"])
+def test_whatever_ends_the_startup_early_stops_the_server_first(make_server, check, raised) -> None:
+    # On an NPU host the server loads for minutes: the likeliest moment for Ctrl-C. The server must not be left
+    # running behind the exception (the caller's `with` never entered, so nobody else would stop it).
+    recording = check()
+    srv = make_server("--never-ready", startup_budget_s=60.0, device_checks=[recording])
+    with pytest.raises(raised):
+        srv.start()
+    assert srv.state is ServerState.STOPPED
+    assert srv.startup_s is None and srv.graceful is True
+    assert recording.calls == ["before_start", "started", "stopping"]
+    report = srv.verify_exited()
+    assert report.ok and report.pids_seen, report.problems  # every process it had started is gone
 
 
 def test_context_manager_and_misuse(make_server, tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""SIGTERM, SIGHUP and SIGKILL in the middle of a block (pytester projects, real simulator servers).
+"""SIGTERM, SIGHUP and SIGKILL in the middle of a block, or while its server loads (pytester projects, real
+simulator servers).
 
 ``timeout``, a cancelled CI job, a closed terminal and a batch scheduler end
 the harness with SIGTERM or SIGHUP. Each must end the campaign as Ctrl-C
@@ -72,6 +73,25 @@ def test_a_signal_ends_the_campaign_as_ctrl_c_does(pytester, signame, workers):
     assert code == pytest.ExitCode.INTERRUPTED
     assert time.monotonic() - start < BUDGET_S + MARGIN_S + 30  # the graceful stop, then sealing
     _assert_sealed_as_interrupted(pytester, server, signame)
+
+
+def test_a_signal_while_the_server_is_still_loading_stops_it_and_seals(pytester):
+    # On an NPU host a server loads for minutes, the likeliest moment to give up on a run. Here the candidate's
+    # workers load for 60 s (load_s is scaled by time_scale); the signal comes once its launch is recorded.
+    spec = write_campaign(pytester.path, candidates={"slow": {"time_scale": 0.003, "load_s": 20_000}},
+                          protocol={"shutdown_budget_s": BUDGET_S, "audit": False, "startup_budget_s": 300})
+    proc = start_campaign(pytester, spec, "tests_perf", "--benchmark-disable", output=pytester.path / "out.txt")
+    block = "5s-slow-2B-slow"
+    wait_until(lambda: any(s["block"] == block for s in evidence_lines(pytester, "servers.jsonl")), proc)
+    (server,) = [s for s in evidence_lines(pytester, "servers.jsonl") if s["block"] == block]
+
+    proc.send_signal(signal.SIGTERM)
+    code = proc.wait(timeout=BUDGET_S + 60)
+
+    assert code == pytest.ExitCode.INTERRUPTED, (pytester.path / "out.txt").read_text()[-3000:]
+    (event,) = [e for e in evidence_lines(pytester, "lifecycle.jsonl") if e["block"] == block]
+    assert event["startup_s"] is None, "the signal should have come before the server was ready"
+    _assert_sealed_as_interrupted(pytester, server, "SIGTERM")
 
 
 def test_a_second_sigterm_kills_the_server_tree_at_once_and_still_seals(pytester):
