@@ -126,6 +126,24 @@ def test_equals_lpips_package_on_the_same_frames(weights, oracle, tmp_path, batc
     assert not result.per_frame.flags.writeable
 
 
+@pytest.mark.parametrize("step_values", [1, 1000, 1 << 30], ids=["a-position-per-step", "a-few-positions", "whole-taps"])
+def test_the_heads_give_lpips_values_in_steps_of_any_size(weights, oracle, monkeypatch, step_values):
+    # The heads take each pair's difference a cache-sized step of positions at a time; whatever the step
+    # (one position, a ragged last step, a whole tap as on an accelerator), every pair scores what lpips gives.
+    monkeypatch.setattr(h3lpips, "_HEAD_STEP_VALUES", step_values)
+    frames = np.stack([*mediagen.textured_frames(2, WIDTH, HEIGHT, seed=5),
+                       *mediagen.textured_frames(1, WIDTH, HEIGHT, seed=5, noise=20.0)])
+    net = h3lpips.network(weights)
+    pairs = [(0, 1), (1, 0), (0, 2), (2, 2), (1, 2)]
+
+    got = net.distances(net.features(frames), [a for a, _ in pairs], [b for _, b in pairs])
+
+    with torch.no_grad():
+        expected = [oracle(lpips.im2tensor(frames[a]), lpips.im2tensor(frames[b])).item() for a, b in pairs]
+    np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
+    assert got[3] == 0.0 and got[0] == got[1] and (got[[0, 2, 4]] > 0).all()
+
+
 def test_identical_videos_score_zero(weights, make_mp4):
     clip = make_mp4("a.mp4", frames=FRAMES, width=WIDTH, height=HEIGHT, audio_samples=None)
     assert h3lpips.lpips_video(clip, clip, weights=weights).mean == pytest.approx(0.0, abs=1e-7)

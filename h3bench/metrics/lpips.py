@@ -84,7 +84,9 @@ MIN_SIZE = 31
 
 _PathLike = str | os.PathLike[str]
 
-_PAIR_PIXELS = 4 * 1344 * 768  # pair differences per step of the heads: four at H3's full size
+# Feature values per step of the heads on the CPU (256 kB of float32): a step's difference is squared and
+# weighted while it is still in cache, so each pair costs one read of its two frames' features.
+_HEAD_STEP_VALUES = 1 << 16
 
 
 @dataclass(frozen=True, eq=False)
@@ -162,23 +164,27 @@ class LpipsNetwork:
     def distances(self, batch: FeatureBatch, first: Sequence[int], second: Sequence[int]) -> np.ndarray:
         """LPIPS of the frame pairs ``(first[i], second[i])`` of ``batch`` (baseline, candidate), as float64.
 
-        Every pair goes through each head in one step (a few per step at large
-        sizes), so the cost per pair is a handful of array operations, however
-        many pairs share the batch.
+        The heads are memory-bound: on the CPU each pair's difference is taken
+        a cache-sized step of positions at a time (``_HEAD_STEP_VALUES``), then
+        squared and weighted in place, so no pair's differences are ever whole
+        in memory. On an accelerator each tap is one step.
         """
-        pixels = int(batch.taps[0].shape[1] * batch.taps[0].shape[2]) * 16  # conv1's output is 1/16 of the frame
-        step = max(1, _PAIR_PIXELS // pixels)
-        scores = []
-        for start in range(0, len(first), step):
-            a = torch.as_tensor(first[start:start + step], device=self.device)
-            b = torch.as_tensor(second[start:start + step], device=self.device)
-            total = torch.zeros(len(a), device=self.device)
-            for tap, head in zip(batch.taps, self.heads, strict=True):
-                total += (tap[a].sub_(tap[b]).square_() @ head).mean(dim=(1, 2))
-            scores.append(total)
-        if not scores:
-            return np.zeros(0)
-        return torch.cat(scores).cpu().numpy().astype(np.float64)
+        taps = [tap.reshape(len(batch), -1, tap.shape[-1]) for tap in batch.taps]  # [N, positions, C] views
+        cpu = self.device.type == "cpu"
+        steps = [min(tap.shape[1], max(1, _HEAD_STEP_VALUES // tap.shape[2])) if cpu else tap.shape[1] for tap in taps]
+        scratch = torch.empty(max(rows * tap.shape[2] for rows, tap in zip(steps, taps, strict=True)), device=self.device)
+        scores = torch.zeros(len(first), device=self.device)
+        for i, (a, b) in enumerate(zip(first, second, strict=True)):
+            for tap, head, rows in zip(taps, self.heads, steps, strict=True):
+                positions, channels = tap.shape[1], tap.shape[2]
+                weighted = torch.empty(positions, device=self.device)  # sum of w_c (a_c - b_c)^2 at each position
+                for start in range(0, positions, rows):
+                    stop = min(start + rows, positions)
+                    diff = scratch[:(stop - start) * channels].view(stop - start, channels)
+                    torch.sub(tap[a, start:stop], tap[b, start:stop], out=diff).square_()
+                    torch.mv(diff, head, out=weighted[start:stop])
+                scores[i] += weighted.mean()
+        return scores.cpu().numpy().astype(np.float64)
 
 
 def _resolve_device(device: str) -> torch.device:

@@ -320,7 +320,7 @@ class Engine:
             file.digest = media.DecodedDigest(end.video_sha256, pcm)
 
     def _lpips_step(self, pairs: list[_Pair], frames: dict[int, media.DecodedFrame], index: int) -> None:
-        """One frame index: AlexNet once per distinct frame of these pairs, then every pair's heads in one step."""
+        """One frame index: AlexNet once per distinct frame of these pairs, then every pair's heads."""
         from h3bench.metrics.lpips import FeatureBatch
 
         scored: list[_Pair] = []
