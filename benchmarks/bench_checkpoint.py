@@ -1,4 +1,4 @@
-"""Checkpoint hashing: :func:`h3bench.checkpoint.content_identity` against ``sha256sum`` over the same files.
+"""Checkpoint hashing: :func:`h3bench.host.checkpoint.content_identity` against ``sha256sum`` over the same files.
 
 Run as ``.venv/bin/python benchmarks/bench_checkpoint.py [--files 8] [--mib 256] [--rounds 3] [--workdir DIR]``.
 
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from h3bench.checkpoint import content_identity
+from h3bench.host.checkpoint import content_identity
 
 TARGET = 0.8
 

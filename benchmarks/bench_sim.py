@@ -13,7 +13,7 @@ Run as ``.venv/bin/python benchmarks/bench_sim.py [--rounds N]``.
    cores. Upstream's own CPU MP4 step takes 0.28 s on the 950PR host.
 3. **E2E against service time**: with the default latency model
    (``time_scale 0.002``, about 1.4 s modelled per 4 s request at 256x160),
-   the E2E that ``h3bench.client.VideoClient`` measures (upload start to the
+   the E2E that ``h3bench.run.client.VideoClient`` measures (upload start to the
    last byte on disk) minus the server's ``inference_time_s``, for the sync
    endpoint and the async job API (its polls start at 5 ms and grow to
    100 ms), beside fixed 5 ms polls and the 2 s polls of upstream's
@@ -53,8 +53,8 @@ import numpy as np
 import psutil
 
 from h3bench import media
-from h3bench.client import GenerationRequest, Reference, VideoClient
 from h3bench.h3 import audio_sample_count, frame_count
+from h3bench.run.client import GenerationRequest, Reference, VideoClient
 from h3bench.sim.content import ContentSpec, Perturbation, content_key, render
 from h3bench.sim.profile import SimProfile
 

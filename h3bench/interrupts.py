@@ -11,7 +11,7 @@ wait: it SIGKILLs every live server tree at once, and the bundle is still
 sealed.
 
 What the harness cannot clean up (it was SIGKILLed, or the OOM killer took
-it) the server's parent-death signal does (:func:`h3bench.proctree.die_with_parent`),
+it) the server's parent-death signal does (:func:`h3bench.server.proctree.die_with_parent`),
 and a resume sweeps what is left.
 
 An evidence write and its record (a JSONL line and the running hash that

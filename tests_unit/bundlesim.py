@@ -3,7 +3,7 @@
 :func:`write_bundle` writes a bundle with the project's own writer
 (:class:`h3bench.evidence.Bundle`): a manifest with the spec, one measured
 sample per request and one lifecycle record per block of the spec's
-schedule, a verdict made by :class:`h3bench.verdict.CandidateVerdict`, and
+schedule, a verdict made by :class:`h3bench.verdict.verdicts.CandidateVerdict`, and
 ``final.json``. The latencies are the caller's. ``final`` adds the keys that
 the research protocol's writer puts in ``final.json`` (held-out, acceptance),
 standing in for that writer (which writes them at close).
@@ -21,8 +21,8 @@ from h3bench import quality
 from h3bench.evidence import Bundle
 from h3bench.outcome import Outcome
 from h3bench.runspec import RunSpec, load_runspec, parse_runspec
-from h3bench.schedule import Block, Schedule
-from h3bench.verdict import CandidateVerdict, DurationVerdict
+from h3bench.runspec.schedule import Block, Schedule
+from h3bench.verdict.verdicts import CandidateVerdict, DurationVerdict
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runspecs"
 # What npu_spec gives a new candidate that declares nothing: a formal NPU spec attributes every candidate.

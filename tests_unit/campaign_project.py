@@ -88,7 +88,7 @@ def write_campaign(
     if source is not None:
         parts.append(_table("source", source))
     if arm_tables is not None:
-        # A formal NPU spec attributes every candidate (h3bench.runspec.research).
+        # A formal NPU spec attributes every candidate (h3bench.runspec.search).
         attribution = {"hypothesis": "the test's candidate is faster",
                        "source": {"kind": "configuration", "ref": "a test flag"}}
         parts += [_table(f"arms.{name}", table if name == "baseline" else {**attribution, **table})

@@ -18,6 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h3bench import media, quality
+from h3bench.media import decode
 from h3bench.metrics import audio, spectra_files
 from tests_unit import mediagen
 from tests_unit.test_audio_metrics import upstream_formula
@@ -106,6 +107,6 @@ def test_decoded_pcm_is_one_contiguous_array_equal_to_its_frames(make_mp4):
     import av
 
     with av.open(str(clip)) as container:
-        frames = [media._frame_pcm(frame) for frame in container.decode(container.streams.audio[0])]
+        frames = [decode._frame_pcm(frame) for frame in container.decode(container.streams.audio[0])]
     assert pcm.flags["C_CONTIGUOUS"] and info.samples == pcm.shape[1]
     assert np.array_equal(pcm, np.concatenate(frames, axis=1))

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as scipy_stats
 
-from h3bench.changepoint import detect_steps, segment, welch_log_ratio
 from h3bench.errors import UsageError
+from h3bench.ledger.changepoint import detect_steps, segment, welch_log_ratio
 
 NOISE = 0.02
 
@@ -66,7 +66,7 @@ def test_the_false_flag_rate_on_noise_is_measured_and_small():
     rng = np.random.default_rng(2026)
     trials = 400
     flagged = sum(bool(detect_steps(series(rng, 12)).flagged) for _ in range(trials))
-    # Measured about 1 % (see h3bench.changepoint); 3 % bounds it with room for the simulation's own noise.
+    # Measured about 1 % (see h3bench.ledger.changepoint); 3 % bounds it with room for the simulation's own noise.
     assert flagged / trials <= 0.03
 
 

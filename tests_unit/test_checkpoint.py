@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from h3bench import checkpoint
-from h3bench.checkpoint import CheckpointFile, content_identity
 from h3bench.errors import UsageError
+from h3bench.host import checkpoint
+from h3bench.host.checkpoint import CheckpointFile, content_identity
 
 
 @pytest.fixture

@@ -15,16 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h3bench import media
-from h3bench.client import (
+from h3bench.errors import RequestError, UsageError
+from h3bench.h3 import STAGE_KEYS, mux_and_transfer_s
+from h3bench.run.client import (
     GenerationRequest,
     Reference,
     VideoClient,
     parse_stage_durations,
 )
-from h3bench.errors import RequestError, UsageError
-from h3bench.h3 import STAGE_KEYS, mux_and_transfer_s
-from h3bench.ports import find_free_port
-from h3bench.server import ServerProcess
+from h3bench.server.ports import find_free_port
+from h3bench.server.process import ServerProcess
 from tests_unit import mediagen
 
 FAKE_VIDEOS = Path(__file__).parent / "fakes" / "fake_videos.py"

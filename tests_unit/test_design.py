@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from h3bench.design import REFERENCE_NOISE, design_problems, design_warnings, speed_power
+from h3bench.plan.design import REFERENCE_NOISE, design_problems, design_warnings, speed_power
 from h3bench.runspec import load_runspec, parse_runspec
 from tests_unit.campaign_project import run_campaign, write_campaign
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from h3bench.devices import DeviceLock, NpuSmiCheck, logical_devices, processes_on
 from h3bench.errors import CleanupError, InterferenceError, ServerError, UsageError
-from h3bench.npusmi import parse_npu_smi, read_npu_smi
-from h3bench.ports import find_free_port
-from h3bench.server import ServerProcess
-from h3bench.telemetry import TELEMETRY_KEYS
+from h3bench.host.devices import DeviceLock, NpuSmiCheck, logical_devices, processes_on
+from h3bench.host.npusmi import parse_npu_smi, read_npu_smi
+from h3bench.host.telemetry import TELEMETRY_KEYS
+from h3bench.server.ports import find_free_port
+from h3bench.server.process import ServerProcess
 
 FAKES = Path(__file__).parent / "fakes"
 SAMPLES = FAKES / "npu-smi-samples"
@@ -215,7 +215,7 @@ def test_a_real_server_its_workers_on_the_devices_and_what_they_leave(live_host,
 
 HOLD_LOCK = """
 import sys
-from h3bench.devices import DeviceLock
+from h3bench.host.devices import DeviceLock
 with DeviceLock(sys.argv[1]):
     print("locked", flush=True)
     sys.stdin.readline()

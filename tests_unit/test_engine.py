@@ -1,7 +1,7 @@
 """The quality engine and the judge's batches: each output decoded once, reports as for each pair alone.
 
 Decodes are counted at their source: every decode opens its file
-(``media._open``), and one open is one pass over the file's packets. LPIPS
+(``media.decode._open``), and one open is one pass over the file's packets. LPIPS
 uses the seeded random AlexNet of the ``lpips_test_weights`` fixture.
 """
 
@@ -19,13 +19,14 @@ from hypothesis import strategies as st
 
 from h3bench import media, quality
 from h3bench.errors import MediaDecodeError
-from h3bench.judging import Judge
+from h3bench.media import decode
 from h3bench.quality import Status, Thresholds
 from h3bench.quality import engine as engine_module
 from h3bench.quality.compare import LpipsSettings
 from h3bench.quality.engine import Comparison, Engine, components, decoder_threads
 from h3bench.runspec import load_runspec
-from h3bench.schedule import CandidateWorkload, Schedule
+from h3bench.runspec.schedule import CandidateWorkload, Schedule
+from h3bench.verdict.judge import Judge
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = {"frames": 6, "width": 96, "height": 64, "audio_samples": 16_000}
@@ -35,13 +36,13 @@ SMALL = {"frames": 6, "width": 96, "height": 64, "audio_samples": 16_000}
 def decodes(monkeypatch):
     """How often each file was opened for decoding: one open is one pass over its packets."""
     counts: Counter[str] = Counter()
-    real_open = media._open
+    real_open = decode._open
 
     def counted_open(path):
         counts[str(path)] += 1
         return real_open(path)
 
-    monkeypatch.setattr(media, "_open", counted_open)
+    monkeypatch.setattr(decode, "_open", counted_open)
     return counts
 
 

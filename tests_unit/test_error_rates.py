@@ -1,7 +1,7 @@
 """Every error rate and power that a verdict implies, measured on simulated campaigns through h3bench's own functions.
 
-The verdict code is vectorised (:mod:`h3bench.intervals`, :mod:`h3bench.warmup`,
-:func:`h3bench.lossless.relabelling_outcomes`), so thousands of seeded
+The verdict code is vectorised (:mod:`h3bench.stats.intervals`, :mod:`h3bench.stats.warmup`,
+:func:`h3bench.quality.lossless.relabelling_outcomes`), so thousands of seeded
 campaigns run through exactly the functions that decide a real campaign;
 only the data are drawn here. Latencies: lognormal request noise, a
 lognormal offset per server process (block), and where stated drift, a
@@ -30,10 +30,11 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from h3bench import intervals, lossless
-from h3bench.intervals import FAIL, INCONCLUSIVE, PASS
+from h3bench.quality import lossless
 from h3bench.runspec import Gates, Protocol
-from h3bench.warmup import warmup_flags
+from h3bench.stats import intervals
+from h3bench.stats.intervals import FAIL, INCONCLUSIVE, PASS
+from h3bench.stats.warmup import warmup_flags
 
 pytestmark = pytest.mark.slow
 

@@ -9,7 +9,7 @@ import pytest
 
 from h3bench.errors import UsageError
 from h3bench.evidence.files import SPACE_MARGIN, require_writable
-from h3bench.plan import bundle_bytes
+from h3bench.plan.estimate import bundle_bytes
 from h3bench.runspec import load_runspec
 from tests_unit.campaign_project import run_campaign, write_campaign
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from h3bench import media, quality
-from h3bench.media_tags import tag_name
+from h3bench.media.tags import tag_name
 from h3bench.outcome import Outcome
 from h3bench.quality import Status
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from h3bench.cli import main
-from h3bench.history import read_history
+from h3bench.ledger.history import read_history
 from tests_unit.bundlesim import npu_spec, write_bundle
 
 CAMPAIGNS, STEP_AT = 16, 10

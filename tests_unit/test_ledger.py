@@ -22,7 +22,7 @@ import pytest
 import h3bench.quality
 from h3bench.cli import main
 from h3bench.errors import EvidenceError, UsageError
-from h3bench.ledger import add_bundle, read_ledger, verify_ledger
+from h3bench.ledger.chain import add_bundle, read_ledger, verify_ledger
 from h3bench.outcome import Outcome
 from tests_unit.bundlesim import ATTRIBUTION, npu_spec, verdict_of, write_bundle
 
@@ -177,7 +177,7 @@ def two_bundles(tmp_path, ledger) -> list[Path]:
 
 
 def _rewrite(ledger: Path, number: int, change, rehash: bool) -> None:
-    from h3bench.ledger import entry_hash
+    from h3bench.ledger.chain import entry_hash
 
     lines = ledger.read_text().splitlines()
     entry = json.loads(lines[number])
@@ -271,7 +271,7 @@ def test_a_broken_chain_refuses_further_appends(two_bundles, ledger, tmp_path):
 
 _WRITER = """
 import sys
-from h3bench.ledger import add_bundle
+from h3bench.ledger.chain import add_bundle
 for path in sys.argv[2:]:
     add_bundle(path, sys.argv[1])
 """

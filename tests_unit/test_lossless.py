@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 from scipy import stats as scipy_stats
 
-from h3bench import intervals, lossless, media, quality
+from h3bench import media, quality
+from h3bench.quality import lossless
+from h3bench.stats import intervals
 
 METRICS = ("ssim", "psnr_db", "audio_spectral_cosine", "audio_rms_ratio")
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from h3bench.evidence import verify
-from h3bench.telemetry import TELEMETRY_KEYS
+from h3bench.host.telemetry import TELEMETRY_KEYS
 from tests_unit.campaign_project import bundle_of, run_campaign, write_campaign
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]

@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h3bench.errors import DeviceReportError
-from h3bench.npusmi import LAYOUTS, NpuDevice, NpuProcess, parse_npu_smi
+from h3bench.host.npusmi import LAYOUTS, NpuDevice, NpuProcess, parse_npu_smi
 
 SAMPLES = Path(__file__).parent / "fakes" / "npu-smi-samples"
 

@@ -8,7 +8,7 @@ from collections.abc import Generator
 
 import pytest
 
-from h3bench.prefetch import Prefetch, prefetch
+from h3bench.media.prefetch import Prefetch, prefetch
 
 WAIT_S = 30  # generous: these waits end as soon as the other thread acts, under any load
 

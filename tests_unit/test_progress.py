@@ -1,7 +1,7 @@
 """Progress while a campaign waits: a live line on a terminal, a plain line a minute in a log, ETAs.
 
-The unit tests drive :class:`~h3bench.progress.Progress` and
-:class:`~h3bench.pace.Pace` with short steps; the campaign tests run pytest
+The unit tests drive :class:`~h3bench.run.progress.Progress` and
+:class:`~h3bench.run.pace.Pace` with short steps; the campaign tests run pytest
 on a small project under a pseudo-terminal and through a pipe, and read what
 reached the screen.
 """
@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from h3bench.pace import Pace
-from h3bench.progress import Progress, clock
+from h3bench.run.pace import Pace
+from h3bench.run.progress import Progress, clock
 from h3bench.runspec import load_runspec
-from h3bench.schedule import plan
+from h3bench.runspec.schedule import plan
 from tests_unit.campaign_project import write_campaign
 
 

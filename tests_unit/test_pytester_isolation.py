@@ -11,7 +11,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from h3bench.ports import LOCALHOST, find_free_port
+from h3bench.server.ports import LOCALHOST, find_free_port
 
 
 def _refused() -> None:

@@ -34,8 +34,8 @@ from h3bench.report.contents import read_contents
 from h3bench.report.markdown import MAX_LINES, render_summary
 from h3bench.report.page import SECTIONS
 from h3bench.report.pictures import worst_pair_pictures
-from h3bench.review import Review
-from h3bench.settings import Settings
+from h3bench.session.results import Review
+from h3bench.session.settings import Settings
 from tests_unit import browser
 from tests_unit.campaign_project import noisy_campaign, write_campaign
 

@@ -9,19 +9,19 @@ from typing import Any
 
 import pytest
 
-from h3bench.client import VideoClient
 from h3bench.errors import EvidenceError, RunSpecError
 from h3bench.evidence import Bundle, verify
-from h3bench.ports import LOCALHOST, find_free_port
-from h3bench.preflight import DIAGNOSTIC, FORMAL, is_diagnostic, preflight
-from h3bench.profiling import profiled_request
-from h3bench.research import acceptance, diagnostic_lines
-from h3bench.review import Review
+from h3bench.plan.preflight import DIAGNOSTIC, FORMAL, is_diagnostic, preflight
+from h3bench.run.client import VideoClient
+from h3bench.run.profiling import profiled_request
 from h3bench.runspec import load_runspec, parse_runspec
-from h3bench.schedule import Block, Schedule, series_of
-from h3bench.server import ServerProcess
-from h3bench.settings import Settings
+from h3bench.runspec.schedule import Block, Schedule, series_of
+from h3bench.server.ports import LOCALHOST, find_free_port
+from h3bench.server.process import ServerProcess
+from h3bench.session.results import Review
+from h3bench.session.settings import Settings
 from h3bench.sim.profiler import Profiler, parse_profiler_config
+from h3bench.verdict.acceptance import acceptance, diagnostic_lines
 from tests_unit.campaign_project import bundle_of, run_campaign, write_campaign
 
 SPECS = Path(__file__).resolve().parents[1] / "fixtures" / "runspecs"

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from h3bench import evidence
-from h3bench.proctree import CAMPAIGN_ID_ENV, marked_processes
-from h3bench.review import Review
-from h3bench.settings import Settings
+from h3bench.server.proctree import CAMPAIGN_ID_ENV, marked_processes
+from h3bench.session.results import Review
+from h3bench.session.settings import Settings
 from tests_unit.campaign_project import bundle_of, run_campaign, start_campaign, wait_until, write_campaign
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]

@@ -16,9 +16,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from h3bench import stats
 from h3bench.errors import RunSpecError
 from h3bench.runspec import RunSpec, load_runspec, parse_runspec, require_same_spec
+from h3bench.stats import speed as stats
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "fixtures" / "runspecs"

@@ -1,4 +1,4 @@
-"""h3bench.schedule: the lossless control blocks, candidate-only anchored orders and what the lossless test counts."""
+"""h3bench.runspec.schedule: the lossless control blocks, candidate-only anchored orders and what the lossless test counts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from h3bench.runspec import load_runspec
-from h3bench.schedule import CONTROLS, CandidateWorkload, MatchedPair, Schedule, control_blocks, plan
+from h3bench.runspec.schedule import CONTROLS, CandidateWorkload, MatchedPair, Schedule, control_blocks, plan
 
 SPECS = Path(__file__).resolve().parents[1] / "fixtures" / "runspecs"
 
@@ -87,7 +87,7 @@ def test_candidate_only_without_stored_bundle_keeps_the_spec_order(sim):
 
 
 def test_the_plans_block_line_keeps_the_lossless_controls_apart_from_the_series(sim, tmp_path):
-    from h3bench.plan import block_groups, make_plan
+    from h3bench.plan.estimate import block_groups, make_plan
 
     planned = make_plan(sim, lock_path=tmp_path / "lock")
     line = block_groups(b for b in planned.blocks if b.duration == 5.0)
@@ -98,7 +98,7 @@ def test_the_plans_block_line_keeps_the_lossless_controls_apart_from_the_series(
 
 
 def test_the_plan_of_a_candidate_only_run_lists_its_anchored_blocks(sim, tmp_path):
-    from h3bench.plan import make_plan
+    from h3bench.plan.estimate import make_plan
 
     planned = make_plan(sim, arms="candidate", anchored=True, lock_path=tmp_path / "lock")
     assert "".join(b.letter for b in planned.blocks if b.duration == 5.0) == "BABBAB"

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from h3bench.evidence.scrub import Scrubber, mask, secret_name
 from h3bench.runspec import parse_runspec
-from h3bench.scrub import Scrubber, mask, secret_name
 from tests_unit.campaign_project import FAST_SIM, bundle_of, run_campaign, write_campaign
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from h3bench.devices import DeviceFindings
 from h3bench.errors import CleanupError, InterferenceError, ServerStartError, UsageError
-from h3bench.ports import find_free_port
-from h3bench.server import (
+from h3bench.host.devices import DeviceFindings
+from h3bench.server.ports import find_free_port
+from h3bench.server.process import (
     LOG_TAIL_LINES,
     SERVER_ID_ENV,
     ExitReport,
@@ -435,7 +435,7 @@ def test_fake_vllm_dies_before_inference_on_bad_settings(tmp_path: Path, flags: 
 
 def test_fake_vllm_serves_the_simulator(tmp_path: Path) -> None:
     """A valid command becomes the simulator, with one worker per --num-gpus, and stops cleanly."""
-    from h3bench.client import GenerationRequest, Reference, VideoClient
+    from h3bench.run.client import GenerationRequest, Reference, VideoClient
 
     srv = vllm_server(tmp_path, "--enable-distributed-layerwise-offload", "--dlo-no-use-allgather",
                       env={"FAKE_VLLM_SIM_ARGS": "--time-scale 0"})

@@ -1,4 +1,4 @@
-"""h3bench.serverlog: the attention backend a vLLM-Omni server's workers resolved, read from its log."""
+"""h3bench.server.log: the attention backend a vLLM-Omni server's workers resolved, read from its log."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from h3bench.errors import AttentionBackendError
-from h3bench.serverlog import attention_backends, read_attention_backends, require_attention_backend
+from h3bench.server.log import attention_backends, read_attention_backends, require_attention_backend
 
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_VLLM = Path(__file__).parent / "fakes" / "vllm"

@@ -21,8 +21,8 @@ import psutil
 import pytest
 
 from h3bench import evidence
-from h3bench.ports import port_free
-from h3bench.proctree import CAMPAIGN_ID_ENV, marked_processes
+from h3bench.server.ports import port_free
+from h3bench.server.proctree import CAMPAIGN_ID_ENV, marked_processes
 from tests_unit.campaign_project import bundle_of, evidence_lines, start_campaign, wait_until, write_campaign
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]

@@ -31,9 +31,9 @@ from pathlib import Path
 
 import pytest
 
-from h3bench.proctree import die_with_parent
-from h3bench.review import Review
-from h3bench.settings import Settings
+from h3bench.server.proctree import die_with_parent
+from h3bench.session.results import Review
+from h3bench.session.settings import Settings
 from tests_unit.campaign_project import bundles_in, write_campaign
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]

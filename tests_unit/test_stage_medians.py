@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from h3bench.records import Sample
-from h3bench.summary import stage_medians
+from h3bench.report.terminal import stage_medians
+from h3bench.run.records import Sample
 
 STAGES = {"MiniMaxH3Pipeline.encode_prompt": 0.1, "MiniMaxH3Pipeline.diffuse": 3.0}
 
@@ -28,9 +28,9 @@ def test_an_e2e_shorter_than_its_stages_is_a_data_error_not_a_negative_time():
 
 
 def test_the_worst_gate_values_are_the_lowest_highest_or_farthest_from_one():
-    from h3bench.judging import PairOutcome
     from h3bench.outcome import Outcome
-    from h3bench.summary import worst_gate_values
+    from h3bench.report.terminal import worst_gate_values
+    from h3bench.verdict.judge import PairOutcome
 
     def pair(ssim: float, lpips: float, rms: float) -> PairOutcome:
         checks = [{"name": "ssim", "value": ssim, "threshold": ">= 0.97"},

@@ -1,4 +1,4 @@
-"""h3bench.stats and h3bench.intervals: paired AB/BA block ratios, the one-sided bounds, the margins, the
+"""h3bench.stats.speed and h3bench.stats.intervals: paired AB/BA block ratios, the one-sided bounds, the margins, the
 campaign's error levels, the minimum detectable effect, percentiles, candidate-only runs and the verdict.
 
 Error rates on simulated campaigns are in tests_unit/test_error_rates.py.
@@ -14,10 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats as scipy_stats
 
-from h3bench import intervals, stats
 from h3bench.errors import UsageError
 from h3bench.outcome import Outcome, combine
-from h3bench.stats import BlockSamples
+from h3bench.stats import intervals
+from h3bench.stats import speed as stats
+from h3bench.stats.speed import BlockSamples
 
 # Student t quantiles from printed tables (e.g. NIST/SEMATECH e-Handbook, Table 1.3.6.7.2).
 T_975_DF1 = 12.706

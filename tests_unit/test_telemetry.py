@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from h3bench.errors import ServerError
-from h3bench.npusmi import NpuDevice
-from h3bench.telemetry import (
+from h3bench.host.npusmi import NpuDevice
+from h3bench.host.telemetry import (
     MIN_BLOCKS,
     TELEMETRY_KEYS,
     BlockTelemetry,

@@ -1,12 +1,13 @@
-"""h3bench.verdict: typed outcomes per duration, every reason, the speed estimate and each block's record."""
+"""h3bench.verdict.verdicts: typed outcomes per duration, every reason, the speed estimate and each block's record."""
 
 from __future__ import annotations
 
-from h3bench import intervals, stats
 from h3bench.outcome import Outcome
-from h3bench.stats import BlockSamples
-from h3bench.verdict import BlockRecord, CandidateVerdict, DurationVerdict
-from h3bench.warmup import WarmupCheck
+from h3bench.stats import intervals
+from h3bench.stats import speed as stats
+from h3bench.stats.speed import BlockSamples
+from h3bench.stats.warmup import WarmupCheck
+from h3bench.verdict.verdicts import BlockRecord, CandidateVerdict, DurationVerdict
 
 LEVELS = intervals.error_levels(2, 1)
 

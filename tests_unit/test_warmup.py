@@ -1,11 +1,11 @@
-"""h3bench.warmup: a block's first measured request against the scatter of every block's later requests."""
+"""h3bench.stats.warmup: a block's first measured request against the scatter of every block's later requests."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from h3bench.warmup import warmup_checks, warmup_flags
+from h3bench.stats.warmup import warmup_checks, warmup_flags
 
 
 def blocks(first_of_block_3: float) -> list[tuple[str, list[float]]]:

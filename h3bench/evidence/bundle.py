@@ -12,7 +12,7 @@ Layout of a bundle (``<root>/<UTC timestamp>-<spec name>-<spec id[:12]>/``)::
     telemetry.jsonl          one line per reserved NPU chip and npu-smi sample during each block
     outputs/<sha256>.mp4     the returned MP4s, named by their content hash
     logs/<name>              server logs, copied in at the end of each block
-    profiles/<block>/...     profiler traces of the profiled request (h3bench.profiling)
+    profiles/<block>/...     profiler traces of the profiled request (h3bench.run.profiling)
     verdict.json             written once
     quality/<version>.json   one result per validator version, beside the older ones
     final.json               written once at close: end time, outcome, and the SHA-256
@@ -48,11 +48,11 @@ from typing import Any
 
 import h3bench
 from h3bench import interrupts
-from h3bench.environment import environment
 from h3bench.errors import EvidenceError
 from h3bench.evidence import files
-from h3bench.hashing import Digest, sha256_file
-from h3bench.scrub import Scrubber
+from h3bench.evidence.hashing import Digest, sha256_file
+from h3bench.evidence.scrub import Scrubber
+from h3bench.host.environment import environment
 
 __all__ = ["DEFAULT_ROOT", "FORMAT", "LIFECYCLE", "SAMPLES", "SAMPLE_KINDS", "SERVERS", "Bundle", "segments_of"]
 
@@ -148,7 +148,7 @@ class Bundle:
             and can find it again (:meth:`locate`).
         extra
             More sections of the manifest, such as the run's kind and the host's
-            evidence (:mod:`h3bench.preflight`).
+            evidence (:mod:`h3bench.plan.preflight`).
         arms
             Each arm's launch as built from the spec: its argv (placeholders
             unsubstituted) and environment.
@@ -174,7 +174,7 @@ class Bundle:
             **(extra or {}),
             "lpips_weights": dict(lpips_weights) if lpips_weights is not None else None,
         }
-        # No secret is recorded (h3bench.scrub); serialize before creating anything, so bad input leaves no empty bundle.
+        # No secret is recorded (evidence.scrub); serialize before creating anything, so bad input leaves no empty bundle.
         document = files.json_document(Scrubber().record(manifest), root_path / MANIFEST)
         label = name if name is not None else spec.get("name", "run")
         path = cls._make_dir(root_path, cls.planned_path(root_path, str(label), spec_id, started_at).name)
@@ -292,7 +292,7 @@ class Bundle:
         the writer); or ``interrupted`` with the reason (Ctrl-C, a signal, an
         internal error, a session stopped before its blocks had run).
         ``results`` are more keys of final.json: the held-out results and the
-        acceptance (:mod:`h3bench.research`).
+        acceptance (:mod:`h3bench.verdict.acceptance`).
         """
         if self._state is not _State.WRITING:
             return
@@ -340,7 +340,7 @@ class Bundle:
         self._append(SERVERS, event)
 
     def append_telemetry(self, records: list[dict[str, Any]]) -> None:
-        """Append one telemetry sample (a record per chip, :mod:`h3bench.telemetry`) in one write."""
+        """Append one telemetry sample (a record per chip, :mod:`h3bench.host.telemetry`) in one write."""
         relpath = self.segment + TELEMETRY
         self._require_writing(relpath)
         path = self.path / relpath

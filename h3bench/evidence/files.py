@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from h3bench.errors import EvidenceError
-from h3bench.hashing import CHUNK, Digest
+from h3bench.evidence.hashing import CHUNK, Digest
 
 TMP_PREFIX = ".tmp-"
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")

@@ -21,7 +21,7 @@ from h3bench.evidence.bundle import (
     TELEMETRY,
     segments_of,
 )
-from h3bench.hashing import Digest, sha256_file
+from h3bench.evidence.hashing import Digest, sha256_file
 
 __all__ = ["VerifyReport", "final_sha256", "require_verified", "verify"]
 

@@ -43,6 +43,7 @@ import torchvision
 
 from h3bench import media
 from h3bench.errors import MediaShapeError, UsageError
+from h3bench.media.prefetch import prefetch
 from h3bench.metrics.lpips_weights import (
     DEFAULT_PINS,
     DIR_ENV,
@@ -54,7 +55,6 @@ from h3bench.metrics.lpips_weights import (
     locate_weights,
 )
 from h3bench.metrics.ssim_psnr import frame_count_error
-from h3bench.prefetch import prefetch
 
 __all__ = [
     "DEFAULT_PINS",

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from h3bench.errors import WeightIntegrityError
-from h3bench.hashing import sha256_file, sha256_stream
+from h3bench.evidence.hashing import sha256_file, sha256_stream
 
 __all__ = ["CACHE_ENV", "CheckpointPin", "cache_dir", "checkpoint_path", "fetch", "main"]
 

@@ -39,9 +39,9 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from h3bench.errors import UsageError, WeightIntegrityError
-from h3bench.hashing import sha256_stream
+from h3bench.evidence.hashing import sha256_stream
 from h3bench.metrics.lpips_sdist import CheckpointPin, checkpoint_path
-from h3bench.settings import LPIPS_DIR_ENV as DIR_ENV
+from h3bench.session.settings import LPIPS_DIR_ENV as DIR_ENV
 
 if TYPE_CHECKING:
     import torch

@@ -70,7 +70,7 @@ import numpy as np
 
 from h3bench.errors import MediaShapeError
 from h3bench.media import YuvFrame, iter_yuv_frames
-from h3bench.prefetch import prefetch
+from h3bench.media.prefetch import prefetch
 
 __all__ = [
     "KERNEL",

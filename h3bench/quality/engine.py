@@ -37,9 +37,9 @@ import numpy as np
 
 from h3bench import media
 from h3bench.errors import MediaDecodeError, MediaShapeError, WeightIntegrityError
+from h3bench.evidence.hashing import sha256_file
 from h3bench.h3 import expected_shape
-from h3bench.hashing import sha256_file
-from h3bench.prefetch import prefetch
+from h3bench.media.prefetch import prefetch
 from h3bench.quality.checks import QualityReport, Thresholds
 from h3bench.quality.compare import LpipsSettings, Measured, assemble, audio_trim_count
 from h3bench.quality.files import Probed, require_readable

@@ -8,7 +8,7 @@ The metrics compare decoded planes converted to 8-bit yuv420p, which hides
 how a player would show them, so these must be equal too: the pixel format
 and bit depth, the display matrix (a rotated file scores SSIM 1 against its
 unrotated twin), the sample aspect ratio, the colour range, matrix, primaries
-and transfer (:mod:`h3bench.media_tags`), and the audio channel layout and
+and transfer (:mod:`h3bench.media.tags`), and the audio channel layout and
 sample format. Where the baseline is not what vLLM-Omni's muxer
 (``diffusion/utils/media_utils.py``) writes, 8-bit yuv420p with no display
 matrix and AAC stereo (decoded as fltp), the detail says so: the baseline

@@ -1,9 +1,9 @@
 """What the report shows, read from a bundle that verifies: nothing here decodes media or recomputes a metric.
 
 The bundle is read through the project's own readers:
-:meth:`h3bench.review.Review.from_bundle` gives the spec, the schedule and
+:meth:`h3bench.session.results.Review.from_bundle` gives the spec, the schedule and
 each block's result (samples and lifecycle record), and the paired latency
-estimate (:meth:`~h3bench.review.Review.speed`, from the stored samples);
+estimate (:meth:`~h3bench.session.results.Review.speed`, from the stored samples);
 :class:`~h3bench.evidence.Bundle` gives the manifest, ``verdict.json`` and the
 quality results, of which the newest validator version's is used. A bundle
 that does not verify is refused before anything is read.
@@ -23,17 +23,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from h3bench import stats
 from h3bench.errors import H3BenchError, UsageError
 from h3bench.evidence import Bundle, VerifyReport, files, verify
-from h3bench.lossless import DEVIATIONS
 from h3bench.quality import Status
-from h3bench.records import BlockResult, Sample
-from h3bench.review import Review
+from h3bench.quality.lossless import DEVIATIONS
+from h3bench.report.terminal import DERIVED_STAGE, stage_median_values
+from h3bench.run.records import BlockResult, Sample
 from h3bench.runspec import RunSpec
-from h3bench.schedule import MatchedPair
-from h3bench.settings import Settings
-from h3bench.summary import DERIVED_STAGE, stage_median_values
+from h3bench.runspec.schedule import MatchedPair
+from h3bench.session.results import Review
+from h3bench.session.settings import Settings
+from h3bench.stats import speed as stats
 
 __all__ = [
     "DERIVED_STAGE",
@@ -113,7 +113,7 @@ class Contents:
 
 
 def _traces(record: dict[str, Any]) -> str:
-    """A profiled request's stored trace files and what the server said (h3bench.profiling)."""
+    """A profiled request's stored trace files and what the server said (h3bench.run.profiling)."""
     traces = record.get("traces") or []
     note = (record.get("profiler") or {}).get("note") or ""
     stored = f"{len(traces)} file(s), {sum(int(t.get('size', 0)) for t in traces)} bytes" if traces else "none"

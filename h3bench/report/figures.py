@@ -24,7 +24,7 @@ from matplotlib.figure import Figure as MplFigure
 
 from h3bench.report.contents import DERIVED_STAGE, Series, stage_medians
 from h3bench.runspec import BASELINE, RunSpec
-from h3bench.stats import RatioEstimate
+from h3bench.stats.speed import RatioEstimate
 
 __all__ = [
     "BASELINE_COLOR",

@@ -2,7 +2,7 @@
 
 Every kind of arm (:mod:`h3bench.runspec.arms`, :mod:`h3bench.runspec.vllm`)
 carries these fields; the spec checks them across arms
-(:mod:`h3bench.runspec.research`), and a baseline has none of them.
+(:mod:`h3bench.runspec.search`), and a baseline has none of them.
 """
 
 from __future__ import annotations

@@ -50,12 +50,12 @@ from typing import Annotated, Any
 from pydantic import Field, PrivateAttr, StrictBool, StrictStr, ValidationError, field_validator, model_validator
 
 from h3bench.errors import RunSpecError
-from h3bench.hashing import sha256_file
+from h3bench.evidence.hashing import sha256_file
+from h3bench.evidence.scrub import Scrubber
 from h3bench.runspec.arms import ARM_TAGS, BASELINE, Arm
 from h3bench.runspec.base import Frozen, raise_at
-from h3bench.runspec.research import Heldout, diagnostic_reasons, research_problems
+from h3bench.runspec.search import Heldout, diagnostic_reasons, research_problems
 from h3bench.runspec.tables import UNPINNED, Gates, Hardware, Hints, Inputs, Model, Protocol, Source, Workload
-from h3bench.scrub import Scrubber
 
 __all__ = ["RunSpec", "load_runspec", "parse_runspec", "require_same_spec"]
 
@@ -76,7 +76,7 @@ class RunSpec(Frozen):
     protocol: Protocol
     gates: Gates = Gates()
     hints: Hints | None = None
-    # Research (h3bench.runspec.research): what kind of run, the final combination, held-out checks.
+    # Research (h3bench.runspec.search): what kind of run, the final combination, held-out checks.
     diagnostic: StrictBool = False
     final: StrictStr | None = None
     original_baseline: StrictStr | None = None
@@ -144,7 +144,7 @@ class RunSpec(Frozen):
     def canonical_json(self) -> str:
         """Sorted keys, no whitespace, every default filled in; the text that :attr:`spec_id` hashes.
 
-        Secrets are masked first (:mod:`h3bench.scrub`, by name and pattern), so that the
+        Secrets are masked first (:mod:`h3bench.evidence.scrub`, by name and pattern), so that the
         scrubbed copy in a bundle's manifest has the same id as the spec it was made from.
         """
         return json.dumps(

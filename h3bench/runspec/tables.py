@@ -99,7 +99,7 @@ class Protocol(Frozen):
     ``order`` is the block sequence per duration: ``A`` is a baseline block,
     ``B`` a candidate block, each a fresh server process. It must be made of
     adjacent ``AB``/``BA`` pairs, because the statistics pair exactly those
-    (:func:`h3bench.stats.paired_block_ratios`). The default ``ABBAABBA``
+    (:func:`h3bench.stats.speed.paired_block_ratios`). The default ``ABBAABBA``
     gives four pairs: with ``ABBA``'s two pairs the t interval has one degree
     of freedom and a real 10 % speedup is called faster in under 10 % of
     campaigns; with four pairs, in 80–99 % (2 % request noise, 2 % to 1 %
@@ -107,12 +107,12 @@ class Protocol(Frozen):
 
     ``lossless_baseline_blocks`` baseline blocks per duration run before the
     AB/BA blocks and serve only the lossless test, as extra baseline
-    processes (:mod:`h3bench.lossless`); unset, it is 2 when
-    ``gates.lossless`` is on and 0 otherwise (:func:`h3bench.schedule.control_blocks`).
+    processes (:mod:`h3bench.quality.lossless`); unset, it is 2 when
+    ``gates.lossless`` is on and 0 otherwise (:func:`h3bench.runspec.schedule.control_blocks`).
     ``anchored_order`` is what a candidate-only run (``--arm candidate
     --baseline-evidence``) runs per duration: ``A`` a fresh baseline anchor,
     ``B`` a candidate block; without an ``A`` the speed verdict cannot be
-    more than INCONCLUSIVE (:func:`h3bench.stats.anchored_speed_report`).
+    more than INCONCLUSIVE (:func:`h3bench.stats.speed.anchored_speed_report`).
 
     Each block gets ``warmups_per_block`` warmup requests, then
     ``requests_per_block`` measured ones (at least 3, the campaign's floor),
@@ -125,10 +125,10 @@ class Protocol(Frozen):
     ``async`` (a job, polled; its progress shows while an hour-long request
     runs, at the cost of up to 100 ms of polling in E2E). On NPU hosts,
     ``npu-smi`` is sampled every ``telemetry_interval_s`` while a block's
-    server runs (:mod:`h3bench.telemetry`). With ``profile``, every server
+    server runs (:mod:`h3bench.host.telemetry`). With ``profile``, every server
     is started with a profiler directory and one extra, unmeasured request per
     arm and duration runs between ``/start_profile`` and ``/stop_profile``
-    (:mod:`h3bench.profiling`).
+    (:mod:`h3bench.run.profiling`).
     """
 
     order: StrictStr = "ABBAABBA"
@@ -179,9 +179,9 @@ class Gates(Frozen):
     ``rms_ratio_min`` below ``rms_ratio_max``). ``speed_margin``: "candidate
     faster" is PASS only when the ratio's upper bound lies below
     ``1 - speed_margin``, "slower" FAIL only when its lower bound lies above
-    ``1 + speed_margin`` (:func:`h3bench.stats.speed_verdict`). ``lossless``
+    ``1 + speed_margin`` (:func:`h3bench.stats.speed.speed_verdict`). ``lossless``
     turns on the lossless test against the baseline's own run-to-run
-    variability (:mod:`h3bench.lossless`).
+    variability (:mod:`h3bench.quality.lossless`).
     """
 
     ssim_min: StrictFloat = _DEFAULT.ssim_min

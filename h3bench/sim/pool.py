@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from h3bench.errors import ServerStartError
-from h3bench.proctree import describe_exit
+from h3bench.server.proctree import describe_exit
 from h3bench.sim.worker import GenerationError, WorkerConfig, WorkerJob, WorkerResult, worker_main
 
 __all__ = ["WorkerPool"]

@@ -1,0 +1,8 @@
+"""What a team keeps across campaigns: the hash-chained ledger and the regression history.
+
+:mod:`~h3bench.ledger.entries` derives one entry per candidate and duration
+from a sealed bundle, :mod:`~h3bench.ledger.chain` appends and verifies them,
+:mod:`~h3bench.ledger.history` follows the baseline over campaigns,
+:mod:`~h3bench.ledger.changepoint` finds its steps and
+:mod:`~h3bench.ledger.plot` draws them.
+"""

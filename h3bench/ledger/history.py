@@ -1,0 +1,166 @@
+"""Regression history across campaigns: the baseline's E2E median per bundle, over time, with its steps.
+
+:func:`read_history` reads every bundle under the given directories. Each
+is verified first (:func:`h3bench.session.stored.open_verified`); one that does not
+verify, or is DIAGNOSTIC (not a campaign result), is skipped and named with
+the reason. The rest are grouped into series by
+
+- the hardware kind (``8x910b1`` and ``4x910c`` are never mixed),
+- the workload at one duration (size, fps, steps, seed, shifts),
+- the baseline arm's launch (argv or vLLM command table, and environment),
+
+so that a series compares only campaigns that ran the same thing on the same
+kind of host. Within a series, campaigns are ordered by the bundle's start
+time, then the engine commit. A campaign's value is the median of its
+baseline blocks' medians (each block is one fresh server; the campaign
+median is over those), and :func:`h3bench.ledger.changepoint.detect_steps` proposes
+and flags the steps.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from h3bench.errors import H3BenchError
+from h3bench.ledger.changepoint import StepReport, detect_steps
+from h3bench.runspec import BASELINE
+from h3bench.session.stored import StoredBundle, open_verified
+
+__all__ = ["CampaignPoint", "History", "Series", "history_json", "history_lines", "read_history"]
+
+
+@dataclass(frozen=True)
+class CampaignPoint:
+    """One bundle's point in a series."""
+
+    bundle: str  # the bundle's directory
+    started_at: str
+    engine_commit: str | None
+    median_s: float  # median of the baseline blocks' medians
+    blocks: int
+
+
+@dataclass(frozen=True)
+class Series:
+    """The baseline's medians of one hardware kind, workload and baseline command, in campaign order."""
+
+    hardware: str
+    duration: str
+    workload: str  # canonical JSON of the workload at this duration
+    command: str  # canonical JSON of the baseline's launch
+    campaigns: tuple[CampaignPoint, ...]
+    steps: StepReport
+
+    @property
+    def ongoing_regression(self) -> bool:
+        return any(step.regression and step.ongoing for step in self.steps.steps)
+
+    @property
+    def title(self) -> str:
+        workload = json.loads(self.workload)
+        launch = json.loads(self.command)
+        # The recorded argv; a bundle without a launch record names the arm's options instead.
+        argv = " ".join(launch.get("argv", [])) or json.dumps({k: v for k, v in launch.items() if k != "env"},
+                                                              sort_keys=True)
+        short = argv if len(argv) <= 70 else argv[:67] + "..."
+        return (f"{self.hardware} · {self.duration} s · {workload.get('size')} {workload.get('fps')} fps "
+                f"{workload.get('steps')} steps · baseline: {short}")
+
+
+@dataclass(frozen=True)
+class History:
+    series: tuple[Series, ...]
+    skipped: tuple[tuple[str, str], ...]  # (bundle path, why)
+
+
+def _bundle_dirs(dirs: Sequence[Path]) -> list[Path]:
+    found = {manifest.parent for root in dirs for manifest in root.rglob("manifest.json")}
+    return sorted(found)
+
+
+def _points(stored: StoredBundle) -> dict[tuple[str, str, str], CampaignPoint]:
+    """Per (duration, workload, command): this bundle's campaign point (baseline blocks that succeeded)."""
+    workload = {k: v for k, v in (stored.spec_data.get("workload") or {}).items() if k != "durations"}
+    medians: dict[str, list[float]] = {}
+    for result in stored.block_results():
+        if result.block.arm == BASELINE and result.failure is None and result.median_e2e_s is not None:
+            medians.setdefault(f"{result.block.duration:g}", []).append(result.median_e2e_s)
+    engine = stored.engine().get("engine_commit")
+    return {(duration, json.dumps({**workload, "duration": duration}, sort_keys=True), stored.baseline_command()):
+            CampaignPoint(str(stored.path), stored.started_at, engine, statistics.median(values), len(values))
+            for duration, values in medians.items()}
+
+
+def read_history(dirs: Sequence[Path]) -> History:
+    """Every verified, non-diagnostic bundle under ``dirs``, in series; see the module docstring."""
+    grouped: dict[tuple[str, str, str, str], list[CampaignPoint]] = {}
+    skipped: list[tuple[str, str]] = []
+    for path in _bundle_dirs(dirs):
+        try:
+            stored = open_verified(path)
+            if stored.diagnostic:
+                skipped.append((str(path), "DIAGNOSTIC run (not a campaign result)"))
+                continue
+            points = _points(stored)
+        except H3BenchError as exc:
+            skipped.append((str(path), str(exc)))
+            continue
+        if not points:
+            skipped.append((str(path), "no successful baseline block"))
+        for (duration, workload, command), campaign in points.items():
+            grouped.setdefault((stored.hardware_kind, duration, workload, command), []).append(campaign)
+    series = []
+    for (hardware, duration, workload, command), campaigns in sorted(grouped.items()):
+        ordered = tuple(sorted(campaigns, key=lambda c: (c.started_at, c.engine_commit or "")))
+        steps = detect_steps([c.median_s for c in ordered])
+        series.append(Series(hardware, duration, workload, command, ordered, steps))
+    return History(tuple(series), tuple(skipped))
+
+
+def _step_line(series: Series, step: Any) -> str:
+    campaign = series.campaigns[step.index]
+    where = f"#{step.index} ({campaign.started_at[:10]}, engine {(campaign.engine_commit or '-')[:10]})"
+    change = f"{(step.ratio - 1) * 100:+.1f} % ({step.before:.4g} s → {step.after:.4g} s)"
+    if not step.flagged:
+        return f"  proposed step at {where}: {change}; {step.why}"
+    if step.ratio < 1:
+        return f"  IMPROVEMENT at {where}: {change}; {step.why}"
+    lasted = "ongoing" if step.ongoing else "then recovered"
+    return (f"  REGRESSION at {where}: {change}; {step.why}; persisted {step.persisted} consecutive "
+            f"campaign(s), {lasted}")
+
+
+def history_lines(history: History) -> list[str]:
+    """The history as text: per series a table of campaigns, then its steps."""
+    lines: list[str] = []
+    for series in history.series:
+        lines.append(f"== {series.title}")
+        rows = [("#", "STARTED", "ENGINE", "BLOCKS", "MEDIAN E2E", "BUNDLE")]
+        rows += [(str(i), c.started_at[:19], (c.engine_commit or "-")[:12], str(c.blocks), f"{c.median_s:.4f} s",
+                  Path(c.bundle).name) for i, c in enumerate(series.campaigns)]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+        lines += [_step_line(series, step) for step in series.steps.steps]
+        if not series.steps.flagged:
+            lines.append(f"  no step flagged over {len(series.campaigns)} campaign(s)")
+    for path, why in history.skipped:
+        lines.append(f"skipped {path}: {why}")
+    if not history.series:
+        lines.append("no campaign with a successful baseline block was found")
+    return lines
+
+
+def history_json(history: History) -> dict[str, Any]:
+    """The history as plain JSON data."""
+    return {
+        "series": [{"hardware": s.hardware, "duration": s.duration, "workload": json.loads(s.workload),
+                    "command": json.loads(s.command), "campaigns": [c.__dict__ for c in s.campaigns],
+                    "pieces": [list(p) for p in s.steps.pieces], "steps": [step.__dict__ for step in s.steps.steps]}
+                   for s in history.series],
+        "skipped": [{"path": path, "why": why} for path, why in history.skipped],
+    }

@@ -1,0 +1,130 @@
+"""Whether a spec's design can reach the verdicts it asks for, decided before anything runs.
+
+A design that cannot reach its verdict only spends hours to end INCONCLUSIVE.
+When the spec loads for a campaign, two questions are answered, by the same
+verdict code the campaign uses:
+
+Speed
+    Per duration the order gives k AB/BA pairs. One pair gives no interval at
+    all: refused. Beyond that, the power to call a true 10 % speedup PASS at
+    every duration is simulated under reference noise (2 % per request, 1 %
+    per server process, the noise of the error-rate tests); a design below
+    80 % can reach a verdict, but rarely the one it is built for, and the plan
+    and the report header say so (:func:`design_warnings`).
+Lossless
+    The exact relabelling test needs enough baseline processes for its floor
+    and its power against a 3x degradation
+    (:func:`h3bench.quality.lossless.lossless_feasibility`).
+
+Each refusal names the smallest design that can, such as ``order = "ABBAABBA"``
+or ``protocol.lossless_baseline_blocks = 2``. ``--allow-underpowered`` runs the
+spec anyway, as a DIAGNOSTIC run.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+
+from h3bench.quality import lossless
+from h3bench.runspec import RunSpec, parse_runspec
+from h3bench.runspec.schedule import CandidateWorkload, Schedule, control_blocks
+from h3bench.stats import intervals
+
+__all__ = ["REFERENCE_NOISE", "TARGET_RATIO", "design_problems", "design_warnings", "speed_power"]
+
+REFERENCE_NOISE = (0.02, 0.01)  # coefficient of variation per request, per server process
+TARGET_RATIO = 0.90  # the speedup the suite's designs are built to show
+REQUIRED_POWER = 0.80
+_CAMPAIGNS = 4000  # simulated campaigns per design: the power's standard error is below 0.7 %
+
+
+@functools.lru_cache(maxsize=64)
+def speed_power(order: str, requests_per_block: int, margin: float, n_durations: int, n_candidates: int,
+                ratio: float = TARGET_RATIO) -> float:
+    """P(PASS at every duration) for a true ``ratio`` under :data:`REFERENCE_NOISE`, through the verdict's bounds."""
+    pairs = len(order) // 2
+    if pairs < 2:
+        return 0.0
+    rng = np.random.default_rng(0)  # seeded: the same spec always gets the same answer
+    request_cv, process_cv = REFERENCE_NOISE
+    shape = (_CAMPAIGNS, n_durations, len(order))
+    requests = rng.normal(0.0, request_cv, (*shape, requests_per_block))
+    log_medians = np.median(requests, axis=-1) + rng.normal(0.0, process_cv, shape)
+    log_medians += np.array([math.log(ratio) if arm == "B" else 0.0 for arm in order])
+    levels = intervals.error_levels(n_durations, n_candidates)
+    _, lower, upper, _ = intervals.t_bounds(intervals.paired_log_ratios(log_medians, order),
+                                            levels.pass_level, levels.fail_level)
+    codes = intervals.combine_codes(intervals.outcome_codes(lower, upper, margin))
+    return float(np.mean(codes == intervals.PASS))
+
+
+def _orders(order: str) -> list[str]:
+    """Longer designs of the same kind, up to 8 pairs: ABBA repeated (or the order itself repeated)."""
+    unit = order if intervals.is_paired_order(order) and len(order) >= 4 else "ABBA"
+    longer = [(unit * 8)[:n] for n in range(len(order) + 2, 17, 2)]
+    return [o for o in longer if intervals.is_paired_order(o)]
+
+
+def _smallest_order(spec: RunSpec) -> str | None:
+    protocol = spec.protocol
+    return next((o for o in _orders(protocol.order) if _power(spec, o) >= REQUIRED_POWER), None)
+
+
+def _power(spec: RunSpec, order: str) -> float:
+    return speed_power(order, spec.protocol.requests_per_block, spec.gates.speed_margin,
+                       len(spec.workload.durations), max(1, len(spec.candidates)))
+
+
+def _speed_problem(spec: RunSpec) -> str | None:
+    order = spec.protocol.order
+    if not intervals.is_paired_order(order) or len(order) >= 4:
+        return None  # unpaired orders are refused by the spec itself; two pairs give an interval
+    smallest = _smallest_order(spec)
+    return (f"protocol.order = {order!r} cannot reach a speed verdict: one AB/BA pair gives no interval, so every "
+            f'speed verdict would be INCONCLUSIVE; the smallest design with the power it is built for is order = '
+            f'"{smallest}"')
+
+
+def design_warnings(spec: RunSpec) -> list[str]:
+    """What a design that can reach a verdict still cannot show: the power figure, and the design that can."""
+    order = spec.protocol.order
+    if not intervals.is_paired_order(order) or len(order) < 4:
+        return []
+    found = _power(spec, order)
+    if found >= REQUIRED_POWER:
+        return []
+    smallest = _smallest_order(spec)
+    return [f"underpowered: order {order!r} calls a true {1 - TARGET_RATIO:.0%} speedup PASS in only {found:.0%} "
+            f"of campaigns (simulated at {REFERENCE_NOISE[0]:.0%} request and {REFERENCE_NOISE[1]:.0%} process "
+            f"noise; {REQUIRED_POWER:.0%} is the design target" +
+            (f'; order = "{smallest}" reaches it)' if smallest else ")")]
+
+
+def _lossless_problem(spec: RunSpec, lossless_on: bool) -> str | None:
+    if not lossless_on or not spec.candidates:
+        return None
+    schedule = Schedule(spec)
+    baseline, candidate = schedule.lossless_processes(CandidateWorkload(spec.candidates[0],
+                                                                        spec.workload.durations[0]))
+    feasibility = lossless.lossless_feasibility(len(baseline), len(candidate))
+    if feasibility.feasible:
+        return None
+    controls = control_blocks(spec) + feasibility.needed_baseline_blocks
+    return (f"the lossless test cannot reach a verdict with {len(baseline)} baseline and {len(candidate)} "
+            f"candidate processes per duration (power {feasibility.power:.0%} against a 3x degradation, "
+            f"{lossless.REQUIRED_POWER:.0%} needed; smallest p {feasibility.min_p:.3g}); the smallest design that "
+            f"can adds control blocks: protocol.lossless_baseline_blocks = {controls}")
+
+
+def design_problems(spec: RunSpec, *, lossless_on: bool) -> list[str]:
+    """Why this spec's design cannot reach the verdicts it asks for; empty when it can."""
+    speed = _speed_problem(spec)
+    smallest = _smallest_order(spec) if speed else None
+    if smallest is not None:  # the lossless advice for the order the speed advice gives
+        data = spec.model_dump(mode="json")
+        data["protocol"]["order"] = smallest
+        spec = parse_runspec(data, source=spec.name)
+    return [p for p in (speed, _lossless_problem(spec, lossless_on)) if p is not None]

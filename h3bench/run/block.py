@@ -1,0 +1,416 @@
+"""Running one block: one fresh server process of one arm, from launch to proof of exit.
+
+::
+
+    start → ready → warmup request(s) → k measured requests → audit request
+          → stop (shared budget) → verify every worker exited → evidence
+
+Everything a block produces goes into the evidence bundle as it happens: each
+sample when its request ends, the server log and the lifecycle record when
+the block ends, so a failure later never loses what was already measured.
+
+Only the measured requests are timed, by a :class:`Measure`: pytest-benchmark
+in the perf tests (the plugin's :func:`~h3bench.plugin.timed_by`), or
+:class:`PlainMeasure` for the CLI, xdist's controller and a resumed run.
+Storing a request's evidence happens outside the timed part.
+
+Failures are recorded, not raised: the returned :class:`BlockResult` says
+what happened (a failed start with the log tail, a failed request, an
+incomplete cleanup, a shutdown beyond the shared budget, a failed
+anti-shortcut audit). A broken baseline block, or resource interference,
+invalidates the comparison (INCONCLUSIVE); the candidate's own failure is a
+FAIL.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from h3bench.errors import (
+    AttentionBackendError,
+    CleanupError,
+    H3BenchError,
+    InterferenceError,
+    RequestError,
+    ServerStartError,
+)
+from h3bench.evidence import Bundle
+from h3bench.evidence.files import now
+from h3bench.evidence.scrub import Scrubber
+from h3bench.host.devices import DEFAULT_LOCK_PATH, DeviceLock, device_checks
+from h3bench.outcome import Outcome
+from h3bench.run.client import GenerationRequest, GenerationResult, Reference, VideoClient
+from h3bench.run.measure import Measure, PlainMeasure
+from h3bench.run.pace import Pace
+from h3bench.run.profiling import PROFILE, profiled_request, server_args
+from h3bench.run.progress import Progress
+from h3bench.run.records import BlockResult, Sample
+from h3bench.runspec import RunSpec
+from h3bench.runspec.schedule import Block
+from h3bench.server.log import read_attention_backends, require_attention_backend
+from h3bench.server.ports import LOCALHOST, find_free_port
+from h3bench.server.process import ExitReport, ServerProcess
+from h3bench.server.proctree import CAMPAIGN_ID_ENV
+from h3bench.sim import BLOCK_ID_ENV as SIM_BLOCK_ID_ENV
+from h3bench.sim import PROFILE_ENV as SIM_PROFILE_ENV
+
+__all__ = ["AUDIT_SLACK_S", "DEVICE_LOCK_ENV", "Recorder", "Script", "audit_problem", "interrupt_name", "run_block",
+           "warmups"]
+
+# Perf blocks on one host never overlap: every campaign takes this file lock (its path can be moved).
+DEVICE_LOCK_ENV = "H3BENCH_DEVICE_LOCK"
+AUDIT_SLACK_S = 0.25
+
+
+class Recorder:
+    """Sends a block's requests and writes each one's evidence outside the timed part.
+
+    ``phase`` marks every sample it records (``formal``, or ``heldout`` for the
+    held-out phase); a profiled request is marked ``profile``.
+    """
+
+    def __init__(
+        self, spec: RunSpec, block: Block, bundle: Bundle, inputs: Mapping[str, Path], scratch: Path, pace: Pace,
+        phase: str = "formal",
+    ) -> None:
+        self.spec = spec
+        self.block = block
+        self.bundle = bundle
+        self.scratch = scratch
+        self.pace = pace
+        self.references = tuple(Reference.from_path(p) for p in inputs.values())
+        self.phase = phase
+        self.samples: list[Sample] = []
+        self._pending: tuple[str, int, int, GenerationResult] | None = None
+        self._held: list[Sample] | None = None  # the profiled request's sample waits for its traces
+
+    def _request(self, seed: int, references: tuple[Reference, ...] | None = None) -> GenerationRequest:
+        w = self.spec.workload
+        return GenerationRequest(
+            prompt=self.spec.inputs.prompt,
+            duration_s=self.block.duration,
+            size=w.size,
+            fps=w.fps,
+            seed=seed,
+            num_inference_steps=w.steps,
+            flow_shift=w.flow_shift,
+            audio_flow_shift=w.audio_flow_shift,
+            references=references or self.references,
+        )
+
+    def send(
+        self, client: VideoClient, kind: str, index: int, seed: int, references: tuple[Reference, ...] | None = None
+    ) -> None:
+        """The timed part: one request (``references``: other inputs than the spec's), its MP4 streamed to scratch."""
+        output = self.scratch / f"{self.block.id}-{kind}{index}.mp4"
+        request = self._request(seed, references)
+        try:
+            with self.pace.step(self.block, kind, index) as step:
+                if self.spec.protocol.request_api == "async":
+                    def polled(job: dict[str, Any]) -> None:
+                        step.server_percent = job.get("progress")
+
+                    result = client.generate_async(request, output, on_poll=polled)
+                else:
+                    result = client.generate_sync(request, output)
+        except H3BenchError as exc:
+            self._record(Sample(self.block.id, kind, index, seed, ok=False, error=str(exc), phase=self._phase(kind)))
+            raise
+        self._pending = (kind, index, seed, result)
+
+    def flush(self, *_: Any) -> None:
+        """The untimed part: store the output and append the sample."""
+        if self._pending is None:
+            return
+        kind, index, seed, result = self._pending
+        self._pending = None
+        sha = self.bundle.store_output(result.output_path, move=True)[0]
+        self._record(Sample(
+            self.block.id, kind, index, seed, ok=True,
+            e2e_s=result.e2e_s,
+            request_id=result.request_id,
+            inference_time_s=result.inference_time_s,
+            stage_durations=dict(result.stage_durations),
+            peak_memory_mb=result.peak_memory_mb,
+            output_sha256=sha,
+            phase=self._phase(kind),
+        ))
+
+    def request(
+        self, client: VideoClient, kind: str, index: int, seed: int, references: tuple[Reference, ...] | None = None
+    ) -> None:
+        self.send(client, kind, index, seed, references)
+        self.flush()
+
+    def profiled(self, client: VideoClient, directory: Path) -> None:
+        """One more request, between /start_profile and /stop_profile, recorded as ``profile`` with its traces."""
+        held: list[Sample] = []
+        info: dict[str, Any] = {"profiler": {"supported": None, "note": "the profiled request failed"}, "traces": []}
+        self._held = held
+        try:
+            info = profiled_request(client, lambda: self.request(client, PROFILE, 0, self.spec.workload.seed),
+                                    bundle=self.bundle, directory=directory, block=self.block)
+        finally:
+            self._held = None
+            if not held:  # not sent: the server does not profile
+                held.append(Sample(self.block.id, PROFILE, 0, self.spec.workload.seed, ok=False,
+                                   error=info["profiler"]["note"], phase=PROFILE))
+            for sample in held:
+                self._record(sample, info)
+
+    def _phase(self, kind: str) -> str:
+        return PROFILE if kind == PROFILE else self.phase
+
+    def _record(self, sample: Sample, extra: Mapping[str, Any] | None = None) -> None:
+        if self._held is not None and sample.kind == PROFILE:
+            self._held.append(sample)
+            return
+        self.samples.append(sample)
+        block = self.block
+        self.bundle.append_sample({
+            **sample.to_dict(),
+            **(extra or {}),
+            "warmup": sample.kind == "warmup",
+            "arm": block.arm,
+            "candidate": block.candidate,
+            "duration": block.duration,
+            "position": block.position,
+        })
+
+
+_FAILURE_KINDS = {
+    InterferenceError: "resource interference",
+    ServerStartError: "server did not start",
+    CleanupError: "incomplete process cleanup",
+    RequestError: "request failed",
+    AttentionBackendError: "attention backend mismatch",
+}
+_CLEANUP = _FAILURE_KINDS[CleanupError]
+
+
+def _describe_failure(exc: H3BenchError) -> str:
+    """One paragraph that says what happened, with the context the error carries."""
+    kind = next((label for cls, label in _FAILURE_KINDS.items() if isinstance(exc, cls)), type(exc).__name__)
+    text = str(exc) if str(exc).startswith(kind) else f"{kind}: {exc}"
+    tail = getattr(exc, "log_tail", "")
+    if tail and tail not in text:
+        text += "\nlast log lines:\n" + tail
+    return text
+
+
+def audit_problem(samples: list[Sample], tolerance: float) -> str | None:
+    """The anti-shortcut audit (MLPerf TEST04, adapted); None when the block passes it.
+
+    Every measured request repeats the same seed and inputs, so a server that
+    caches outputs would look fast and perfect. The block's audit request uses
+    another seed: its output must differ from every measured output, and its
+    E2E must lie within ``tolerance`` (relative) of the block's median, or
+    within ``AUDIT_SLACK_S`` of it, which absorbs scheduling noise when a
+    simulated request takes well under a second.
+    """
+    measured = [s for s in samples if s.kind == "measured" and s.ok and s.e2e_s is not None]
+    audit = [s for s in samples if s.kind == "audit" and s.ok and s.e2e_s is not None]
+    if not audit or not measured:
+        return None
+    probe = audit[0]
+    if probe.output_sha256 in {s.output_sha256 for s in measured}:
+        return "anti-shortcut audit: the output for another seed equals a measured output (cached outputs?)"
+    median = statistics.median(s.e2e_s for s in measured if s.e2e_s is not None)
+    assert probe.e2e_s is not None
+    if abs(probe.e2e_s - median) > max(tolerance * median, AUDIT_SLACK_S):
+        return (f"anti-shortcut audit: the audit request took {probe.e2e_s:.3f} s against a block median of "
+                f"{median:.3f} s, outside ±{tolerance:.0%} (are repeated requests served from a cache?)")
+    return None
+
+
+def _exit_dict(report: ExitReport | None) -> dict[str, Any]:
+    if report is None:
+        return {"pids_seen": [], "survivors": [], "port_free": None, "port_holder": None, "verified": False}
+    return {
+        "pids_seen": [p.pid for p in report.pids_seen],
+        "escaped": [p.describe() for p in report.escaped],
+        "survivors": list(report.survivors),
+        "port_free": report.port_free,
+        "port_holder": report.port_holder,
+        "device_leftovers": list(report.device_leftovers),
+        "device_interference": list(report.device_interference),
+        "device_notes": list(report.device_notes),
+        "verified": True,
+    }
+
+
+Script = Callable[[Recorder, VideoClient, ServerProcess, Measure], None]
+
+
+def warmups(recorder: Recorder, client: VideoClient, server: ServerProcess) -> None:
+    """The block's warmup requests (at the workload's seed), timed as the server's warmup."""
+    t0 = time.perf_counter()
+    for i in range(recorder.spec.protocol.warmups_per_block):
+        recorder.request(client, "warmup", i, recorder.spec.workload.seed)
+    server.record_warmup(time.perf_counter() - t0)
+    server.snapshot()
+
+
+def _formal(recorder: Recorder, client: VideoClient, server: ServerProcess, measure: Measure) -> None:
+    """Warmups, the measured requests (timed by ``measure``), then the audit request."""
+    protocol, seed = recorder.spec.protocol, recorder.spec.workload.seed
+    warmups(recorder, client, server)
+    counter = iter(range(protocol.requests_per_block))
+    measure.time(lambda: recorder.send(client, "measured", next(counter), seed), recorder.flush,
+                 protocol.requests_per_block)
+    server.snapshot()
+    if protocol.audit:
+        recorder.request(client, "audit", 0, protocol.audit_seed)
+    server.snapshot()
+
+
+@contextlib.contextmanager
+def _started(server: ServerProcess, pace: Pace, block: Block) -> Iterator[ServerProcess]:
+    """``with server:``, the start shown as a step of its own (on an NPU it takes minutes)."""
+    with pace.step(block, "start"):
+        server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def interrupt_name(exc: BaseException) -> str:
+    """``SIGTERM`` for a signal turned into an interrupt, else the exception's type (``KeyboardInterrupt``)."""
+    return getattr(exc, "signame", None) or type(exc).__name__
+
+
+def _server(
+    spec: RunSpec, block: Block, log_path: Path, bundle: Bundle, campaign_id: str | None, profile_dir: Path | None
+) -> ServerProcess:
+    arm, protocol = spec.arms[block.arm], spec.protocol
+    # With profiling on, every server of every arm gets the same profiler flags (h3bench.run.profiling).
+    extra = server_args(profile_dir) if profile_dir is not None else []
+    port = find_free_port(LOCALHOST)
+    env = arm.launch_env()
+    if campaign_id:
+        env[CAMPAIGN_ID_ENV] = campaign_id
+    if arm.sim is not None:
+        env[SIM_PROFILE_ENV] = json.dumps(arm.sim)
+        env[SIM_BLOCK_ID_ENV] = block.id
+
+    def launched(server: ServerProcess) -> None:
+        # Before readiness: what a resume must sweep if this run is killed now.
+        bundle.append_server({"block": block.id, "pid": server.pid, "port": server.port,
+                              "server_id": server.server_id, "started_at": now()})
+
+    return ServerProcess(
+        [*arm.command(LOCALHOST, port, spec.model.path), *extra],
+        port=port,
+        host=LOCALHOST,
+        log_path=log_path,
+        env=env,
+        startup_budget_s=protocol.startup_budget_s,
+        stop_budget_s=protocol.shutdown_budget_s,
+        # On NPU hosts, npu-smi: devices healthy and free before, watched (telemetry) while it runs, released after.
+        device_checks=device_checks(spec.hardware.kind, spec.hardware.device_ids, block=block.id,
+                                    interval_s=protocol.telemetry_interval_s, telemetry=bundle.append_telemetry),
+        on_launch=launched,
+    )
+
+
+def run_block(
+    spec: RunSpec,
+    block: Block,
+    *,
+    bundle: Bundle,
+    inputs: Mapping[str, Path],
+    scratch: Path,
+    measure: Measure | None = None,
+    campaign_id: str | None = None,
+    pace: Pace | None = None,
+    profile: bool = False,
+    script: Script | None = None,
+    phase: str = "formal",
+) -> BlockResult:
+    """Run one block and record everything it produced; a failure is in the result, not raised.
+
+    An interrupt (Ctrl-C, SIGTERM, SIGHUP) stops the server through its normal
+    path, records the block as interrupted, and is raised again.
+    ``campaign_id`` goes into the server's environment, so that a resume can
+    find what a killed run left behind; ``pace`` shows each step's progress.
+    ``profile``: this block also runs the profiled request (after the audit).
+    ``script`` replaces the formal requests (warmups, measured, audit) with
+    other ones, recorded under ``phase`` (the held-out phase, :mod:`h3bench.run.heldout`).
+    """
+    measure = measure or PlainMeasure()
+    pace = pace or Pace(spec, Progress())
+    protocol = spec.protocol
+    log_path = scratch / f"{block.id}.log"
+    profile_dir = scratch / f"{block.id}-profile" if protocol.profile else None
+    server = _server(spec, block, log_path, bundle, campaign_id, profile_dir)
+    recorder = Recorder(spec, block, bundle, inputs, scratch, pace, phase)
+    failure: str | None = None
+    interruption: BaseException | None = None
+    try:
+        with DeviceLock(os.environ.get(DEVICE_LOCK_ENV, DEFAULT_LOCK_PATH)), _started(server, pace, block):
+            # Before any request: a server on the wrong attention backend measures something else.
+            require_attention_backend(spec.arms[block.arm].expected_attention_backend, log_path)
+            with VideoClient(server.base_url, model=spec.model.path, timeout=protocol.request_timeout_s) as client:
+                (script or _formal)(recorder, client, server, measure)
+                if profile and profile_dir is not None:
+                    recorder.profiled(client, profile_dir)
+    except H3BenchError as exc:
+        failure = _describe_failure(exc)
+    except BaseException as exc:  # Ctrl-C or a signal: the server is stopped, the block recorded as incomplete
+        interruption = exc
+        failure = f"interrupted by {interrupt_name(exc)}: the block did not finish and is not used"
+    exit_report = None
+    if server.pid is not None:
+        exit_report = server.verify_exited()
+        if failure is None and not exit_report.ok:
+            failure = f"{_CLEANUP}: " + "; ".join(exit_report.problems)
+        if failure is None and server.graceful is False:
+            failure = (f"{_CLEANUP}: the server did not exit within the shared shutdown "
+                       f"budget of {protocol.shutdown_budget_s:g} s after SIGTERM and was killed")
+        # Another process on the devices invalidates the block, and may have caused its failed request.
+        if exit_report.device_interference and not (failure or "").startswith(_CLEANUP):
+            earlier = f"\n(the block also failed: {failure})" if failure else ""
+            failure = f"{_FAILURE_KINDS[InterferenceError]}: " + "; ".join(exit_report.device_interference) + earlier
+    if failure is None and protocol.audit:
+        failure = audit_problem(recorder.samples, protocol.audit_latency_tolerance)
+    # A broken baseline or a foreign process invalidates the comparison; it does not fail the candidate.
+    invalid = (block.letter == "A" or interruption is not None
+               or (failure or "").startswith(_FAILURE_KINDS[InterferenceError]))
+    failure_outcome = Outcome.INCONCLUSIVE if invalid else Outcome.FAIL
+    # Nothing recorded keeps a secret: not the log, the failure (log tails), argv, env or command lines.
+    scrubber = Scrubber.for_command(server.argv, server.env)
+    if log_path.exists():
+        scrubber.file(log_path)
+    failure = scrubber.text(failure) if failure is not None else None
+    attention = {**read_attention_backends(log_path).to_dict(),
+                 "expected": spec.arms[block.arm].expected_attention_backend}
+    log_rel = bundle.store_log(log_path, f"{block.id}.log") if log_path.exists() else ""
+    if failure is not None and log_rel:
+        failure += f"\n(the server log is kept in the bundle: {bundle.path / log_rel})"
+    lifecycle = {
+        "block": block.id,
+        "arm": block.arm,
+        "duration": block.duration,
+        "position": block.position,
+        **server.record().to_dict(),
+        "shutdown_budget_s": protocol.shutdown_budget_s,
+        "exit": _exit_dict(exit_report),
+        "log_relpath": log_rel,
+        "attention_backend": attention,
+        "failure": failure,
+        "failure_outcome": str(failure_outcome),
+        "interrupted": interrupt_name(interruption) if interruption is not None else None,
+    }
+    lifecycle = scrubber.record(lifecycle)
+    bundle.append_lifecycle(lifecycle)
+    if interruption is not None:
+        raise interruption
+    return BlockResult(block, server.pid, tuple(recorder.samples), lifecycle, log_rel, failure, failure_outcome)

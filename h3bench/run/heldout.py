@@ -1,0 +1,152 @@
+"""The held-out phase: after the formal blocks, every candidate not rejected is checked on inputs it was not measured on.
+
+For each such candidate and duration, both arms run on every held-out case
+(each ``[heldout]`` seed with the official inputs, then each extra input at
+the workload's seed), in one AB or BA pair of fresh server processes (AB and
+BA alternate over the candidates and durations), after the usual warmups.
+Every case's candidate output goes through every quality gate against the
+baseline output of the same case.
+
+The requests are recorded with ``phase = "heldout"`` in ``samples.jsonl``, in
+blocks of the series ``heldout-<candidate>`` (ids ``5s-heldout-...``): no formal block has one, so
+they never enter the formal statistics, the audit, or the formal verdict.
+Their verdict is their own, per candidate and duration: PASS when every case
+passes every gate, FAIL when a case fails one (or the candidate's server or
+request fails), INCONCLUSIVE when a gate could not be measured or the
+baseline's block broke.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from h3bench.errors import RunSpecError
+from h3bench.evidence.hashing import sha256_file
+from h3bench.outcome import Outcome
+from h3bench.run.block import Recorder, run_block, warmups
+from h3bench.run.client import Reference, VideoClient
+from h3bench.run.measure import Measure
+from h3bench.run.records import BlockResult
+from h3bench.runspec import BASELINE, RunSpec
+from h3bench.runspec.schedule import Block
+from h3bench.server.process import ServerProcess
+from h3bench.verdict.judge import PairOutcome
+from h3bench.verdict.verdicts import quality_outcome
+
+if TYPE_CHECKING:
+    from h3bench.session.runner import Campaign
+
+__all__ = ["HELDOUT", "HeldoutCase", "heldout_blocks", "heldout_cases", "run_heldout"]
+
+HELDOUT = "heldout"
+
+
+@dataclass(frozen=True)
+class HeldoutCase:
+    """One held-out request: its seed and, for an extra input, that input's references."""
+
+    label: str
+    seed: int
+    references: tuple[Reference, ...] | None  # None: the spec's own inputs
+
+
+def heldout_cases(spec: RunSpec) -> list[HeldoutCase]:
+    """Every held-out case; each extra input is re-hashed against its pin first (RunSpecError on a mismatch)."""
+    heldout = spec.heldout
+    if heldout is None:
+        return []
+    found = [HeldoutCase(f"seed {seed}", seed, None) for seed in heldout.seeds]
+    for index, item in enumerate(heldout.inputs):
+        paths = []
+        for name in ("reference_video", "reference_audio"):
+            pinned = getattr(item, name)
+            path = (spec.spec_dir / pinned.path).resolve()
+            field = f"heldout.inputs[{index}].{name}"
+            try:
+                actual = sha256_file(path).hexdigest
+            except OSError as exc:
+                raise RunSpecError(f"{field}: cannot read {path} ({exc.strerror})", field_path=field) from exc
+            if actual != pinned.sha256:
+                raise RunSpecError(f"{field}: {path} has sha256 {actual}, but the spec pins {pinned.sha256}; "
+                                   "a changed input needs a new frozen RunSpec", field_path=f"{field}.sha256")
+            paths.append(path)
+        found.append(HeldoutCase(f"input {item.name}", spec.workload.seed,
+                                 tuple(Reference.from_path(p) for p in paths)))
+    return found
+
+
+def heldout_blocks(spec: RunSpec, candidate: str, index: int) -> list[Block]:
+    """The candidate's held-out blocks: one pair per duration, AB or BA in turn (``index`` counts the pairs before)."""
+    blocks = []
+    for offset, duration in enumerate(spec.workload.durations):
+        order = "AB" if (index + offset) % 2 == 0 else "BA"
+        for position, letter in enumerate(order, start=1):
+            arm = BASELINE if letter == "A" else candidate
+            blocks.append(Block(duration, f"{HELDOUT}-{candidate}", arm, position, "A" if letter == "A" else "B"))
+    return blocks
+
+
+def _script(cases: list[HeldoutCase]) -> Any:
+    def requests(recorder: Recorder, client: VideoClient, server: ServerProcess, _measure: Measure) -> None:
+        warmups(recorder, client, server)
+        for index, case in enumerate(cases):
+            recorder.request(client, "measured", index, case.seed, case.references)
+        server.snapshot()
+
+    return requests
+
+
+def _judge(campaign: Campaign, candidate: str, duration: float, results: dict[str, BlockResult],
+           cases: list[HeldoutCase]) -> dict[str, Any]:
+    by_letter = {r.block.letter: r for r in results.values()}
+    control, trial = by_letter["A"], by_letter["B"]
+    if trial.failure is not None:
+        return {"verdict": str(Outcome.FAIL), "reasons": [f"{trial.block.id}: {trial.failure.splitlines()[0]}"]}
+    if control.failure is not None:
+        return {"verdict": str(Outcome.INCONCLUSIVE),
+                "reasons": [f"the baseline's held-out block broke: {control.failure.splitlines()[0]}"]}
+    pairs, reasons = [], []
+    for index, case in enumerate(cases):
+        shas = [next((s.output_sha256 for s in r.samples if s.kind == "measured" and s.index == index), None)
+                for r in (control, trial)]
+        if None in shas:
+            reasons.append(f"{case.label}: no output")
+            continue
+        paths = (campaign.bundle.output_path(str(shas[0])), campaign.bundle.output_path(str(shas[1])))
+        report = campaign.judge.compare_files(paths, duration, f"held-out {candidate} {duration:g}s {case.label}")
+        pair = PairOutcome.from_record({"id": case.label, "candidate": candidate, "duration": duration,
+                                        "result": report.to_dict()})
+        pairs.append(pair)
+        if pair.failing:
+            reasons.append(f"{case.label}: failed quality gates ({'; '.join(pair.failing)})")
+    outcome = quality_outcome(pairs, campaign.optional_checks()) or Outcome.INCONCLUSIVE
+    if reasons and outcome is Outcome.PASS:
+        outcome = Outcome.INCONCLUSIVE
+    if not reasons:
+        reasons = [f"every gate passed on {len(pairs)} held-out case(s): {', '.join(c.label for c in cases)}"
+                   if outcome is Outcome.PASS else "a gate could not be measured on a held-out case"]
+    return {"verdict": str(outcome), "reasons": reasons}
+
+
+def run_heldout(campaign: Campaign, candidates: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Run and judge the held-out phase of ``candidates``: ``{candidate: {"5s": {verdict, reasons}}}``.
+
+    The duration keys are those of verdict.json (``f"{duration:g}s"``).
+
+    An interrupt is raised again after its block has been recorded, like any block's.
+    """
+    spec = campaign.spec
+    cases = heldout_cases(spec)
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for index, candidate in enumerate(candidates):
+        blocks = heldout_blocks(spec, candidate, index * len(spec.workload.durations))
+        for duration in spec.workload.durations:
+            results = {}
+            for block in (b for b in blocks if b.duration == duration):
+                results[block.id] = run_block(
+                    spec, block, bundle=campaign.bundle, inputs=campaign.inputs, scratch=campaign.scratch,
+                    campaign_id=campaign.session, pace=campaign.pace, script=_script(cases), phase=HELDOUT)
+            out.setdefault(candidate, {})[f"{duration:g}s"] = _judge(campaign, candidate, duration, results, cases)
+    return out
+

@@ -1,0 +1,162 @@
+"""Records of what ran: one :class:`Sample` per request, one :class:`BlockResult` per server process.
+
+Both are written to the evidence bundle as they happen (``samples.jsonl``,
+``lifecycle.jsonl``) and read back from it by :func:`load_results`, so a
+stored bundle, an xdist worker and ``h3bench validate`` see exactly what the
+run saw.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from h3bench.errors import H3BenchError
+from h3bench.evidence import LIFECYCLE, SAMPLES, SERVERS, Bundle
+from h3bench.outcome import Outcome
+from h3bench.runspec.schedule import Block
+
+__all__ = [
+    "BlockFailed",
+    "BlockResult",
+    "CandidateStopped",
+    "Sample",
+    "Stop",
+    "headline",
+    "incomplete_attempts",
+    "load_results",
+]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One request of one block, as recorded in samples.jsonl."""
+
+    block_id: str
+    kind: str  # "warmup", "measured", "audit" or "profile"
+    index: int
+    seed: int
+    ok: bool
+    e2e_s: float | None = None
+    request_id: str | None = None
+    inference_time_s: float | None = None
+    stage_durations: dict[str, float] = field(default_factory=dict)
+    peak_memory_mb: float | None = None
+    output_sha256: str | None = None
+    error: str | None = None
+    phase: str = "formal"  # "formal", "heldout" or "profile"; only formal requests enter statistics
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Sample:
+        """A sample from its samples.jsonl line (which also carries the block's arm and position)."""
+        return cls(**{k: v for k, v in record.items() if k in _SAMPLE_FIELDS})
+
+
+_SAMPLE_FIELDS = frozenset(f.name for f in fields(Sample))
+
+
+@dataclass(frozen=True)
+class BlockResult:
+    """One block's server process: its samples, its lifecycle record and, if it failed, why."""
+
+    block: Block
+    server_pid: int | None
+    samples: tuple[Sample, ...]
+    lifecycle: dict[str, Any]
+    log_relpath: str
+    failure: str | None
+    failure_outcome: Outcome = Outcome.FAIL
+
+    @property
+    def warmups(self) -> tuple[Sample, ...]:
+        return tuple(s for s in self.samples if s.kind == "warmup")
+
+    @property
+    def measured(self) -> tuple[Sample, ...]:
+        """The formal measured requests: never a held-out or profiled one."""
+        return tuple(s for s in self.samples if s.kind == "measured" and s.phase == "formal")
+
+    @property
+    def latencies(self) -> tuple[float, ...]:
+        """E2E seconds of the measured requests that succeeded."""
+        return tuple(s.e2e_s for s in self.measured if s.ok and s.e2e_s is not None)
+
+    @property
+    def median_e2e_s(self) -> float | None:
+        return statistics.median(self.latencies) if self.latencies else None
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Why a candidate stopped, and what that makes its verdict."""
+
+    reason: str
+    outcome: Outcome  # FAIL for the candidate's own failures, INCONCLUSIVE when the comparison is invalid
+
+
+class BlockFailed(H3BenchError):
+    """A block whose server or requests failed; its evidence is already written."""
+
+    def __init__(self, result: BlockResult) -> None:
+        super().__init__(f"{result.block.id}: {result.failure}")
+        self.result = result
+
+
+class CandidateStopped(H3BenchError):
+    """A block of a candidate that a stop rule has already stopped; the plugin skips it."""
+
+
+def _finished(bundle: Bundle) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Per block, the segment and lifecycle record of its last attempt that was not interrupted."""
+    return {event["block"]: (segment, event) for segment, event in bundle.by_segment(LIFECYCLE)
+            if not event.get("interrupted")}
+
+
+def load_results(bundle: Bundle, blocks: tuple[Block, ...]) -> dict[str, BlockResult]:
+    """The results of those ``blocks`` that the bundle holds a finished attempt of.
+
+    A block that ran more than once (an interrupted attempt, then a resume)
+    counts by its last finished attempt, with the samples of that attempt's
+    segment; the samples of other attempts stay in the bundle, unused
+    (:func:`incomplete_attempts` names them).
+    """
+    samples: dict[tuple[str, str], list[Sample]] = {}
+    for segment, record in bundle.by_segment(SAMPLES):
+        samples.setdefault((segment, record["block_id"]), []).append(Sample.from_record(record))
+    finished = _finished(bundle)
+    results = {}
+    for block in blocks:
+        if block.id in finished:
+            segment, event = finished[block.id]
+            results[block.id] = BlockResult(
+                block, event.get("pid"), tuple(samples.get((segment, block.id), ())), event,
+                event.get("log_relpath", ""), event.get("failure"),
+                Outcome(event.get("failure_outcome", Outcome.FAIL)),
+            )
+    return results
+
+
+def incomplete_attempts(bundle: Bundle) -> list[dict[str, Any]]:
+    """Every started attempt of a block that did not finish: its segment, block, server and sample count."""
+    finished = {(segment, block) for block, (segment, _) in _finished(bundle).items()}
+    counts: dict[tuple[str, str], int] = {}
+    for segment, record in bundle.by_segment(SAMPLES):
+        counts[(segment, record["block_id"])] = counts.get((segment, record["block_id"]), 0) + 1
+    attempts = []
+    for segment, server in bundle.by_segment(SERVERS):
+        key = (segment, server["block"])
+        if key not in finished:
+            attempts.append({"segment": segment, "block": server["block"], "pid": server.get("pid"),
+                             "port": server.get("port"), "samples": counts.get(key, 0)})
+    return attempts
+
+
+def headline(failure: str) -> str:
+    """First line of a failure, plus the last error line of the log tail that follows (it names the cause)."""
+    lines = [line.strip() for line in failure.splitlines() if line.strip()]
+    errors = [line for line in lines[1:] if "error" in line.lower() or "failed" in line.lower()]
+    return f"{lines[0].rstrip(':. ')} … {errors[-1]}" if errors else lines[0]

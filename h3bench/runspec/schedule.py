@@ -1,0 +1,302 @@
+"""The schedule: a RunSpec's blocks, and the cases every campaign test is parametrized by.
+
+Per duration, blocks run in this order, each one fresh server process:
+
+1. the **lossless control blocks** (``protocol.lossless_baseline_blocks``,
+   by default 2 when ``gates.lossless`` is on): baseline blocks that only
+   add baseline processes to the lossless test. They run first, so they also
+   absorb first-block-of-the-day effects, and they are never used for speed;
+2. per candidate, the spec's order (``ABBAABBA`` by default): ``A`` a
+   baseline block, ``B`` a candidate block. Adjacent blocks form the AB/BA
+   pairs that the statistics pair (:func:`h3bench.stats.speed.paired_block_ratios`).
+
+A candidate-only run (``--arm candidate --baseline-evidence BUNDLE``) runs,
+per duration and candidate, ``protocol.anchored_order`` instead (``BABBAB``
+by default): its ``A`` blocks are fresh baseline **anchors** of the day, and
+the speed verdict compares the candidate with them
+(:func:`h3bench.stats.speed.anchored_speed_report`). The stored bundle's blocks are
+the rest of the schedule: they give the shift report, the quality
+references (the i-th candidate block is matched with the i-th stored
+baseline block of its series) and baseline processes for the lossless test.
+
+The cases, in schedule order:
+
+- ``block``: one per block this session runs (the perf tests time it, the
+  lifecycle tests check it);
+- ``baseline_output``: one per measured request of each baseline block;
+- ``matched_pair``: each measured candidate output and the baseline output of
+  the same inputs and seed, from the partner block;
+- ``candidate_workload``: one per candidate and duration (the lossless judgement).
+
+A **series** is one comparison: a candidate against its control, the
+``baseline``. When the spec names an ``original_baseline`` other than the
+baseline, the final combination gets one more series, ``<final>-vs-<original>``
+(:func:`series_of`), whose ``A`` blocks run the original baseline: the direct
+comparison that campaign acceptance needs. Its name cannot be an arm's (arm
+names have no hyphen).
+
+The lossless test of a candidate at a duration (:meth:`Schedule.lossless_processes`)
+counts as control processes every block of that duration that runs its
+series' control: for a candidate against the baseline, the control blocks,
+the ``A`` blocks of every candidate's series and, in a candidate-only run,
+the anchors; for the final combination against the original baseline, that
+series' ``A`` blocks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from h3bench.runspec import BASELINE, RunSpec
+
+__all__ = [
+    "CASE_FIXTURES",
+    "CONTROLS",
+    "DEFAULT_CONTROL_BLOCKS",
+    "Block",
+    "CandidateWorkload",
+    "Case",
+    "MatchedPair",
+    "OutputRef",
+    "Schedule",
+    "Series",
+    "control_blocks",
+    "plan",
+    "series_of",
+]
+
+DEFAULT_CONTROL_BLOCKS = 2  # 4 + 2 baseline processes against 4 candidate ones: see h3bench.quality.lossless
+CONTROLS = BASELINE  # the series of the control blocks: no candidate can be called "baseline"
+Design = Literal["paired", "controls", "anchored"]
+
+
+@dataclass(frozen=True)
+class Block:
+    """One server process of one arm, at one position of its series' order.
+
+    ``design`` says which order: ``paired`` (the spec's AB/BA order),
+    ``controls`` (a lossless control block) or ``anchored`` (a candidate-only
+    run's anchored order).
+    """
+
+    duration: float
+    candidate: str  # the candidate whose series this block belongs to; CONTROLS for a control block
+    arm: str  # the series' control (A) or the candidate (B)
+    position: int  # 1-based position in its series' order
+    letter: Literal["A", "B"]  # A: the series' control (the baseline, or the original baseline), B: candidate
+    design: Design = "paired"
+    control: str = BASELINE  # the arm of the series' A blocks
+
+    @property
+    def pair(self) -> int:
+        """Adjacent blocks form AB/BA pairs: positions 1-2 are pair 0, 3-4 pair 1, ..."""
+        return (self.position - 1) // 2
+
+    @property
+    def id(self) -> str:
+        tag = "-anchored" if self.design == "anchored" else ""
+        return f"{self.duration:g}s-{self.candidate}{tag}-{self.position}{self.letter}-{self.arm}"
+
+
+@dataclass(frozen=True)
+class CandidateWorkload:
+    """One candidate at one duration: the unit of the lossless judgement."""
+
+    candidate: str
+    duration: float
+
+    @property
+    def id(self) -> str:
+        return f"{self.duration:g}s-{self.candidate}"
+
+
+@dataclass(frozen=True)
+class OutputRef:
+    """The output of one measured request of one block."""
+
+    block: Block
+    index: int
+
+    @property
+    def duration(self) -> float:
+        return self.block.duration
+
+    @property
+    def id(self) -> str:
+        return f"{self.block.id}-r{self.index}"
+
+
+@dataclass(frozen=True)
+class MatchedPair:
+    """A candidate output and its baseline output: same inputs and seed, partner blocks."""
+
+    baseline: OutputRef
+    candidate: OutputRef
+
+    @property
+    def duration(self) -> float:
+        return self.candidate.duration
+
+    @property
+    def id(self) -> str:
+        b = self.candidate.block
+        where = f"anchored{b.position}" if b.design == "anchored" else f"pair{b.pair}"
+        return f"{b.duration:g}s-{b.candidate}-{where}-r{self.candidate.index}"
+
+
+Case = Block | OutputRef | MatchedPair | CandidateWorkload
+CASE_FIXTURES = ("block", "baseline_output", "matched_pair", "candidate_workload")
+
+
+def control_blocks(spec: RunSpec) -> int:
+    """Lossless control blocks per duration: the spec's number, else 2 when ``gates.lossless`` is on."""
+    count = spec.protocol.lossless_baseline_blocks
+    return count if count is not None else (DEFAULT_CONTROL_BLOCKS if spec.gates.lossless else 0)
+
+
+@dataclass(frozen=True)
+class Series:
+    """One comparison: ``arm`` (B blocks) against ``control`` (A blocks), named ``name`` in ids and verdicts."""
+
+    name: str
+    arm: str
+    control: str = BASELINE
+
+
+def series_of(spec: RunSpec) -> tuple[Series, ...]:
+    """Every candidate against the baseline, then the final combination against a different original baseline."""
+    found = [Series(candidate, candidate) for candidate in spec.candidates]
+    if spec.final is not None and spec.final_control != BASELINE:
+        found.append(Series(f"{spec.final}-vs-{spec.final_control}", spec.final, spec.final_control))
+    return tuple(found)
+
+
+def _series(duration: float, series: Series, order: str, design: Design) -> list[Block]:
+    return [Block(duration, series.name, series.control if letter == "A" else series.arm, position,
+                  "A" if letter == "A" else "B", design, series.control)
+            for position, letter in enumerate(order, start=1)]
+
+
+def plan(spec: RunSpec, arms: str = "all", *, anchored: bool = False) -> tuple[Block, ...]:
+    """Per duration: the control blocks, then each series (:func:`series_of`); ``arms`` filters them.
+
+    ``arms`` is ``all``, ``baseline`` (the ``A`` blocks) or ``candidate``
+    (the ``B`` blocks). ``anchored`` gives a candidate-only run's blocks
+    instead: each series' anchored order, anchors included.
+    """
+    blocks: list[Block] = []
+    for duration in spec.workload.durations:
+        if anchored:
+            for series in series_of(spec):
+                blocks += _series(duration, series, spec.protocol.anchored_order, "anchored")
+            continue
+        blocks += _series(duration, Series(CONTROLS, BASELINE), "A" * control_blocks(spec), "controls")
+        for series in series_of(spec):
+            blocks += _series(duration, series, spec.protocol.order, "paired")
+    return tuple(b for b in blocks if anchored or arms == "all" or (arms == BASELINE) == (b.letter == "A"))
+
+
+class Schedule:
+    """The blocks one session runs, in order, and the test cases they make.
+
+    ``arms`` selects the blocks this session runs. A candidate-only run
+    (``anchored``) runs the anchored orders, and its other blocks come from
+    the stored bundle (:attr:`stored_blocks`).
+    """
+
+    def __init__(self, spec: RunSpec, arms: str = "all", *, anchored: bool = False) -> None:
+        self.spec = spec
+        self.anchored = anchored
+        self.blocks = plan(spec, arms, anchored=anchored)
+        self.stored_blocks = tuple(b for b in plan(spec) if b.letter == "A") if anchored else ()
+        self.baseline_blocks = tuple(b for b in (*self.stored_blocks, *(self.blocks if anchored else plan(spec)))
+                                     if b.letter == "A")
+        self._controls = {series.name: series.control for series in series_of(spec)}
+        self._order = {block.id: index for index, block in enumerate(self.blocks)}
+
+    def index(self, block: Block) -> int:
+        """The block's place in the order this session runs it (ValueError if it does not run it)."""
+        try:
+            return self._order[block.id]
+        except KeyError:
+            raise ValueError(f"{block.id} is not in this session's schedule") from None
+
+    def cases(self, fixture: str) -> list[Case]:
+        """The parametrization of one campaign fixture, in schedule order."""
+        k = self.spec.protocol.requests_per_block
+        if fixture == "block":
+            return list(self.blocks)
+        if fixture == "baseline_output":
+            return [OutputRef(b, i) for b in self.baseline_blocks for i in range(k)]
+        if fixture == "matched_pair":
+            return [MatchedPair(OutputRef(self.partner(b), i), OutputRef(b, i))
+                    for b in self.blocks if b.letter == "B" for i in range(k)]
+        if fixture == "candidate_workload":
+            return list(dict.fromkeys(CandidateWorkload(b.candidate, b.duration)
+                                      for b in self.blocks if b.design != "controls"))
+        raise ValueError(f"no campaign cases for fixture {fixture!r}")
+
+    def partner(self, block: Block) -> Block:
+        """The control block a candidate block's outputs are matched with.
+
+        The other block of its AB/BA pair; in a candidate-only run, the
+        stored baseline block of its series with the same rank (cycling when
+        the stored series has fewer).
+        """
+        if block.design == "anchored":
+            stored = [b for b in self.stored_blocks
+                      if b.design == "paired" and b.candidate == block.candidate and b.duration == block.duration]
+            ours = [b for b in self.blocks if b.letter == "B" and b.candidate == block.candidate
+                    and b.duration == block.duration]
+            return stored[ours.index(block) % len(stored)]
+        position = block.position + (1 if block.position % 2 else -1)
+        return Block(block.duration, block.candidate, block.control, position, "A", control=block.control)
+
+    def matched_pairs(self, case: CandidateWorkload) -> list[MatchedPair]:
+        pairs = self.cases("matched_pair")
+        return [p for p in pairs if isinstance(p, MatchedPair)
+                and p.candidate.block.candidate == case.candidate and p.duration == case.duration]
+
+    def series(self, duration: float, candidate: str) -> list[Block]:
+        """The blocks a candidate's speed comparison uses: its series in this session's order."""
+        return [b for b in self.blocks if b.duration == duration and b.candidate == candidate]
+
+    def stored_series(self, duration: float, candidate: str) -> list[Block]:
+        """A candidate-only run: the stored baseline blocks of the candidate's series (the shift report)."""
+        return [b for b in self.stored_blocks
+                if b.duration == duration and b.candidate == candidate and b.design == "paired"]
+
+    def lossless_processes(self, case: CandidateWorkload) -> tuple[list[Block], list[Block]]:
+        """Control and candidate processes of a series' lossless test, each in schedule order.
+
+        The control processes are every block of the duration that runs the
+        series' control arm (the baseline, or the original baseline).
+        """
+        control = self._controls.get(case.candidate, BASELINE)
+        baseline = [b for b in self.baseline_blocks if b.duration == case.duration and b.arm == control]
+        candidate = [b for b in self.blocks
+                     if b.letter == "B" and b.candidate == case.candidate and b.duration == case.duration]
+        return baseline, candidate
+
+    def blocks_of(self, case: object) -> tuple[Block, ...]:
+        """The blocks a test of ``case`` reads; what a selection of tests needs to run.
+
+        A lossless test needs its candidate's series and the control blocks;
+        the other series' baseline blocks are counted when they ran.
+        """
+        if isinstance(case, Block):
+            return (case,)
+        if isinstance(case, OutputRef):
+            return (case.block,)
+        if isinstance(case, MatchedPair):
+            return (case.baseline.block, case.candidate.block)
+        if isinstance(case, CandidateWorkload):
+            baseline, candidate = self.lossless_processes(case)
+            own = [b for b in baseline if b.candidate in (case.candidate, CONTROLS)]
+            return (*own, *candidate)
+        return ()
+
+    def case_by_id(self) -> dict[str, Case]:
+        """Every case of every fixture by its test id (the ids do not collide across fixtures)."""
+        return {case.id: case for fixture in CASE_FIXTURES for case in self.cases(fixture)}

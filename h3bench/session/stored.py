@@ -1,0 +1,170 @@
+"""A sealed bundle read across campaigns: verified first, then what its manifest and final.json say.
+
+The ledger (:mod:`h3bench.ledger.chain`) and the regression history
+(:mod:`h3bench.ledger.history`) read many bundles that other runs wrote. Each reader
+goes through :func:`open_verified`, which runs :func:`h3bench.evidence.verify`
+and refuses a bundle that does not verify, naming the files, so nothing
+crosses campaigns from a bundle that changed after it was sealed.
+
+What is read here, and where it comes from:
+
+- the hardware kind, ``<devices>x<kind>`` (``8x910b1``, ``4x910c``) or ``sim``,
+  from the spec in the manifest: campaigns on different hardware are never compared;
+- the engine's identity (``source.engine_commit``, the image digest, the
+  commit the host reported for each arm) apart from the harness's own (the
+  h3bench version that wrote the bundle, the validator versions that judged
+  it in the run; a later re-validation is an addendum and judges nothing here);
+- the research fields of a candidate (hypothesis, source attribution,
+  ``combination_of``) and of the spec (``diagnostic``, ``final``,
+  ``original_baseline``), and the held-out and acceptance results that
+  ``final.json`` carries. A key that is absent means the step did not run,
+  and is read as None, never guessed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from h3bench.errors import EvidenceError
+from h3bench.evidence import Bundle, require_verified
+from h3bench.evidence.bundle import FINAL, QUALITY, segments_of
+from h3bench.evidence.files import read_json
+from h3bench.plan.preflight import is_diagnostic as run_is_diagnostic
+from h3bench.run.records import BlockResult, load_results
+from h3bench.runspec import BASELINE, RunSpec, parse_runspec
+from h3bench.runspec.schedule import Schedule
+
+__all__ = ["StoredBundle", "is_diagnostic", "open_verified"]
+
+
+def is_diagnostic(manifest: dict[str, Any]) -> bool:
+    """Whether a bundle is a DIAGNOSTIC run (its run says so, or its spec is marked diagnostic): never evidence."""
+    spec = manifest.get("spec") or {}
+    return run_is_diagnostic(manifest) or spec.get("diagnostic") is True
+
+
+@dataclass(frozen=True)
+class StoredBundle:
+    """A bundle that verified: its path, manifest, last final.json and that file's SHA-256."""
+
+    path: Path
+    manifest: dict[str, Any]
+    final: dict[str, Any]
+    final_sha256: str
+
+    @property
+    def spec_id(self) -> str:
+        return str(self.manifest["spec_id"])
+
+    @property
+    def spec_data(self) -> dict[str, Any]:
+        return dict(self.manifest.get("spec") or {})
+
+    @property
+    def started_at(self) -> str:
+        return str(self.manifest.get("started_at", ""))
+
+    @property
+    def hardware_kind(self) -> str:
+        """``<number of devices>x<kind>``, or ``sim``: the seeds keep 8x910B1 and 4x910C apart."""
+        hardware = self.spec_data.get("hardware") or {}
+        kind = str(hardware.get("kind", "unknown"))
+        devices = hardware.get("device_ids") or ()
+        return f"{len(devices)}x{kind}" if kind != "sim" and devices else kind
+
+    @property
+    def diagnostic(self) -> bool:
+        return is_diagnostic(self.manifest)
+
+    def engine(self) -> dict[str, Any]:
+        """Claims about the serving engine: the pinned source and what each arm's host reported."""
+        source = self.manifest.get("source") or {}
+        host_engines = (self.manifest.get("host") or {}).get("engine") or {}
+        reported = {arm: (found or {}).get("vllm_omni_commit") for arm, found in host_engines.items()}
+        return {"engine_commit": source.get("engine_commit"), "image_digest": source.get("image_digest"),
+                "kind": source.get("kind", "engine"), "reported_commits": reported}
+
+    def harness(self) -> dict[str, Any]:
+        """Claims about h3bench itself: its version, and the validators that judged the run (not later re-validations)."""
+        in_run: set[str] = set()
+        for segment in segments_of(self.path):
+            if (self.path / segment / FINAL).is_file():
+                listed = read_json(self.path / segment / FINAL).get("files", {})
+                in_run.update(Path(rel).stem for rel in listed if Path(rel).parent.name == QUALITY)
+        return {"h3bench_version": self.manifest.get("h3bench_version"), "validator_versions": sorted(in_run)}
+
+    def arm(self, name: str) -> dict[str, Any]:
+        return dict((self.spec_data.get("arms") or {}).get(name) or {})
+
+    def attribution(self, candidate: str) -> dict[str, Any]:
+        """The candidate's hypothesis, source attribution and the arms it combines (None where not declared)."""
+        arm = self.arm(candidate)
+        return {"hypothesis": arm.get("hypothesis"), "source": arm.get("source"),
+                "combination_of": list(arm.get("combination_of") or [])}
+
+    def baseline_command(self) -> str:
+        """The baseline arm's launch, as canonical JSON: the argv and environment the manifest recorded, else the arm.
+
+        A vLLM arm's options are its command; its description is not.
+        """
+        recorded = (self.manifest.get("arms") or {}).get(BASELINE)
+        arm = self.arm(BASELINE)
+        launch = ({key: recorded[key] for key in ("argv", "env") if key in recorded} if isinstance(recorded, dict)
+                  else {key: value for key, value in arm.items() if key != "description" and value})
+        return json.dumps(launch, sort_keys=True, separators=(",", ":"))
+
+    def heldout(self, candidate: str, duration: str) -> dict[str, Any] | None:
+        """The held-out verdict of a candidate at a duration (``"5"``), or None when no held-out phase ran."""
+        per_candidate = (self.final.get("heldout") or {}).get(candidate)
+        if not isinstance(per_candidate, dict):
+            return None
+        found = per_candidate.get(f"{duration}s")  # keyed like verdict.json (h3bench.run.heldout)
+        return found if isinstance(found, dict) else None
+
+    def acceptance(self, candidate: str) -> dict[str, Any] | None:
+        """final.json's acceptance of one candidate (``accepted``, ``reasons``), or None when not judged."""
+        found = ((self.campaign_acceptance() or {}).get("candidates") or {}).get(candidate)
+        return found if isinstance(found, dict) else None
+
+    def campaign_acceptance(self) -> dict[str, Any] | None:
+        """final.json's ``accepted``: the final combination against the original baseline, or None."""
+        found = self.final.get("accepted")
+        return found if isinstance(found, dict) else None
+
+    def runspec(self) -> RunSpec:
+        """The bundle's own spec, as its manifest recorded it."""
+        return parse_runspec(self.spec_data, source=f"{self.path}/manifest.json")
+
+    def verdict(self) -> dict[str, Any]:
+        """The run's verdict.json (the last segment's), or ``{}`` when none was written."""
+        found = Bundle.open(self.path).read_verdict()
+        return found if isinstance(found, dict) else {}
+
+    def block_results(self) -> list[BlockResult]:
+        """Every block of the spec that the bundle holds a finished attempt of, in schedule order."""
+        schedule = Schedule(self.runspec())
+        return list(load_results(Bundle.open(self.path), schedule.blocks).values())
+
+
+def open_verified(path: str | Path) -> StoredBundle:
+    """Verify the bundle at ``path`` and read it; EvidenceError naming every problem when it does not verify.
+
+    Only a sealed bundle counts: a run that is still going, or was killed and
+    never resumed, has no final result to keep.
+    """
+    root = Path(path)
+    if not (root / "manifest.json").is_file():
+        raise EvidenceError(f"{root}: not an evidence bundle (no manifest.json)", path=str(root))
+    require_verified(root, "it is not read")
+    bundle = Bundle.open(root)
+    final_path = root / bundle.segments()[-1] / FINAL
+    data = final_path.read_bytes()
+    try:
+        final = json.loads(data)
+    except ValueError as exc:
+        raise EvidenceError(f"{final_path}: not valid JSON ({exc})", path=str(final_path)) from exc
+    return StoredBundle(root.resolve(), bundle.manifest, final, hashlib.sha256(data).hexdigest())
