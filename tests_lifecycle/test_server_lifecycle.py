@@ -16,7 +16,7 @@ pytestmark = pytest.mark.lifecycle
 
 def test_server_ready_within_startup_budget(campaign, block):
     budget = campaign.spec.protocol.startup_budget_s
-    startup = campaign.lifecycle(block).lifecycle["startup_s"]
+    startup = campaign.lifecycle(block).lifecycle.startup_s
     assert startup is not None and startup <= budget, f"{block.id}: ready after {startup} s, budget {budget} s"
 
 
@@ -30,16 +30,16 @@ def test_warmup_succeeded_and_recorded_apart(campaign, block):
 
 def test_shutdown_within_shared_budget(campaign, block):
     budget = campaign.spec.protocol.shutdown_budget_s
-    lc = campaign.lifecycle(block).lifecycle
-    assert lc["shutdown_budget_s"] == budget, "every arm must be stopped with the same disclosed budget"
-    assert lc["graceful"], f"{block.id}: not stopped by SIGTERM within {budget:g} s; it was killed"
+    lifecycle = campaign.lifecycle(block).lifecycle
+    assert lifecycle.shutdown_budget_s == budget, "every arm must be stopped with the same disclosed budget"
+    assert lifecycle.graceful, f"{block.id}: not stopped by SIGTERM within {budget:g} s; it was killed"
 
 
 def test_every_worker_exited(campaign, block):
-    exit_report = campaign.lifecycle(block).lifecycle["exit"]
-    assert len(exit_report["pids_seen"]) >= 2, f"{block.id}: no worker process was ever seen"
-    assert not exit_report["survivors"], f"{block.id}: survivors {exit_report['survivors']}"
-    assert exit_report["port_free"], f"{block.id}: port still taken by {exit_report['port_holder']}"
+    exit_check = campaign.lifecycle(block).lifecycle.exit
+    assert len(exit_check.pids_seen) >= 2, f"{block.id}: no worker process was ever seen"
+    assert not exit_check.survivors, f"{block.id}: survivors {exit_check.survivors}"
+    assert exit_check.port_free, f"{block.id}: port still taken by {exit_check.port_holder}"
 
 
 def test_server_logs_kept(campaign, block):

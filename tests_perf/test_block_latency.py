@@ -21,4 +21,4 @@ def test_block_latency(campaign, block, benchmark):
 
     assert len(result.measured) >= 3, "the protocol needs at least three measured requests per block"
     assert all(s.e2e_s > 0 for s in result.measured)
-    assert result.lifecycle["startup_s"] is not None, "startup was not recorded apart from E2E"
+    assert result.lifecycle.startup_s is not None, "startup was not recorded apart from E2E"

@@ -19,16 +19,16 @@ pytestmark = pytest.mark.quality
 
 def test_lpips_weights_authenticated(campaign):
     """The LPIPS weights are hash-checked against the pins before any LPIPS value is used."""
-    status = campaign.lpips_status()
+    status = campaign.judge.lpips_status()
     if not status.required:
         pytest.skip(f"LPIPS not required by this RunSpec: {status.detail}")
     assert status.ok, status.detail
 
 
 def test_baseline_output_has_expected_duration(campaign, baseline_output):
-    assert_expected_duration(campaign.probed(baseline_output), baseline_output.duration)
+    assert_expected_duration(campaign.judge.probed(baseline_output), baseline_output.duration)
 
 
 def test_candidate_passes_quality_gates(campaign, matched_pair):
-    report = campaign.compare(matched_pair)
-    assert_quality_gates(report, allow_not_measured=campaign.optional_checks())
+    report = campaign.judge.compare(matched_pair)
+    assert_quality_gates(report, allow_not_measured=campaign.judge.optional_checks())

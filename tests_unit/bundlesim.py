@@ -3,15 +3,18 @@
 :func:`write_bundle` writes a bundle with the project's own writer
 (:class:`h3bench.evidence.Bundle`): a manifest with the spec, one measured
 sample per request and one lifecycle record per block of the spec's
-schedule, a verdict made by :class:`h3bench.verdict.verdicts.CandidateVerdict`, and
-``final.json``. The latencies are the caller's. ``final`` adds the keys that
-the research protocol's writer puts in ``final.json`` (held-out, acceptance),
-standing in for that writer (which writes them at close).
+schedule, the verdict that the project's own results give for those samples
+(:class:`h3bench.session.results.Results`, so the estimates are the ones a
+campaign would write), and ``final.json``. The latencies are the caller's.
+``parts`` overrides a candidate's speed or quality outcome (the pairs are
+not simulated: quality is PASS unless given, and lossless is not judged); ``heldout`` and ``accepted``
+stand in for the research phase, as the runner writes them into verdict.json.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -22,7 +25,9 @@ from h3bench.evidence import Bundle
 from h3bench.outcome import Outcome
 from h3bench.runspec import RunSpec, load_runspec, parse_runspec
 from h3bench.runspec.schedule import Block, Schedule
-from h3bench.verdict.verdicts import CandidateVerdict, DurationVerdict
+from h3bench.session.results import Results
+from h3bench.session.settings import Settings
+from h3bench.verdict.verdicts import Acceptance, HeldoutVerdict
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runspecs"
 # What npu_spec gives a new candidate that declares nothing: a formal NPU spec attributes every candidate.
@@ -46,21 +51,10 @@ def npu_spec(kind: str = "910b1", devices: int = 8, **arms: dict[str, Any]) -> R
     return parse_runspec(data, source="bundlesim")
 
 
-def verdict_of(spec: RunSpec, parts: Mapping[str, Mapping[str, Outcome]]) -> dict[str, Any]:
-    """verdict.json as a campaign writes it; ``parts[candidate]`` gives ``speed`` and ``quality`` outcomes."""
-    candidates = {}
-    for candidate in spec.candidates:
-        part = parts.get(candidate, {})
-        speed = part.get("speed", Outcome.PASS)
-        durations = {f"{d:g}s": DurationVerdict(speed, (f"speed {speed} (simulated)",), None,
-                                                 part.get("quality", Outcome.PASS), 3, False, None)
-                     for d in spec.workload.durations}
-        candidates[candidate] = CandidateVerdict(durations, None).to_dict()
-    return {"spec_id": spec.spec_id, "run": "FORMAL", "interrupted": None, "candidates": candidates}
-
-
 def write_bundle(root: Path, spec: RunSpec, latency: Callable[[Block, int], float], *,
-                 started_at: str, verdict: dict[str, Any] | None = None, final: dict[str, Any] | None = None,
+                 started_at: str, parts: Mapping[str, Mapping[str, Outcome]] | None = None,
+                 heldout: Mapping[str, dict[str, HeldoutVerdict]] | None = None, accepted: Acceptance | None = None,
+                 final: dict[str, Any] | None = None,
                  spec_extra: Mapping[str, Any] | None = None, run_kind: str = "FORMAL",
                  engine_commit: str | None = None) -> Path:
     """A sealed bundle whose measured requests took ``latency(block, index)`` seconds."""
@@ -85,7 +79,16 @@ def write_bundle(root: Path, spec: RunSpec, latency: Callable[[Block, int], floa
                                  "position": block.position, "failure": None, "interrupted": None})
     # What the run's validator judged (the pairs are not simulated): names the validator version in the bundle.
     bundle.write_quality(quality.VALIDATOR_VERSION, {"pairs": {}, "lossless": {}})
-    bundle.write_verdict(verdict if verdict is not None else verdict_of(spec, {}))
+    results = Results(spec, Settings(None), bundle=bundle)
+    verdicts = {}
+    for name, verdict in results.verdicts().items():
+        part = (parts or {}).get(name, {})
+        durations = {key: dataclasses.replace(d, speed=part.get("speed", d.speed),
+                                              quality=part.get("quality", Outcome.PASS), quality_pairs=3,
+                                              lossless_enabled=False, lossless=None)
+                     for key, d in verdict.durations.items()}
+        verdicts[name] = dataclasses.replace(verdict, durations=durations)
+    bundle.write_verdict(results.document(verdicts=verdicts, heldout=heldout, accepted=accepted).to_dict())
     bundle.close()
     if final:
         path = bundle.path / "final.json"

@@ -22,8 +22,8 @@ from h3bench.errors import MediaDecodeError
 from h3bench.media import decode
 from h3bench.quality import Status, Thresholds
 from h3bench.quality import engine as engine_module
-from h3bench.quality.compare import LpipsSettings
 from h3bench.quality.engine import Comparison, Engine, components, decoder_threads
+from h3bench.quality.gates import LpipsSettings
 from h3bench.runspec import load_runspec
 from h3bench.runspec.schedule import CandidateWorkload, Schedule
 from h3bench.verdict.judge import Judge
@@ -213,7 +213,7 @@ def test_the_engine_gives_the_lighter_file_of_a_pair_one_decoder_thread(make_mp4
 @pytest.mark.parametrize("stream", ["audio", "video"])
 def test_a_stream_failing_midway_through_the_pass_is_a_decode_error_naming_it(make_mp4, monkeypatch, stream):
     clip = make_mp4("midway.mp4", **SMALL)
-    helper = media._AudioDecode if stream == "audio" else media._VideoDecode
+    helper = decode._AudioDecode if stream == "audio" else decode._VideoDecode
     real_frame = helper.frame
 
     def failing_frame(self, frame):  # the clip's third frame of that stream, in every decode of it

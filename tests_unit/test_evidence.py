@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import h3bench
 from h3bench.errors import EvidenceError
 from h3bench.evidence import SAMPLE_KINDS, Bundle, verify
+from h3bench.host.environment import environment
 
 SPEC_ID = hashlib.sha256(b"a frozen spec").hexdigest()
 SPEC = {"name": "sim", "workload": {"durations": [5, 15], "seed": 0}}
@@ -29,7 +30,8 @@ MODEL = {"path": "/models/h3", "content_sha256": "ef" * 32}
 
 
 def new_bundle(root: Path, **overrides) -> Bundle:
-    kwargs = dict(spec_id=SPEC_ID, spec=SPEC, inputs=INPUTS, source=SOURCE, model=MODEL) | overrides
+    kwargs = dict(spec_id=SPEC_ID, spec=SPEC, inputs=INPUTS, source=SOURCE, model=MODEL,
+                  environment=environment()) | overrides
     return Bundle.create(root, **kwargs)
 
 

@@ -24,17 +24,17 @@ from h3bench.cli import main
 from h3bench.errors import EvidenceError, UsageError
 from h3bench.ledger.chain import add_bundle, read_ledger, verify_ledger
 from h3bench.outcome import Outcome
-from tests_unit.bundlesim import ATTRIBUTION, npu_spec, verdict_of, write_bundle
+from h3bench.verdict.verdicts import Acceptance, CandidateAcceptance, HeldoutVerdict
+from tests_unit.bundlesim import ATTRIBUTION, npu_spec, write_bundle
 
 SPEEDS = {"baseline": 100.0, "dlo": 90.0, "cfg": 100.5, "both": 85.0}
-HELDOUT = {"dlo": {"5s": {"verdict": "FAIL", "reasons": ["seed 3: PSNR 21.4 dB below 30 dB"]},
-                   "15s": {"verdict": "PASS", "reasons": []}},
-           "both": {"5s": {"verdict": "PASS", "reasons": []}, "15s": {"verdict": "PASS", "reasons": []}}}
-FINAL = {"heldout": HELDOUT,
-         "accepted": {"final": "both", "accepted": True, "reasons": ["both passed at 5 s and 15 s against baseline"],
-                      "candidates": {"dlo": {"accepted": False, "reasons": ["held-out FAIL at 5 s"]},
-                                     "cfg": {"accepted": False, "reasons": ["speed INCONCLUSIVE at 5 s and 15 s"]},
-                                     "both": {"accepted": True, "reasons": []}}}}
+HELDOUT = {"dlo": {"5s": HeldoutVerdict(Outcome.FAIL, ("seed 3: PSNR 21.4 dB below 30 dB",)),
+                   "15s": HeldoutVerdict(Outcome.PASS, ())},
+           "both": {"5s": HeldoutVerdict(Outcome.PASS, ()), "15s": HeldoutVerdict(Outcome.PASS, ())}}
+ACCEPTED = Acceptance("both", True, ("both passed at 5 s and 15 s against baseline",),
+                      {"dlo": CandidateAcceptance(False, ("held-out FAIL at 5 s",)),
+                       "cfg": CandidateAcceptance(False, ("speed INCONCLUSIVE at 5 s and 15 s",)),
+                       "both": CandidateAcceptance(True, ())})
 RESEARCH = {"arms.dlo.hypothesis": "Rank-local DLO removes one all-gather per step.",
             "arms.dlo.source": {"kind": "configuration", "ref": "--dlo-rank-local (vllm_omni/diffusion/dlo.py)"},
             "arms.cfg.hypothesis": "Fusing the CFG branches halves the DiT passes.",
@@ -51,9 +51,8 @@ def latency(seed: int):
 
 def research_bundle(root: Path, started_at: str = "2026-11-20T10:00:00.000Z", **kwargs) -> Path:
     spec = npu_spec("910b1", 8, dlo={}, cfg={}, both={})
-    verdict = verdict_of(spec, {"cfg": {"speed": Outcome.INCONCLUSIVE}})
-    return write_bundle(root, spec, latency(1), started_at=started_at, verdict=verdict, final=FINAL,
-                        spec_extra=RESEARCH, **kwargs)
+    return write_bundle(root, spec, latency(1), started_at=started_at, parts={"cfg": {"speed": Outcome.INCONCLUSIVE}},
+                        heldout=HELDOUT, accepted=ACCEPTED, spec_extra=RESEARCH, **kwargs)
 
 
 def plain_bundle(root: Path, kind: str = "910b1", devices: int = 8, started_at: str = "2026-11-21T10:00:00.000Z",
@@ -80,8 +79,8 @@ def test_the_research_campaign_shows_one_accepted_and_rejected_candidates_with_r
     assert (code, err) == (0, "")
     entries, _ = read_ledger(ledger)
     verdicts = {(e["candidate"], e["duration"]): e["verdict"] for e in entries}
-    assert verdicts == {("both", "5"): "accepted", ("both", "15"): "accepted", ("cfg", "5"): "inconclusive",
-                        ("cfg", "15"): "inconclusive", ("dlo", "5"): "rejected", ("dlo", "15"): "rejected"}
+    assert verdicts == {("both", "5"): "PASS", ("both", "15"): "PASS", ("cfg", "5"): "INCONCLUSIVE",
+                        ("cfg", "15"): "INCONCLUSIVE", ("dlo", "5"): "FAIL", ("dlo", "15"): "FAIL"}
     dlo5 = next(e for e in entries if (e["candidate"], e["duration"]) == ("dlo", "5"))
     assert "seed 3: PSNR 21.4 dB below 30 dB" in dlo5["reasons"]
     assert dlo5["hypothesis"] == RESEARCH["arms.dlo.hypothesis"]
@@ -99,7 +98,7 @@ def test_the_research_campaign_shows_one_accepted_and_rejected_candidates_with_r
 
 def test_a_part_that_did_not_run_is_recorded_as_not_run(tmp_path, ledger):
     (entry, *_) = add_bundle(plain_bundle(tmp_path / "evidence"), ledger).entries
-    assert entry["heldout"] == "NOT_RUN" and entry["campaign"] == "NOT_RUN" and entry["lossless"] == "NOT_RUN"
+    assert entry["heldout"] is None and entry["campaign"] is None and entry["lossless"] is None
     # A formal spec attributes every candidate; the entry has the spec's own (no research fields beyond that).
     assert (entry["hypothesis"], entry["source"]) == (ATTRIBUTION["hypothesis"], ATTRIBUTION["source"])
 
@@ -200,7 +199,7 @@ def test_verify_passes_an_untouched_ledger(two_bundles, ledger, capsys):
 ], ids=["line-changed", "line-changed-and-rehashed", "last-line-rewritten-whole"])
 def test_verify_catches_a_tampered_line(two_bundles, ledger, capsys, number, rehash, expected):
     def reject_to_accept(entry):
-        entry["verdict"] = "accepted" if entry["verdict"] != "accepted" else "rejected"
+        entry["verdict"] = "PASS" if entry["verdict"] != "PASS" else "FAIL"
 
     _rewrite(ledger, number, reject_to_accept, rehash)
 
@@ -261,7 +260,7 @@ def test_an_unfinished_last_line_is_dropped_by_the_next_add(two_bundles, ledger,
 
 
 def test_a_broken_chain_refuses_further_appends(two_bundles, ledger, tmp_path):
-    _rewrite(ledger, 0, lambda entry: entry.update(verdict="rejected"), rehash=False)
+    _rewrite(ledger, 0, lambda entry: entry.update(verdict="FAIL"), rehash=False)
     before = ledger.read_bytes()
 
     with pytest.raises(EvidenceError, match="the ledger does not verify, nothing appended: line 1"):

@@ -135,7 +135,7 @@ def test_too_few_processes_is_inconclusive_and_names_the_blocks_needed():
 
 
 def test_bitwise_equal_outputs_are_exact_and_an_unmeasured_metric_is_inconclusive():
-    assert judge(matrices(6, 4), 6, exact=True).outcome == "EXACT"
+    assert judge(matrices(6, 4), 6, exact=True).label == "EXACT"
     mats = matrices(6, 4, base=1, cross=1, cc=1, noise=0.3)
     mats["ssim"][0, 0, 7] = mats["ssim"][0, 7, 0] = np.nan
     v = judge(mats, 6)

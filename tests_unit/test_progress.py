@@ -16,10 +16,11 @@ import time
 
 import pytest
 
+from h3bench.plan.estimate import cost_of
 from h3bench.run.pace import Pace
 from h3bench.run.progress import Progress, clock
 from h3bench.runspec import load_runspec
-from h3bench.runspec.schedule import plan
+from h3bench.runspec.schedule import spec_blocks
 from tests_unit.campaign_project import write_campaign
 
 
@@ -57,9 +58,9 @@ def test_on_a_terminal_the_line_is_redrawn_and_cleared_when_the_step_ends():
 
 def test_eta_comes_from_the_same_steps_earlier_and_the_campaign_eta_adds_what_is_left(tmp_path):
     spec = load_runspec(write_campaign(tmp_path))
-    blocks = list(plan(spec))
-    pace = Pace(spec, Progress())
-    pace.plan(blocks)
+    blocks = list(spec_blocks(spec))
+    pace = Pace(spec, Progress(), estimate=lambda duration, arm: cost_of(spec, duration, arm))
+    pace.expect(blocks)
     first = blocks[0]
 
     with pace.step(first, "measured", 0):

@@ -34,7 +34,7 @@ from h3bench.report.contents import read_contents
 from h3bench.report.markdown import MAX_LINES, render_summary
 from h3bench.report.page import SECTIONS
 from h3bench.report.pictures import worst_pair_pictures
-from h3bench.session.results import Review
+from h3bench.session.results import Results
 from h3bench.session.settings import Settings
 from tests_unit import browser
 from tests_unit.campaign_project import noisy_campaign, write_campaign
@@ -336,8 +336,8 @@ def test_the_summary_has_the_verdict_a_table_per_duration_and_the_path_of_the_re
     assert "### 5 s" in lines
     assert "| candidate | n (base / cand) | median E2E s (base → cand) | ratio | 95% CI | speed | quality " \
            "| lossless |" in lines
-    speed = Review.from_bundle(run.bundle, Settings.for_bundle(run.bundle, lossless=False, lpips_dir=None,
-                                                               lpips_device="cpu")).speed(5.0, CANDIDATE)
+    speed = Results.from_bundle(run.bundle, Settings.for_bundle(run.bundle, lossless=False, lpips_dir=None,
+                                                                lpips_device="cpu")).speed(5.0, CANDIDATE)
     assert speed is not None
     est = speed.estimate
     row = next(line for line in lines if line.startswith(f"| {CANDIDATE} |"))

@@ -12,16 +12,18 @@ import pytest
 from h3bench.errors import EvidenceError, RunSpecError
 from h3bench.evidence import Bundle, verify
 from h3bench.plan.preflight import DIAGNOSTIC, FORMAL, is_diagnostic, preflight
+from h3bench.report.terminal import summary_lines
 from h3bench.run.client import VideoClient
 from h3bench.run.profiling import profiled_request
 from h3bench.runspec import load_runspec, parse_runspec
 from h3bench.runspec.schedule import Block, Schedule, series_of
 from h3bench.server.ports import LOCALHOST, find_free_port
 from h3bench.server.process import ServerProcess
-from h3bench.session.results import Review
+from h3bench.session.results import Results
 from h3bench.session.settings import Settings
 from h3bench.sim.profiler import Profiler, parse_profiler_config
-from h3bench.verdict.acceptance import acceptance, diagnostic_lines
+from h3bench.verdict.acceptance import acceptance
+from h3bench.verdict.verdicts import VerdictDocument
 from tests_unit.campaign_project import bundle_of, run_campaign, write_campaign
 
 SPECS = Path(__file__).resolve().parents[1] / "fixtures" / "runspecs"
@@ -116,7 +118,10 @@ def test_diagnostic_specs_make_diagnostic_runs() -> None:
     assert is_diagnostic({"run": run}) and not is_diagnostic({"run": {"kind": FORMAL}}) and not is_diagnostic({})
     data["workload"]["steps"], data["diagnostic"] = 50, True
     assert preflight(_parse(data), spec_file=None, allow_unpinned=False).reasons == ("the spec says diagnostic = true",)
-    assert diagnostic_lines(["a", "DIAGNOSTIC b"]) == ["DIAGNOSTIC a", "DIAGNOSTIC b"]
+    document = VerdictDocument("ab" * 32, "x", "0.1.0", DIAGNOSTIC, None, {}, run_notes=("DIAGNOSTIC run: why",))
+    lines = summary_lines(_parse(data), document, bundle=None)
+    assert len(lines) > 3 and all(line.startswith("DIAGNOSTIC ") for line in lines), lines
+    assert lines.count("DIAGNOSTIC run: why") == 1
 
 
 def test_a_diagnostic_bundle_is_never_baseline_evidence(tmp_path: Path) -> None:
@@ -127,9 +132,9 @@ def test_a_diagnostic_bundle_is_never_baseline_evidence(tmp_path: Path) -> None:
                            source={"kind": "simulator"}, model={},
                            extra=preflight(spec, spec_file=None, allow_unpinned=False).manifest())
     bundle.close()
-    review = Review(spec, Settings(None, arm="candidate"))
+    results = Results(spec, Settings(None, arm="candidate"))
     with pytest.raises(EvidenceError, match="DIAGNOSTIC run .*can never be --baseline-evidence"):
-        review.attach_baseline(bundle.path)
+        results.attach_baseline(bundle.path)
 
 
 # -- profiling ----------------------------------------------------------------------
@@ -180,14 +185,14 @@ def test_held_out_seeds_catch_a_fault_that_the_formal_seed_cannot(pytester: pyte
     spec.write_text(text + '\n[heldout]\nseeds = [2, 3]\n')
     result = run_campaign(pytester, spec, "--benchmark-disable", "-p", "no:xdist")
     path = bundle_of(pytester)
-    final = json.loads((path / "final.json").read_text())
+    written = json.loads((path / "verdict.json").read_text())
     summary = result.stdout.str()
-    assert final["heldout"]["clean"]["5s"]["verdict"] == "PASS", summary
-    faulty = final["heldout"]["faulty"]["5s"]
-    assert faulty["verdict"] == "FAIL" and "seed 3: failed quality gates" in faulty["reasons"][0], summary
+    assert written["heldout"]["clean"]["5s"]["outcome"] == "PASS", summary
+    faulty = written["heldout"]["faulty"]["5s"]
+    assert faulty["outcome"] == "FAIL" and "seed 3: failed quality gates" in faulty["reasons"][0], summary
     assert "seed 2" not in " ".join(faulty["reasons"])
-    accepted = final["accepted"]
-    verdicts = json.loads((path / "verdict.json").read_text())["candidates"]
+    accepted = written["accepted"]
+    verdicts = written["candidates"]
     assert accepted["candidates"]["faulty"]["accepted"] is False and accepted["final"] == "clean"
     result.stdout.fnmatch_lines(["*held-out faulty 5s: FAIL: seed 3: failed quality gates*"])
     # Acceptance also needs the formal speed PASS, which a heavily loaded machine can make INCONCLUSIVE.
@@ -210,9 +215,10 @@ def test_held_out_seeds_catch_a_fault_that_the_formal_seed_cannot(pytester: pyte
         assert stored.stat().st_size == trace["size"]
         assert {e["ph"] for e in json.loads(stored.read_text())["traceEvents"]} == {"X"}
     assert verify(path).ok
-    # The same verdicts, reviewed from the stored bundle; a diagnostic reading of them accepts nothing.
-    review = Review.from_bundle(path, Settings(None))
-    assert review.load_quality() is not None
-    assert review.research_results() == (final["heldout"], final["accepted"])
-    assert acceptance(review, final["heldout"], diagnostic=False) == final["accepted"]
-    assert acceptance(review, final["heldout"], diagnostic=True)["accepted"] is False
+    # The same verdicts, judged again from the stored bundle; a diagnostic reading of them accepts nothing.
+    results = Results.from_bundle(path, Settings(None))
+    assert results.load_quality() is not None
+    document = VerdictDocument.read(results.bundle)
+    assert document is not None and results.verdicts() == document.candidates
+    assert acceptance(results.spec, document.candidates, document.heldout, diagnostic=False) == document.accepted
+    assert acceptance(results.spec, document.candidates, document.heldout, diagnostic=True).accepted is False

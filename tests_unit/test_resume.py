@@ -19,9 +19,11 @@ from pathlib import Path
 import pytest
 
 from h3bench import evidence
+from h3bench.report.terminal import summary_lines
 from h3bench.server.proctree import CAMPAIGN_ID_ENV, marked_processes
-from h3bench.session.results import Review
+from h3bench.session.results import Results
 from h3bench.session.settings import Settings
+from h3bench.verdict.verdicts import VerdictDocument
 from tests_unit.campaign_project import bundle_of, run_campaign, start_campaign, wait_until, write_campaign
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]
@@ -81,16 +83,18 @@ def test_resume_runs_what_is_missing_and_keeps_every_sample(pytester, sig):
     (incomplete,) = resume["incomplete"]
     assert incomplete["block"] == "5s-clean-3B-clean" and incomplete["samples"] >= 2
     # No sample lost or counted twice: each block's accepted measured requests, exactly once.
-    review = Review.from_bundle(bundle, Settings.for_bundle(bundle, lossless=False, lpips_dir=None, lpips_device="cpu"))
-    accepted = Counter((r.block.id, s.index) for r in review.results.values() for s in r.measured)
+    results = Results.from_bundle(bundle, Settings.for_bundle(bundle, lossless=False, lpips_dir=None, lpips_device="cpu"))
+    accepted = Counter((r.block.id, s.index) for r in results.ran.values() for s in r.measured)
     assert sorted(accepted) == sorted((b, i) for b in BLOCKS for i in range(3)) and set(accepted.values()) == {1}
     stored = sum(1 for p in bundle.glob("**/samples.jsonl") for _ in p.read_text().splitlines())
     # 4 blocks of 1 warmup and 3 measured requests, and the interrupted attempt's own.
     assert stored == 4 * 4 + incomplete["samples"], "every request of every attempt is in the bundle"
     # The verdict and summary are those that the bundle's own samples give.
-    review.load_quality()
+    results.load_quality()
+    written = VerdictDocument.read(results.bundle)
+    assert written is not None and results.verdicts() == written.candidates
     printed = result.stdout.str()
-    for line in review.summary_lines():
+    for line in summary_lines(results.spec, written, bundle=bundle):
         assert line in printed, line
     assert not marked_processes(CAMPAIGN_ID_ENV, json.loads((bundle / "manifest.json").read_text())["session"])
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from h3bench.runspec import load_runspec
-from h3bench.runspec.schedule import CONTROLS, CandidateWorkload, MatchedPair, Schedule, control_blocks, plan
+from h3bench.runspec.schedule import CONTROLS, CandidateWorkload, MatchedPair, Schedule, control_blocks, spec_blocks
 
 SPECS = Path(__file__).resolve().parents[1] / "fixtures" / "runspecs"
 
@@ -23,7 +23,7 @@ def with_protocol(spec, **changes):
 
 def test_lossless_specs_run_two_control_blocks_first_at_each_duration(sim):
     assert sim.gates.lossless and sim.protocol.lossless_baseline_blocks is None and control_blocks(sim) == 2
-    blocks = plan(sim)
+    blocks = spec_blocks(sim)
     assert [b.id for b in blocks[:10]] == [
         "5s-baseline-1A-baseline", "5s-baseline-2A-baseline",
         "5s-clean-1A-baseline", "5s-clean-2B-clean", "5s-clean-3B-clean", "5s-clean-4A-baseline",
@@ -35,7 +35,7 @@ def test_lossless_specs_run_two_control_blocks_first_at_each_duration(sim):
 
 def test_no_control_blocks_without_lossless_or_when_set_to_zero(sim):
     off = sim.model_copy(update={"gates": sim.gates.model_copy(update={"lossless": False})})
-    assert control_blocks(off) == 0 and len(plan(off)) == 16
+    assert control_blocks(off) == 0 and len(spec_blocks(off)) == 16
     assert control_blocks(with_protocol(sim, lossless_baseline_blocks=0)) == 0
     assert control_blocks(with_protocol(off, lossless_baseline_blocks=3)) == 3
 

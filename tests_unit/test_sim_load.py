@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from h3bench.server.proctree import die_with_parent
-from h3bench.session.results import Review
+from h3bench.session.results import Results
 from h3bench.session.settings import Settings
 from tests_unit.campaign_project import bundles_in, write_campaign
 
@@ -89,7 +89,7 @@ def test_a_10_percent_faster_profile_measures_0_9_and_an_identical_one_is_not_ju
     reviews, verdicts = {}, {}
     for name in CAMPAIGNS:
         (bundle,) = bundles_in(tmp_path / name / "evidence")
-        reviews[name] = Review.from_bundle(bundle, Settings(None))
+        reviews[name] = Results.from_bundle(bundle, Settings(None))
         verdicts[name] = json.loads((bundle / "verdict.json").read_text())["candidates"]
     for duration in (5, 15):
         clean = reviews["ab"].speed(duration, "clean")

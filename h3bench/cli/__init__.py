@@ -187,12 +187,7 @@ def _configure_compare(parser: argparse.ArgumentParser) -> None:
         dest="measure_lpips",
         help="skip LPIPS; the verdict is then at best INCONCLUSIVE",
     )
-    parser.add_argument(
-        "--lpips-dir", dest="lpips_dir", metavar="DIR", help="LPIPS weights directory (default: $H3BENCH_LPIPS_DIR)"
-    )
-    parser.add_argument(
-        "--lpips-device", dest="lpips_device", default="cpu", metavar="DEV", help="torch device: cpu, cuda, npu"
-    )
+    _configure_lpips(parser)
 
 
 def _print_report(report: QualityReport) -> None:
@@ -216,8 +211,8 @@ def _run_compare(args: argparse.Namespace) -> int:
         args.baseline,
         args.candidate,
         expect_seconds=args.expect_seconds,
-        lpips_dir=args.lpips_dir,
-        lpips_device=args.lpips_device,
+        lpips_dir=args.h3_lpips_dir,
+        lpips_device=args.h3_lpips_device,
         measure_lpips=args.measure_lpips,
     )
     if args.json:
@@ -271,8 +266,9 @@ def _run_verify(args: argparse.Namespace) -> int:
 
 
 def _configure_lpips(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lpips-dir", help="directory with the LPIPS weights (default: $H3BENCH_LPIPS_DIR)")
-    parser.add_argument("--lpips-device", default="cpu", help="torch device for LPIPS (default: %(default)s)")
+    from h3bench.session import options
+
+    options.add_options(parser.add_argument, options.LPIPS)
 
 
 def _configure_validate(parser: argparse.ArgumentParser) -> None:
@@ -283,20 +279,23 @@ def _configure_validate(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_validate(args: argparse.Namespace) -> int:
-    from h3bench.session.results import Review
+    from h3bench.report.terminal import summary_lines
+    from h3bench.session.results import Results
     from h3bench.session.settings import Settings
 
     path = _bundle_dir(args.bundle)
-    settings = Settings.for_bundle(path, lossless=args.lossless, lpips_dir=args.lpips_dir, lpips_device=args.lpips_device)
-    review = Review.from_bundle(path, settings)
-    outcome = review.validate()
-    written = review.write_quality()
-    verdicts = {candidate: verdict.to_dict() for candidate, verdict in review.verdicts().items()}
+    settings = Settings.for_bundle(path, lossless=args.lossless, lpips_dir=args.h3_lpips_dir,
+                                   lpips_device=args.h3_lpips_device)
+    results = Results.from_bundle(path, settings)
+    outcome = results.validate()
+    written = results.write_quality()
+    document = results.document()
     if args.json:
-        print(json.dumps(json_safe({"written": written, "verdict": str(outcome), "candidates": verdicts}), indent=2))
+        print(json.dumps({"written": written, "verdict": str(outcome), "candidates": document.to_dict()["candidates"]},
+                         indent=2, allow_nan=False))
     else:
         print(f"validated with {quality.VALIDATOR_VERSION}: {written}")
-        for line in review.summary_lines():
+        for line in summary_lines(results.spec, document, bundle=path, profiles=list(results.bundle.samples("profile"))):
             print(line)
     return EXIT_CODES[outcome]
 
@@ -312,7 +311,8 @@ def _run_report(args: argparse.Namespace) -> int:
     # matplotlib, librosa and scikit-image load only for a report.
     from h3bench.report import write_report
 
-    written = write_report(_bundle_dir(args.bundle), args.out, lpips_dir=args.lpips_dir, lpips_device=args.lpips_device)
+    written = write_report(_bundle_dir(args.bundle), args.out, lpips_dir=args.h3_lpips_dir,
+                           lpips_device=args.h3_lpips_device)
     print(f"report: {written.html}")
     print(f"summary: {written.summary}")
     return 0

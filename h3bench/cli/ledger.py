@@ -6,9 +6,12 @@ import argparse
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from h3bench.errors import UsageError
+
+if TYPE_CHECKING:
+    from h3bench.ledger.entries import LedgerEntry
 
 DEFAULT_LEDGER = "h3bench-ledger.jsonl"
 
@@ -29,51 +32,41 @@ def configure_ledger(parser: argparse.ArgumentParser) -> None:
                          help="the ledger file (default: ./%(default)s)")
 
 
-def _effect_text(effect: dict[str, Any]) -> str:
-    if effect.get("ratio") is None:
-        return "-"
-    if effect.get("ci_low") is None:
-        return f"{effect['ratio']:.3f} (no CI)"
-    return f"{effect['ratio']:.3f} [{effect['ci_low']:.3f}, {effect['ci_high']:.3f}]"
-
-
 def _outcome_text(value: Any) -> str:
-    from h3bench.ledger.entries import NOT_RUN
-
-    return "not run" if value == NOT_RUN else str(value.get("verdict")) if isinstance(value, dict) else str(value)
+    return "not run" if value is None else str(getattr(value, "outcome", value))
 
 
-def ledger_table(entries: Sequence[dict[str, Any]]) -> list[str]:
+def ledger_table(lines: Sequence[tuple[int, LedgerEntry]]) -> list[str]:
     """The ledger as text: one table per hardware kind, entries in ledger order, reasons under each line."""
     header = ("#", "DATE", "SPEC", "CANDIDATE", "DUR", "SOURCE", "EFFECT (B/A, bounds)", "QUALITY", "LOSSLESS",
               "HELD-OUT", "VERDICT", "VALIDATOR")
-    lines: list[str] = []
-    for kind in sorted({str(e.get("hardware")) for e in entries}):
-        group = [e for e in entries if str(e.get("hardware")) == kind]
+    out: list[str] = []
+    for kind in sorted({e.hardware for _, e in lines}):
+        group = [(seq, e) for seq, e in lines if e.hardware == kind]
         rows = [header]
-        for e in group:
-            source = e.get("source") or {}
-            rows.append((str(e.get("seq")), str(e["bundle"].get("started_at", ""))[:10], str(e.get("spec_id"))[:12],
-                         str(e.get("candidate")) + (" (final)" if e.get("final_combination") else ""),
-                         f"{e.get('duration')}s", str(source.get("kind", "-")), _effect_text(e.get("effect") or {}),
-                         _outcome_text(e.get("quality")), _outcome_text(e.get("lossless")),
-                         _outcome_text(e.get("heldout")), str(e.get("verdict")),
-                         ",".join(e.get("harness", {}).get("validator_versions") or ["-"])))
+        for seq, e in group:
+            rows.append((str(seq), e.bundle.started_at[:10], e.spec_id[:12],
+                         e.candidate + (" (final)" if e.final_combination else ""), f"{e.duration}s",
+                         str((e.source or {}).get("kind", "-")), e.effect.text(), _outcome_text(e.quality),
+                         _outcome_text(e.lossless), _outcome_text(e.heldout), e.word,
+                         ",".join(e.harness.get("validator_versions") or ["-"])))
         widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-        lines.append(f"== hardware {kind}: {len(group)} entries")
+        out.append(f"== hardware {kind}: {len(group)} entries")
         for index, row in enumerate(rows):
-            lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-            entry = group[index - 1] if index else None
-            if entry is not None and entry.get("hypothesis"):
-                lines.append(f"      hypothesis: {entry['hypothesis']}")
-            for reason in (entry or {}).get("reasons", []):
-                lines.append(f"      - {reason}")
-    return lines
+            out.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
+            entry = group[index - 1][1] if index else None
+            if entry is not None and entry.hypothesis:
+                out.append(f"      hypothesis: {entry.hypothesis}")
+            for reason in entry.reasons if entry is not None else ():
+                out.append(f"      - {reason}")
+    return out
 
 
 def run_ledger(args: argparse.Namespace) -> int:
     # Imported here: the ledger's imports (evidence bundles, environment) would cost every h3bench command 50 ms.
     from h3bench.ledger.chain import add_bundle, read_ledger, verify_ledger
+    from h3bench.ledger.entries import WORDS, LedgerEntry
+    from h3bench.outcome import Outcome
 
     path = Path(args.ledger)
     if args.action == "add":
@@ -81,13 +74,15 @@ def run_ledger(args: argparse.Namespace) -> int:
         for note in added.notes:
             print(note)
         for entry in added.entries:
-            print(f"{path}: line {entry['seq'] + 1}: {entry['candidate']} {entry['duration']} s {entry['verdict']}")
+            word = WORDS[Outcome(entry["verdict"])]
+            print(f"{path}: line {entry['seq'] + 1}: {entry['candidate']} {entry['duration']} s {word}")
         return 0
     if args.action == "show":
         if not path.is_file():
             raise UsageError(f"{path}: no such ledger file")
         entries, _ = read_ledger(path)
-        print(json.dumps(entries, indent=2) if args.json else "\n".join(ledger_table(entries)))
+        typed = [(e.get("seq", i), LedgerEntry.from_dict(e, where=f"{path}: line {i + 1}")) for i, e in enumerate(entries)]
+        print(json.dumps(entries, indent=2) if args.json else "\n".join(ledger_table(typed)))
         return 0
     report = verify_ledger(path, args.bundles)
     print(f"{path}: {'OK' if report.ok else 'PROBLEMS'} ({report.entries} entries, "

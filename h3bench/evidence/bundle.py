@@ -52,7 +52,6 @@ from h3bench.errors import EvidenceError
 from h3bench.evidence import files
 from h3bench.evidence.hashing import Digest, sha256_file
 from h3bench.evidence.scrub import Scrubber
-from h3bench.host.environment import environment
 
 __all__ = ["DEFAULT_ROOT", "FORMAT", "LIFECYCLE", "SAMPLES", "SAMPLE_KINDS", "SERVERS", "Bundle", "segments_of"]
 
@@ -127,6 +126,7 @@ class Bundle:
         extra: Mapping[str, Any] | None = None,
         arms: Mapping[str, Any] | None = None,
         lpips_weights: Mapping[str, Any] | None = None,
+        environment: Mapping[str, Any] | None = None,
     ) -> Bundle:
         """Make a new bundle directory under ``root`` and write its manifest.
 
@@ -154,6 +154,8 @@ class Bundle:
             unsubstituted) and environment.
         lpips_weights
             Which pinned files the LPIPS weights come from (their paths and SHA-256).
+        environment
+            The host and interpreter of the run (:func:`h3bench.host.environment.environment`).
         """
         root_path = Path(root) if root is not None else Path.cwd() / DEFAULT_ROOT
         if not isinstance(spec_id, str) or not files.SHA256_HEX.fullmatch(spec_id):
@@ -165,7 +167,7 @@ class Bundle:
             "spec": dict(spec),
             "h3bench_version": h3bench.__version__,
             "started_at": started_at,
-            "environment": environment(),
+            "environment": dict(environment) if environment is not None else None,
             "inputs": dict(inputs),
             "source": dict(source),
             "model": dict(model),
@@ -237,7 +239,8 @@ class Bundle:
 
     @classmethod
     def resume(cls, path: _PathLike, record: Mapping[str, Any]) -> Bundle:
-        """Start a new segment of an interrupted run; ``record`` (what the resume found) goes in its resume.json.
+        """Start a new segment of an interrupted run; ``record`` (what the resume found, and the environment it
+        runs in) goes in its resume.json.
 
         A last segment that never closed (the run was killed) is sealed first, with
         the hashes its files have now: ``final.json`` says so (outcome ``killed``).
@@ -251,7 +254,7 @@ class Bundle:
             (bundle.path / segment / sub).mkdir(parents=True, exist_ok=sub != "")
         files.fsync_dir(bundle.path)
         bundle._state, bundle.segment = _State.WRITING, segment
-        document = {"resumed_at": files.now(), "environment": environment(), **record}
+        document = {"resumed_at": files.now(), **record}
         bundle._write_once(segment + RESUME, [files.json_document(document, bundle.path / segment / RESUME)])
         return bundle
 
@@ -283,16 +286,13 @@ class Bundle:
         self._write_once_sealed(segment + FINAL, final)
 
     def close(
-        self, error: str | None = None, *, interrupted: str | None = None, results: Mapping[str, Any] | None = None
-    ) -> None:
+        self, error: str | None = None, *, interrupted: str | None = None) -> None:
         """Seal the bundle: write ``final.json`` with the end time, outcome and file hashes.
 
         Safe to call twice; a no-op on a bundle that is already sealed. The
         outcome is ``completed``; ``aborted`` with ``error`` (an exception in
         the writer); or ``interrupted`` with the reason (Ctrl-C, a signal, an
         internal error, a session stopped before its blocks had run).
-        ``results`` are more keys of final.json: the held-out results and the
-        acceptance (:mod:`h3bench.verdict.acceptance`).
         """
         if self._state is not _State.WRITING:
             return
@@ -302,7 +302,6 @@ class Bundle:
             "outcome": outcome,
             "error": error,
             "interrupted": interrupted,
-            **(results or {}),
             "files": {rel: digest.to_dict() for rel, digest in sorted(self._written.items())},
         }
         self._write_once_sealed(self.segment + FINAL, final)

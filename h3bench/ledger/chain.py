@@ -1,6 +1,6 @@
 """The ledger: an append-only, hash-chained JSONL file of every candidate any campaign tried.
 
-Each line is one entry (:mod:`h3bench.ledger.entries`) plus its place in the chain::
+Each line is one entry (:class:`h3bench.ledger.entries.LedgerEntry`) plus its place in the chain::
 
     seq     0, 1, 2, ... (the line's index)
     prev    the hash of the line before (64 zeros for the first)
@@ -117,7 +117,7 @@ def add_bundle(bundle: str | Path, ledger: str | Path) -> Added:
     from h3bench.session.stored import open_verified
 
     stored = open_verified(bundle)
-    new = entries_of(stored)
+    new = [entry.to_dict() for entry in entries_of(stored)]
     path = Path(ledger)
     if not path.parent.is_dir():
         raise UsageError(f"{path}: the ledger's directory {path.parent} does not exist")
@@ -223,7 +223,8 @@ def verify_ledger(ledger: str | Path, bundle_dirs: Sequence[str | Path] = ()) ->
         if key not in derived:
             try:
                 stored = open_verified(where)
-                derived[key] = [] if stored.final_sha256 != reference.get("final_sha256") else entries_of(stored)
+                derived[key] = [] if stored.final_sha256 != reference.get("final_sha256") else [
+                    entry.to_dict() for entry in entries_of(stored)]
                 if not derived[key]:
                     problems.append(f"line {number}: {where}/final.json changed (sha256 {stored.final_sha256}, "
                                     f"recorded {reference.get('final_sha256')})")

@@ -1,42 +1,119 @@
 """One ledger entry per candidate and duration of a sealed bundle: what was tried, why, and how it ended.
 
-An entry holds the spec id and the SHA-256 of the bundle's ``final.json``
-(which lists the hash of every other file, so it pins the whole bundle),
-the hardware kind, the candidate with its hypothesis and source attribution,
-the effect with its interval (the paired AB/BA ratio of :mod:`h3bench.stats.speed`,
-recomputed from the bundle's samples), the quality, lossless and held-out
-outcomes, and the verdict:
+An entry (:class:`LedgerEntry`) holds the spec id and the SHA-256 of the
+bundle's ``final.json`` (which lists the hash of every other file, so it pins
+the whole bundle), the hardware kind, the candidate with its hypothesis and
+source attribution, the effect with its bounds, the quality, lossless and
+held-out outcomes, and the verdict. Every figure and outcome is read from the
+verdict the run wrote (``verdict.json``, :class:`~h3bench.verdict.verdicts.VerdictDocument`),
+never recomputed, so the ledger says what the campaign said:
 
-- **rejected** when any part failed (speed slower, a quality gate, the
-  lossless test, held-out), or when ``final.json`` says the candidate was
+- **FAIL** (rejected) when any part failed (speed slower, a quality gate,
+  the lossless test, held-out), or when the acceptance says the candidate was
   not accepted although every part here passed (its reasons are kept);
-- **inconclusive** when no part failed but one could not be decided;
-- **accepted** when every part passed.
+- **INCONCLUSIVE** when no part failed but one could not be decided;
+- **PASS** (accepted) when every part passed.
 
 Engine claims (the source commit, the image) and harness claims (the
 h3bench version, the validator versions that judged the run) are kept in
 separate sections, so a change of validator is never read as a change of
-the engine. A part that did not run is written as ``NOT_RUN``, never guessed.
+the engine. A part that did not run is None, never guessed.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from h3bench.errors import UsageError
+from h3bench.evidence.codec import from_json, to_json
 from h3bench.outcome import Outcome, combine
-from h3bench.runspec.schedule import series_of
 from h3bench.session.stored import StoredBundle
-from h3bench.stats import speed as stats
-from h3bench.stats.intervals import Levels, error_levels
+from h3bench.verdict.verdicts import (
+    Acceptance,
+    DurationVerdict,
+    HeldoutVerdict,
+    LosslessSummary,
+    VerdictDocument,
+    duration_key,
+)
 
-__all__ = ["ACCEPTED", "FORMAT", "INCONCLUSIVE", "NOT_RUN", "REJECTED", "entries_of", "refuse_diagnostic"]
+__all__ = ["FORMAT", "WORDS", "BundleRef", "Effect", "LedgerEntry", "entries_of", "refuse_diagnostic"]
 
-FORMAT = "h3bench-ledger/1"
-ACCEPTED, REJECTED, INCONCLUSIVE = "accepted", "rejected", "inconclusive"
-NOT_RUN = "NOT_RUN"
-_OUTCOMES = {"PASS": Outcome.PASS, "EXACT": Outcome.PASS, "FAIL": Outcome.FAIL}
-_VERDICTS = {Outcome.PASS: ACCEPTED, Outcome.FAIL: REJECTED, Outcome.INCONCLUSIVE: INCONCLUSIVE}
+FORMAT = "h3bench-ledger/2"
+#: How the ledger names a candidate's outcome.
+WORDS = {Outcome.PASS: "accepted", Outcome.FAIL: "rejected", Outcome.INCONCLUSIVE: "inconclusive"}
+
+
+@dataclass(frozen=True)
+class BundleRef:
+    """Which bundle an entry comes from: where it was, and the hash that pins it."""
+
+    path: str
+    name: str
+    started_at: str
+    final_sha256: str
+    outcome: str  # final.json's: completed, interrupted, aborted
+
+
+@dataclass(frozen=True)
+class Effect:
+    """The paired ratio with its one-sided bounds, as verdict.json holds it; ``why`` when there is none."""
+
+    ratio: float | None
+    ci_low: float | None
+    ci_high: float | None
+    k: int
+    design: str | None = None
+    level_low: float | None = None  # the one-sided level of ci_low
+    level_high: float | None = None  # of ci_high
+    why: str | None = None
+
+    def text(self) -> str:
+        if self.ratio is None:
+            return "-"
+        if self.ci_low is None or self.ci_high is None:
+            return f"{self.ratio:.3f} (no interval)"
+        return f"{self.ratio:.3f} [{self.ci_low:.3f}, {self.ci_high:.3f}]"
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """One candidate at one duration of one sealed bundle (the chain fields are the ledger's, :mod:`~h3bench.ledger.chain`)."""
+
+    format: str
+    bundle: BundleRef
+    spec_id: str
+    spec_name: str
+    hardware: str
+    candidate: str
+    duration: str  # "5", "15"
+    hypothesis: str | None
+    source: dict[str, Any] | None
+    combination_of: tuple[str, ...]
+    effect: Effect
+    speed: Outcome | None
+    quality: Outcome | None  # None: not run
+    lossless: LosslessSummary | None
+    heldout: HeldoutVerdict | None
+    verdict: Outcome
+    reasons: tuple[str, ...]
+    final_combination: bool
+    campaign: Acceptance | None
+    engine: dict[str, Any]
+    harness: dict[str, Any]
+
+    @property
+    def word(self) -> str:
+        return WORDS[self.verdict]
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = to_json(self)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], *, where: str) -> LedgerEntry:
+        return from_json(cls, data, where=where)
 
 
 def refuse_diagnostic(bundle: StoredBundle) -> None:
@@ -48,91 +125,68 @@ def refuse_diagnostic(bundle: StoredBundle) -> None:
         )
 
 
-def _effect(candidate: str, duration: float, margin: float, results: list[Any], levels: Levels) -> dict[str, Any]:
-    """The paired ratio with its bounds at the campaign's own error levels, recomputed from the samples."""
-    blocks = [stats.BlockSamples(r.block.letter, r.latencies) for r in results
-              if r.block.candidate == candidate and r.block.duration == duration and r.failure is None
-              and r.latencies]
-    if {b.role for b in blocks} != {"A", "B"}:
-        return {"ratio": None, "ci_low": None, "ci_high": None, "k": 0,
-                "why": "no successful block of both arms in this bundle"}
-    estimate = stats.speed_report(blocks, margin=margin, levels=levels).estimate
-    return {"ratio": estimate.geomean, "ci_low": estimate.ci_low, "ci_high": estimate.ci_high,
-            "levels": {"low": levels.fail_level, "high": levels.pass_level}, "k": estimate.k, "design": estimate.design,
-            "why": None if estimate.ci_low is not None else "; ".join(estimate.notes)}
+def _effect(d: DurationVerdict | None) -> Effect:
+    estimate = d.estimate if d is not None else None
+    if estimate is None:
+        return Effect(None, None, None, 0, why="no successful block of both arms in this bundle")
+    return Effect(estimate.geomean, estimate.ci_low, estimate.ci_high, estimate.k, estimate.design,
+                  estimate.levels.fail_level, estimate.levels.pass_level,
+                  None if estimate.ci_low is not None else "; ".join(estimate.notes))
 
 
-def _part(name: str, value: Any, reasons: list[str]) -> tuple[str, Outcome]:
-    """One part of the verdict: its outcome, with a reason added when it is not a plain PASS."""
-    outcome = _OUTCOMES.get(str(value), Outcome.INCONCLUSIVE)
-    if outcome is not Outcome.PASS:
-        reasons.append(f"{name}: {value}")
-    return name, outcome
-
-
-def _verdict(duration_verdict: dict[str, Any] | None, heldout: dict[str, Any] | None,
-             acceptance: dict[str, Any] | None, stopped: str | None) -> tuple[str, list[str]]:
+def _verdict(d: DurationVerdict | None, heldout: HeldoutVerdict | None, accepted: bool | None,
+             not_accepted: tuple[str, ...], stopped: str | None) -> tuple[Outcome, list[str]]:
+    if d is None:
+        return Outcome.INCONCLUSIVE, ["no verdict for this duration in the bundle (verdict.json absent or incomplete)"]
     reasons: list[str] = []
-    if duration_verdict is None:
-        return INCONCLUSIVE, ["no verdict for this duration in the bundle (verdict.json absent or incomplete)"]
-    parts = [_part("speed", duration_verdict.get("speed"), reasons)]
-    if parts[0][1] is not Outcome.PASS:
-        reasons.extend(duration_verdict.get("speed_reasons", [])[:1])
-    parts.append(_part("quality", duration_verdict.get("quality"), reasons))
-    if "lossless" in duration_verdict:
-        parts.append(_part("lossless", duration_verdict["lossless"], reasons))
+    parts = [("speed", d.speed, d.speed_reasons[:1]), ("quality", d.quality or Outcome.INCONCLUSIVE, ())]
+    if d.lossless_enabled:
+        parts.append(("lossless", d.lossless.outcome if d.lossless else Outcome.INCONCLUSIVE,
+                      d.lossless.reasons[:1] if d.lossless else ()))
     if heldout is not None:
-        parts.append(_part("held-out", heldout.get("verdict"), reasons))
-        if parts[-1][1] is not Outcome.PASS:
-            reasons.extend(str(r) for r in heldout.get("reasons", []))
+        parts.append(("held-out", heldout.outcome, heldout.reasons))
+    for name, outcome, why in parts:
+        if outcome is not Outcome.PASS:
+            reasons.append(f"{name}: {outcome}")
+            reasons.extend(why)
     if stopped:
         reasons.append(f"stopped: {stopped}")
-    verdict = _VERDICTS[combine(outcome for _, outcome in parts)]
-    if acceptance is not None and not acceptance.get("accepted"):
-        reasons.extend(f"not accepted: {r}" for r in acceptance.get("reasons", []) or ["(no reason given)"])
-        verdict = REJECTED if verdict == ACCEPTED else verdict
+    verdict = combine(outcome for _, outcome, _ in parts)
+    if accepted is False:
+        reasons.extend(f"not accepted: {r}" for r in not_accepted or ("(no reason given)",))
+        verdict = Outcome.FAIL if verdict is Outcome.PASS else verdict
     return verdict, reasons
 
 
-def entries_of(bundle: StoredBundle) -> list[dict[str, Any]]:
+def entries_of(bundle: StoredBundle) -> list[LedgerEntry]:
     """The ledger entries of a verified, non-diagnostic bundle: one per candidate and duration, chain fields aside."""
     refuse_diagnostic(bundle)
     spec = bundle.runspec()
-    results = bundle.block_results()
-    verdict_doc = bundle.verdict()
-    campaign = bundle.campaign_acceptance()
-    outcome = bundle.final.get("outcome")
+    document = bundle.document() or VerdictDocument(spec.spec_id, spec.name, "", "FORMAL", None, {})
+    campaign = document.accepted
+    outcome = str(bundle.final.get("outcome"))
+    ref = BundleRef(str(bundle.path), bundle.path.name, bundle.started_at, bundle.final_sha256, outcome)
     entries = []
     for candidate in spec.candidates:
-        per_candidate = (verdict_doc.get("candidates") or {}).get(candidate) or {}
+        verdict = document.candidates.get(candidate)
+        acceptance = campaign.candidates.get(candidate) if campaign is not None else None
         for duration in spec.workload.durations:
-            key = f"{duration:g}"
-            heldout = bundle.heldout(candidate, key)
-            verdict, reasons = _verdict((per_candidate.get("durations") or {}).get(f"{key}s"), heldout,
-                                        bundle.acceptance(candidate), per_candidate.get("stopped"))
+            key = duration_key(duration)
+            d = verdict.durations.get(key) if verdict is not None else None
+            heldout = document.heldout.get(candidate, {}).get(key)
+            decided, reasons = _verdict(d, heldout, acceptance.accepted if acceptance else None,
+                                        acceptance.reasons if acceptance else (),
+                                        verdict.stopped.reason if verdict is not None and verdict.stopped else None)
             if outcome != "completed":
                 reasons.append(f"the run ended {outcome}: {bundle.final.get('interrupted') or bundle.final.get('error')}")
-            durations = (per_candidate.get("durations") or {}).get(f"{key}s") or {}
-            entries.append({
-                "format": FORMAT,
-                "bundle": {"path": str(bundle.path), "name": bundle.path.name, "started_at": bundle.started_at,
-                           "final_sha256": bundle.final_sha256, "outcome": outcome},
-                "spec_id": bundle.spec_id,
-                "spec_name": spec.name,
-                "hardware": bundle.hardware_kind,
-                "candidate": candidate,
-                "duration": key,
-                **bundle.attribution(candidate),
-                "effect": _effect(candidate, duration, spec.gates.speed_margin, results,
-                                  error_levels(len(spec.workload.durations), len(series_of(spec)))),
-                "quality": durations.get("quality", NOT_RUN),
-                "lossless": durations.get("lossless", NOT_RUN),
-                "heldout": heldout if heldout is not None else NOT_RUN,
-                "verdict": verdict,
-                "reasons": reasons,
-                "final_combination": campaign is not None and campaign.get("final") == candidate,
-                "campaign": campaign if campaign is not None else NOT_RUN,
-                "engine": bundle.engine(),
-                "harness": bundle.harness(),
-            })
+            attribution = bundle.attribution(candidate)
+            entries.append(LedgerEntry(
+                format=FORMAT, bundle=ref, spec_id=bundle.spec_id, spec_name=spec.name,
+                hardware=bundle.hardware_kind, candidate=candidate, duration=f"{duration:g}",
+                hypothesis=attribution["hypothesis"], source=attribution["source"],
+                combination_of=tuple(attribution["combination_of"]), effect=_effect(d),
+                speed=d.speed if d is not None else None, quality=d.quality if d is not None else None,
+                lossless=d.lossless if d is not None else None, heldout=heldout, verdict=decided,
+                reasons=tuple(reasons), final_combination=campaign is not None and campaign.final == candidate,
+                campaign=campaign, engine=bundle.engine(), harness=bundle.harness()))
     return entries

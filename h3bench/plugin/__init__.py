@@ -1,14 +1,20 @@
 """The h3bench pytest plugin: options, hooks, fixtures and assertion helpers.
 
-It is glue. The campaign (schedule, servers, requests, evidence) lives in
-:mod:`h3bench.session.runner`; the tests in ``tests_perf``, ``tests_lifecycle`` and
-``tests_quality`` ask it for blocks, lifecycle records and matched outputs.
+It is glue, and it costs nothing until it is used: importing it loads pytest
+and a few small modules of h3bench, never numpy, scipy, pydantic, av, torch
+or httpx. The campaign (schedule, servers, requests, evidence) is
+:mod:`h3bench.session.campaign`, loaded when the command line names campaign
+tests or a test asks for the ``campaign`` fixture; the tests in
+``tests_perf``, ``tests_lifecycle`` and ``tests_quality`` ask it for blocks,
+lifecycle records and matched outputs.
 
 Order of things in a session:
 
-1. ``pytest_configure`` resolves the options once into :class:`Settings`,
-   registers the markers and, when the command line names campaign tests,
-   loads the frozen RunSpec (a bad spec is a usage error, not a traceback).
+1. ``pytest_configure`` resolves the options once into
+   :class:`~h3bench.session.settings.Settings` (:mod:`h3bench.session.options`,
+   shared with the command line), registers the markers and, when the command
+   line names campaign tests, starts the campaign (a bad spec is a usage
+   error, not a traceback).
 2. ``pytest_generate_tests`` parametrizes the campaign tests by the spec's
    schedule, so test ids are stable across runs and ``--benchmark-compare``
    lines them up; each perf test carries its duration's benchmark group.
@@ -19,8 +25,8 @@ Order of things in a session:
    tests read (``-k``, ``-m``): exactly those run.
 5. ``pytest_sessionfinish`` writes ``verdict.json`` and seals the bundle, as
    interrupted if the session did not run to its end; then
-   ``pytest_terminal_summary`` prints the per-duration summary and the bundle
-   path, writes the report beside the bundle and ends with its path.
+   ``pytest_terminal_summary`` prints the summary of that verdict and the
+   bundle path, writes the report beside the bundle and ends with its path.
 
 Under xdist the controller runs the selected blocks (serially, under the
 device lock) once the workers have collected, before any test starts; the
@@ -31,14 +37,13 @@ every worker.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import shutil
 import warnings
 from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -46,20 +51,18 @@ from h3bench import interrupts
 from h3bench.errors import H3BenchError
 from h3bench.h3 import expected_shape, workload_marker
 from h3bench.plugin.paths import repair_rootdir
-from h3bench.quality.assertions import assert_expected_duration, assert_quality_gates
-from h3bench.run.measure import PlainMeasure
 from h3bench.run.progress import Progress
-from h3bench.run.records import BlockFailed, CandidateStopped
-from h3bench.runspec import load_runspec
-from h3bench.runspec.schedule import CASE_FIXTURES
-from h3bench.session.results import Review
-from h3bench.session.runner import Campaign
-from h3bench.session.settings import ARMS, LPIPS_DIR_ENV, Settings
+from h3bench.session import options
+from h3bench.session.settings import Settings
+
+if TYPE_CHECKING:
+    from h3bench.session.campaign import Campaign
 
 __all__ = ["Settings", "assert_expected_duration", "assert_quality_gates", "timed_by"]
 
 DEFAULT_RUNSPEC = "fixtures/runspecs/sim.toml"
 CAMPAIGN_DIRS = ("tests_perf", "tests_lifecycle", "tests_quality")
+CAMPAIGN_FIXTURE = "campaign"  # every campaign test asks for it
 CATEGORIES = {
     "perf": "E2E latency per AB/BA block, through pytest-benchmark; never concurrent",
     "lifecycle": "server startup, warmup, shutdown and worker exits per block",
@@ -74,92 +77,28 @@ XDIST_NOTE = (
 _BUNDLE_INPUT = "h3bench_bundle"
 _SESSION_INPUT = "h3bench_session"
 _RECORD_PROPERTY = "h3bench"
-_CAMPAIGN_KEY = pytest.StashKey[Review]()
+_CAMPAIGN_KEY = pytest.StashKey["Campaign"]()
 _SETTINGS_KEY = pytest.StashKey[Settings]()
 _RAN_KEY = pytest.StashKey[bool]()
 _PROGRESS_KEY = pytest.StashKey[Progress]()
 
-HELP_RUNSPEC = f"frozen RunSpec (TOML) of the campaign; default {DEFAULT_RUNSPEC} (env H3BENCH_RUNSPEC)"
-HELP_ARM = "which arms to run: baseline, candidate or all (default all)"
-HELP_EVIDENCE = "directory that receives the evidence bundle of this run (default h3bench-evidence/)"
-HELP_BASELINE = "evidence bundle whose baseline outputs and samples a candidate-only run compares against"
-HELP_LOSSLESS = "judge the candidate against the baseline's own run-to-run variability (lossless mode)"
-HELP_LPIPS_DIR = f"directory holding the LPIPS weights (env {LPIPS_DIR_ENV})"
-HELP_LPIPS_DEVICE = "device for LPIPS: cpu, cuda or npu (default cpu)"
-HELP_RESUME = "continue this interrupted evidence bundle: finished blocks are kept, the rest run again"
-HELP_PROGRESS = "without a terminal, print a progress line every SECONDS while a long step runs (default 60)"
-HELP_ALLOW_UNPINNED = "run a RunSpec with UNPINNED or TODO fields anyway; the bundle is marked DIAGNOSTIC"
-HELP_ALLOW_UNDERPOWERED = "run a RunSpec whose design cannot reach its verdict anyway; the bundle is marked DIAGNOSTIC"
 
+def __getattr__(name: str) -> Any:
+    """The assertion helpers load the quality package (numpy, av) only when a test imports them."""
+    if name in ("assert_expected_duration", "assert_quality_gates"):
+        from h3bench.quality import assertions
 
-def _arm(value: str) -> str:
-    if value not in ARMS:
-        raise argparse.ArgumentTypeError(f"invalid --arm {value!r}: choose one of {', '.join(ARMS)}")
-    return value
-
-
-def _seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        seconds = -1.0
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
-    return seconds
-
-
-def _existing_path(value: str) -> Path:
-    path = Path(value)
-    if not path.exists():
-        raise argparse.ArgumentTypeError(f"{value!r} does not exist")
-    return path
+        return getattr(assertions, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("h3bench", "h3bench campaign")
-    group.addoption("--runspec", dest="h3_runspec", default=None, help=HELP_RUNSPEC)
-    group.addoption("--arm", dest="h3_arm", type=_arm, default="all", help=HELP_ARM)
-    group.addoption("--evidence-dir", dest="h3_evidence_dir", default="h3bench-evidence", help=HELP_EVIDENCE)
-    group.addoption("--baseline-evidence", dest="h3_baseline_evidence", type=_existing_path, default=None,
-                    help=HELP_BASELINE)
-    group.addoption("--lossless", dest="h3_lossless", action="store_true", default=False, help=HELP_LOSSLESS)
-    group.addoption("--lpips-dir", dest="h3_lpips_dir", default=None, help=HELP_LPIPS_DIR)
-    group.addoption("--lpips-device", dest="h3_lpips_device", default="cpu", help=HELP_LPIPS_DEVICE)
-    group.addoption("--allow-unpinned", dest="h3_allow_unpinned", action="store_true", default=False,
-                    help=HELP_ALLOW_UNPINNED)
-    group.addoption("--allow-underpowered", dest="h3_allow_underpowered", action="store_true", default=False,
-                    help=HELP_ALLOW_UNDERPOWERED)
-    group.addoption("--resume", dest="h3_resume", type=_existing_path, default=None, help=HELP_RESUME)
-    group.addoption("--progress-interval", dest="h3_progress_interval", type=_seconds, default=60.0,
-                    metavar="SECONDS", help=HELP_PROGRESS)
+    options.add_options(parser.getgroup("h3bench", "h3bench campaign").addoption)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_load_initial_conftests(early_config: pytest.Config, args: list[str]) -> None:
     repair_rootdir(early_config, args)  # before pytest reads its rootdir, ini file or test paths
-
-
-def _resolve(config: pytest.Config) -> Settings:
-    """Options, then environment, then defaults.
-
-    Paths given on the command line or in the environment are relative to
-    where pytest was started; the default RunSpec to the rootdir.
-    """
-    given = config.getoption("h3_runspec") or os.environ.get("H3BENCH_RUNSPEC")
-    runspec = config.invocation_params.dir / given if given else config.rootpath / DEFAULT_RUNSPEC
-    lpips_dir = config.getoption("h3_lpips_dir") or os.environ.get(LPIPS_DIR_ENV)
-    return Settings(
-        runspec=runspec,
-        arm=config.getoption("h3_arm"),
-        evidence_root=Path(config.getoption("h3_evidence_dir")).absolute(),
-        baseline_evidence=config.getoption("h3_baseline_evidence"),
-        lossless=config.getoption("h3_lossless"),
-        lpips_dir=Path(lpips_dir) if lpips_dir else None,
-        lpips_device=config.getoption("h3_lpips_device"),
-        resume=config.getoption("h3_resume"),
-        allow_unpinned=config.getoption("h3_allow_unpinned"),
-        allow_underpowered=config.getoption("h3_allow_underpowered"),
-    )
 
 
 def _register_markers(config: pytest.Config, durations: tuple[float, ...] = (5.0, 15.0)) -> None:
@@ -173,7 +112,8 @@ def _register_markers(config: pytest.Config, durations: tuple[float, ...] = (5.0
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[_SETTINGS_KEY] = _resolve(config)
+    config.stash[_SETTINGS_KEY] = options.resolve(config.getoption, here=config.invocation_params.dir,
+                                                  default_runspec=config.rootpath / DEFAULT_RUNSPEC)
     _register_markers(config)
     if _worker_input(config) is None:
         # SIGTERM and SIGHUP end the session as Ctrl-C does; a second one kills the servers at once.
@@ -191,25 +131,27 @@ def _worker_input(config: pytest.Config) -> dict[str, Any] | None:
     return workerinput
 
 
-def campaign_for(config: pytest.Config) -> Review:
-    """The session's campaign, created on first use (so a run of tests_unit never loads a spec).
+def campaign_for(config: pytest.Config) -> Campaign:
+    """The session's campaign, started on first use (so a run of tests that are not the campaign's loads nothing).
 
     An xdist worker gets a reader of the bundle that the controller writes; it never starts a server.
     """
     campaign = config.stash.get(_CAMPAIGN_KEY, None)
     if campaign is None:
+        from h3bench.session.campaign import read_campaign, start_campaign
+
         settings = config.stash[_SETTINGS_KEY]
         workerinput = _worker_input(config)
         try:
-            if workerinput is not None:
-                campaign = _worker_reader(settings, workerinput)
+            if workerinput is None:
+                campaign = start_campaign(settings, config.stash.get(_PROGRESS_KEY, None))
+            elif workerinput.get(_BUNDLE_INPUT) is None or workerinput.get(_SESSION_INPUT) is None:
+                raise H3BenchError("the xdist controller could not load the RunSpec, so no campaign runs")
             else:
-                campaign = Campaign.from_settings(settings)
+                campaign = read_campaign(settings, Path(workerinput[_BUNDLE_INPUT]), workerinput[_SESSION_INPUT])
         except H3BenchError as exc:
             raise pytest.UsageError(f"h3bench: {exc}") from exc
         _register_markers(config, campaign.spec.workload.durations)
-        if isinstance(campaign, Campaign) and _PROGRESS_KEY in config.stash:
-            campaign.show_progress(config.stash[_PROGRESS_KEY])
         config.stash[_CAMPAIGN_KEY] = campaign
     return campaign
 
@@ -241,27 +183,10 @@ def _progress(config: pytest.Config) -> Progress:
         terminal.write(f"\n{text}\n")
         terminal.flush()
 
-    interval = config.getoption("h3_progress_interval")
+    interval = config.stash[_SETTINGS_KEY].progress_interval_s
     if terminal.isatty():
         return Progress(live=live, clear=clear, interval_s=interval)
     return Progress(line=line, interval_s=interval)
-
-
-def _worker_reader(settings: Settings, workerinput: Mapping[str, Any]) -> Review:
-    """What an xdist worker sees: the controller's bundle, read when a test first needs it."""
-    assert settings.runspec is not None
-    spec = load_runspec(settings.runspec)
-    planned, session = workerinput.get(_BUNDLE_INPUT), workerinput.get(_SESSION_INPUT)
-    if planned is None or session is None:
-        raise H3BenchError("the xdist controller could not load the RunSpec, so no campaign runs")
-    reader = Review(spec, settings, bundle_path=Path(planned), session=session)
-    if settings.baseline_evidence is not None:
-        reader.attach_baseline(settings.baseline_evidence)
-    return reader
-
-
-def _xdist_controller(config: pytest.Config) -> bool:
-    return bool(getattr(config.option, "numprocesses", None)) and _worker_input(config) is None
 
 
 def _names_campaign_tests(config: pytest.Config) -> bool:
@@ -278,8 +203,7 @@ def pytest_configure_node(node: Any) -> None:
         campaign = campaign_for(node.config)
     except pytest.UsageError:
         return  # the worker reports the spec's problem if it collects campaign tests
-    assert isinstance(campaign, Campaign)
-    node.workerinput[_BUNDLE_INPUT] = str(campaign.bundle_path)
+    node.workerinput[_BUNDLE_INPUT] = str(campaign.results.bundle_path)
     node.workerinput[_SESSION_INPUT] = campaign.session
 
 
@@ -287,12 +211,10 @@ def pytest_configure_node(node: Any) -> None:
 def pytest_xdist_node_collection_finished(node: Any, ids: list[str]) -> None:
     """The controller runs the blocks that the collected tests read, before any test is scheduled."""
     config = node.config
-    if config.stash.get(_RAN_KEY, False) or config.option.collectonly:
+    campaign = config.stash.get(_CAMPAIGN_KEY, None)
+    if campaign is None or config.stash.get(_RAN_KEY, False) or config.option.collectonly:
         return
     config.stash[_RAN_KEY] = True
-    campaign = config.stash.get(_CAMPAIGN_KEY, None)
-    if not isinstance(campaign, Campaign):
-        return
     cases = campaign.schedule.case_by_id()
     selected = [cases[param] for nodeid in ids if (param := _param_id(nodeid)) in cases]
     if not selected:
@@ -309,8 +231,16 @@ def _param_id(nodeid: str) -> str | None:
     return nodeid[nodeid.index("[") + 1 : -1] if nodeid.endswith("]") and "[" in nodeid else None
 
 
+def _case_fixtures() -> tuple[str, ...]:
+    from h3bench.runspec.schedule import CASE_FIXTURES
+
+    return CASE_FIXTURES
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    name = next((n for n in CASE_FIXTURES if n in metafunc.fixturenames), None)
+    if CAMPAIGN_FIXTURE not in metafunc.fixturenames:
+        return
+    name = next((n for n in _case_fixtures() if n in metafunc.fixturenames), None)
     if name is None:
         return
     try:
@@ -339,18 +269,16 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     if settings.allow_underpowered:
         line += " --allow-underpowered"
     campaign = config.stash.get(_CAMPAIGN_KEY, None)
-    if not isinstance(campaign, Campaign):
-        return [line]
-    return [line, *campaign.report_header(), *(campaign.resumed.log_lines() if campaign.resumed else [])]
+    return [line] if campaign is None else [line, *campaign.header()]
 
 
 def _case_of(item: pytest.Item) -> Any:
     callspec = getattr(item, "callspec", None)
-    return next((callspec.params[n] for n in CASE_FIXTURES if callspec and n in callspec.params), None)
+    return next((callspec.params[n] for n in _case_fixtures() if callspec and n in callspec.params), None)
 
 
 def _is_campaign_test(item: pytest.Item) -> bool:
-    return "campaign" in getattr(item, "fixturenames", ())
+    return CAMPAIGN_FIXTURE in getattr(item, "fixturenames", ())
 
 
 @pytest.hookimpl(trylast=True)
@@ -359,7 +287,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     campaign = config.stash.get(_CAMPAIGN_KEY, None)
     order: dict[str, int] = {}
     if campaign is not None:
-        for fixture in CASE_FIXTURES:
+        for fixture in _case_fixtures():
             order.update({case.id: i for i, case in enumerate(campaign.schedule.cases(fixture))})
     categories = list(CATEGORIES)
 
@@ -367,7 +295,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if not _is_campaign_test(item):
             return (len(categories), "", 0, 0)
         category = next((i for i, name in enumerate(categories) if item.get_closest_marker(name)), len(categories))
-        case = _case_of(item)
+        case = _case_of(item) if campaign is not None else None
         line = item.reportinfo()[1] or 0
         return (category, str(item.path), line, order.get(case.id, -1) if case is not None else -1)
 
@@ -377,7 +305,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Exactly the blocks that the selected tests read will run."""
     campaign = session.config.stash.get(_CAMPAIGN_KEY, None)
-    if isinstance(campaign, Campaign):
+    if campaign is not None:
         campaign.select(case for item in session.items if (case := _case_of(item)) is not None)
 
 
@@ -389,7 +317,9 @@ class _BenchmarkMeasure:
 
     def time(self, request: Callable[[], None], after: Callable[[], None], rounds: int) -> None:
         if getattr(self.benchmark, "disabled", False):
-            PlainMeasure().time(request, after, rounds)
+            for _ in range(rounds):  # the client's own E2E is the measurement
+                request()
+                after()
             return
         # Only the request is timed; storing its evidence happens in teardown.
         self.benchmark.pedantic(request, teardown=after, rounds=rounds, iterations=1, warmup_rounds=0)
@@ -408,6 +338,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
     """In campaign tests, stopped candidates are skips with the reason; failed blocks say what happened."""
     if not _is_campaign_test(item):
         return (yield)
+    from h3bench.run.records import BlockFailed, CandidateStopped
+
     try:
         return (yield)
     except CandidateStopped as exc:
@@ -420,7 +352,7 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         campaign = item.config.stash.get(_CAMPAIGN_KEY, None)
         if campaign is not None:
             # Quality results travel to the xdist controller (or back to this process) with the report.
-            item.user_properties.extend((_RECORD_PROPERTY, record) for record in campaign.drain_records())
+            item.user_properties.extend((_RECORD_PROPERTY, record) for record in campaign.judge.drain_records())
     # Outside the except clause, so the report shows the cause alone, not a chained traceback.
     if skip:
         pytest.skip(message)
@@ -428,8 +360,8 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
 
 
 @pytest.fixture(scope="session")
-def campaign(request: pytest.FixtureRequest) -> Review:
-    """The session's campaign: its spec, schedule, bundle and block results."""
+def campaign(request: pytest.FixtureRequest) -> Campaign:
+    """The session's campaign: its spec, schedule, bundle, block results and the judge of its outputs."""
     return campaign_for(request.config)
 
 
@@ -445,7 +377,7 @@ class _RecordCollector:
             campaign = campaign_for(self.config)
             for record in records:
                 assert isinstance(record, dict)
-                campaign.absorb(record)
+                campaign.judge.absorb(record)
 
 
 def _interruption(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> str | None:
@@ -458,7 +390,7 @@ def _interruption(session: pytest.Session, exitstatus: int | pytest.ExitCode) ->
     if exitstatus == pytest.ExitCode.USAGE_ERROR:
         return "pytest usage error"
     campaign = session.config.stash.get(_CAMPAIGN_KEY, None)
-    if isinstance(campaign, Campaign) and campaign.unfinished:
+    if campaign is not None and campaign.unfinished:
         left = ", ".join(b.id for b in campaign.unfinished)
         stopped = session.shouldstop or session.shouldfail
         why = f"stopped early ({stopped})" if stopped else "the session ended"
@@ -469,10 +401,10 @@ def _interruption(session: pytest.Session, exitstatus: int | pytest.ExitCode) ->
 @pytest.hookimpl(trylast=True)  # after pytest-benchmark's tables, so that the summary ends with the report
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     campaign = config.stash.get(_CAMPAIGN_KEY, None)
-    if not isinstance(campaign, Campaign) or not campaign.wrote_anything:
+    if campaign is None or not campaign.wrote_anything:
         return
     terminalreporter.section("h3bench campaign summary")
-    for line in campaign.summary_lines():
+    for line in campaign.summary():
         terminalreporter.write_line(line)
     if campaign.interrupted:
         terminalreporter.write_line(f"the bundle is sealed as INTERRUPTED: {campaign.interrupted}")
@@ -501,7 +433,7 @@ def _report_line(campaign: Campaign) -> str:
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # before pytest-benchmark saves: machine_info gets the anchor
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int | pytest.ExitCode) -> Generator[None, None, None]:
     campaign = session.config.stash.get(_CAMPAIGN_KEY, None)
-    if isinstance(campaign, Campaign):
+    if campaign is not None:
         campaign.finish(_interruption(session, exitstatus))
     yield
 
@@ -510,5 +442,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int | pytest.ExitC
 def pytest_benchmark_update_machine_info(config: pytest.Config, machine_info: dict[str, Any]) -> None:
     """The sealed bundle and its final.json SHA-256: an anchor outside the bundle that a rewrite cannot forge."""
     campaign = config.stash.get(_CAMPAIGN_KEY, None)
-    if isinstance(campaign, Campaign) and (anchor := campaign.anchor()) is not None:
+    if campaign is not None and (anchor := campaign.anchor()) is not None:
         machine_info["h3bench"] = {"bundle": str(campaign.bundle.path), "final_json_sha256": anchor}

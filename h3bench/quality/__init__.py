@@ -3,11 +3,14 @@
 The data flow is one module per step: :mod:`~h3bench.quality.files` (each
 file reads and decodes), :mod:`~h3bench.quality.formats` (the two files have
 the same format), :mod:`~h3bench.quality.expected` (each file has H3's shape
-for the requested seconds), :mod:`~h3bench.quality.compare` (the metric
+for the requested seconds), :mod:`~h3bench.quality.gates` (the metric
 gates), into the :class:`~h3bench.quality.checks.QualityReport` of
 :mod:`~h3bench.quality.checks`. :mod:`~h3bench.quality.engine` does the
-measuring for a batch of pairs, decoding each file once for all of them.
+measuring for a batch of pairs, decoding each file once for all of them;
+:mod:`~h3bench.quality.compare` runs it for one pair.
 :mod:`~h3bench.quality.assertions` turns a report into one assertion message.
+:mod:`~h3bench.quality.lossless` judges whether a candidate's outputs deviate
+beyond the baseline's own run-to-run variability.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ and each file's PCM is decoded once and its spectra computed once for all of
 its pairs (:mod:`~h3bench.metrics.spectra_files`: in memory for short clips,
 in temporary files for long ones).
 Memory stays bounded: the PCM, a few frames per file, and one frame's
-features per file. Then :func:`h3bench.quality.compare.assemble` turns each
+features per file. Then :func:`h3bench.quality.gates.assemble` turns each
 pair's measurements into its checks, so every report is what
 :func:`h3bench.quality.compare` gives for that pair alone.
 
@@ -41,8 +41,8 @@ from h3bench.evidence.hashing import sha256_file
 from h3bench.h3 import expected_shape
 from h3bench.media.prefetch import prefetch
 from h3bench.quality.checks import QualityReport, Thresholds
-from h3bench.quality.compare import LpipsSettings, Measured, assemble, audio_trim_count
 from h3bench.quality.files import Probed, require_readable
+from h3bench.quality.gates import LpipsSettings, Measured, assemble, audio_trim_count
 
 if TYPE_CHECKING:
     from h3bench.metrics.audio import Spectra

@@ -95,6 +95,7 @@ from typing import Any
 
 import numpy as np
 
+from h3bench.outcome import Outcome
 from h3bench.quality.checks import QualityReport, json_safe
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE, PASS
 
@@ -352,7 +353,7 @@ def relabelling_outcomes(
 class LosslessVerdict:
     """The lossless judgement of one candidate at one duration, with every reason."""
 
-    outcome: str  # EXACT, PASS, FAIL or INCONCLUSIVE
+    outcome: Outcome
     reasons: tuple[str, ...]
     baseline_processes: int
     candidate_processes: int
@@ -362,6 +363,12 @@ class LosslessVerdict:
     p_by_metric: dict[str, float] = field(default_factory=dict)
     deterministic_baseline: bool = False
     feasibility: Feasibility | None = None
+    exact: bool = False  # every candidate output decodes bitwise equal to its matched baseline: the strongest PASS
+
+    @property
+    def label(self) -> str:
+        """``EXACT`` for bitwise-equal outputs, else the outcome."""
+        return "EXACT" if self.exact else str(self.outcome)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(json_safe(self))
@@ -406,17 +413,17 @@ def judge(
     counted = (f"{n_baseline} baseline + {n_candidate} candidate server processes "
                f"(the independent units; their {math.comb(n, 2)} pairs are not independent)")
 
-    def verdict(outcome: str, *reasons: str, **found: Any) -> LosslessVerdict:
+    def verdict(outcome: Outcome, *reasons: str, **found: Any) -> LosslessVerdict:
         return LosslessVerdict(outcome, reasons, n_baseline, n_candidate, alpha, **found)
 
     if n_candidate < 1:
-        return verdict("INCONCLUSIVE", "no candidate output was compared")
+        return verdict(Outcome.INCONCLUSIVE, "no candidate output was compared")
     if exact:
-        return verdict("EXACT", f"every output of the {n_candidate} candidate processes decodes bitwise equal to "
-                                "its matched baseline output")
+        return verdict(Outcome.PASS, f"every output of the {n_candidate} candidate processes decodes bitwise equal to "
+                                "its matched baseline output", exact=True)
     unmeasured = [m for m in metrics if m not in matrices or np.isnan(matrix_to_pairs(matrices[m])).any()]
     if unmeasured:
-        return verdict("INCONCLUSIVE", f"not measured for every process pair: {', '.join(unmeasured)}; "
+        return verdict(Outcome.INCONCLUSIVE, f"not measured for every process pair: {', '.join(unmeasured)}; "
                                        "absolute thresholds alone are never called lossless")
     pairs = np.stack([matrix_to_pairs(np.asarray(matrices[m], dtype=float)) for m in metrics])  # (M, R, P)
     rows, cols = pair_indices(n)
@@ -435,7 +442,7 @@ def judge(
     code, p_global, p_metric, feasibility = relabelling_outcomes(pairs, n_baseline, n_candidate, alpha=alpha)
     if code == INCONCLUSIVE:
         return verdict(
-            "INCONCLUSIVE",
+            Outcome.INCONCLUSIVE,
             f"{counted}: a process-relabelling test has {math.comb(n, n_candidate)} labelings, smallest p "
             f"{_fmt(feasibility.min_p)}, and {feasibility.power:.0%} power against a 3x deviation at level {alpha:g}; "
             f"it cannot reach {REQUIRED_POWER:.0%}: {feasibility.needed_baseline_blocks} more baseline block(s) per "
@@ -454,6 +461,6 @@ def judge(
         lines += [f"{m}: candidate-baseline median {_fmt(cross_median[m])} (max {_fmt(cross_max[m])}) against "
                   f"baseline-baseline max {_fmt(control_max[m])}, adjusted p = {by_metric[m]:.3g}"
                   for m in metrics if by_metric[m] <= alpha]
-        return verdict("FAIL", *determinism, *lines, *caveats, **found)
-    return verdict("PASS", f"no deviation beyond the control variability detected ({counted}, {test} > {alpha:g})",
+        return verdict(Outcome.FAIL, *determinism, *lines, *caveats, **found)
+    return verdict(Outcome.PASS, f"no deviation beyond the control variability detected ({counted}, {test} > {alpha:g})",
                    "this is not a proof of identical output", *determinism, *caveats, **found)

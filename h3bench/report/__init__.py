@@ -22,12 +22,12 @@ from pathlib import Path
 
 from h3bench.errors import UsageError
 from h3bench.evidence.files import now
+from h3bench.metrics.lpips_weights import DIR_ENV as LPIPS_DIR_ENV
 from h3bench.report import figures as charts
 from h3bench.report.contents import read_contents
 from h3bench.report.markdown import render_summary
 from h3bench.report.page import render_page
 from h3bench.report.pictures import worst_pair_pictures
-from h3bench.session.settings import LPIPS_DIR_ENV
 
 __all__ = ["REPORTS_DIR", "ReportFiles", "default_out", "write_report"]
 

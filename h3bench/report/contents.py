@@ -1,12 +1,12 @@
 """What the report shows, read from a bundle that verifies: nothing here decodes media or recomputes a metric.
 
-The bundle is read through the project's own readers:
-:meth:`h3bench.session.results.Review.from_bundle` gives the spec, the schedule and
-each block's result (samples and lifecycle record), and the paired latency
-estimate (:meth:`~h3bench.session.results.Review.speed`, from the stored samples);
-:class:`~h3bench.evidence.Bundle` gives the manifest, ``verdict.json`` and the
-quality results, of which the newest validator version's is used. A bundle
-that does not verify is refused before anything is read.
+The bundle is read through the project's own readers: the spec from its
+manifest, each block's result (samples and lifecycle record) through
+:func:`h3bench.run.records.load_results`, the verdict as the run wrote it
+(:class:`~h3bench.verdict.verdicts.VerdictDocument`, ``verdict.json``: the
+paired latency estimate with its bounds is read there, never recomputed), and
+the quality results, of which the newest validator version's is used. A
+bundle that does not verify is refused before anything is read.
 
 Optional files that other parts of a campaign may write are shown when
 present: ``telemetry.jsonl`` (device samples over time) and samples of kind
@@ -23,17 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from h3bench.errors import H3BenchError, UsageError
+from h3bench.errors import EvidenceError, H3BenchError, UsageError
 from h3bench.evidence import Bundle, VerifyReport, files, verify
 from h3bench.quality import Status
 from h3bench.quality.lossless import DEVIATIONS
-from h3bench.report.terminal import DERIVED_STAGE, stage_median_values
-from h3bench.run.records import BlockResult, Sample
-from h3bench.runspec import RunSpec
-from h3bench.runspec.schedule import MatchedPair
-from h3bench.session.results import Review
-from h3bench.session.settings import Settings
-from h3bench.stats import speed as stats
+from h3bench.run.records import BlockResult, Sample, load_results
+from h3bench.runspec import RunSpec, parse_runspec
+from h3bench.runspec.schedule import MatchedPair, OutputRef, Schedule
+from h3bench.stats.speed import RatioEstimate
+from h3bench.stats.stages import DERIVED_STAGE, stage_median_values
+from h3bench.verdict.verdicts import DurationVerdict, VerdictDocument, duration_key
 
 __all__ = [
     "DERIVED_STAGE",
@@ -68,15 +67,19 @@ class WorstPair:
 
 @dataclass(frozen=True)
 class Series:
-    """One candidate against the baseline at one duration: its blocks, latency estimate and stored judgements."""
+    """One candidate against its control at one duration: its blocks, its verdict and stored judgements."""
 
     duration: float
     candidate: str
     blocks: tuple[BlockResult, ...]  # in schedule order
-    speed: stats.SpeedReport | None
-    verdict: dict[str, Any] | None  # this duration's entry of verdict.json
+    verdict: DurationVerdict | None  # this duration's entry of verdict.json
     pairs: dict[str, dict[str, Any]]  # pair id → stored quality result
     lossless: dict[str, Any] | None  # the stored lossless result
+
+    @property
+    def estimate(self) -> RatioEstimate | None:
+        """The paired ratio with its bounds, as verdict.json holds it (None: no block pair was compared)."""
+        return self.verdict.estimate if self.verdict is not None else None
 
     @property
     def label(self) -> str:
@@ -101,7 +104,7 @@ class Contents:
     verified: VerifyReport
     spec: RunSpec
     manifest: dict[str, Any]
-    verdict: dict[str, Any] | None
+    document: VerdictDocument | None  # verdict.json, None when the run wrote none
     quality_version: str | None  # the newest validator version with a stored result
     quality_versions: tuple[str, ...]
     series: tuple[Series, ...]
@@ -147,27 +150,30 @@ def read_contents(path: str | os.PathLike[str]) -> Contents:
     if not path.is_dir():
         raise UsageError(f"{path}: not an evidence bundle directory")
     verified = _refuse_unverified(path)
-    # The report judges nothing itself, so no LPIPS settings: the stored results are shown as they are.
-    review = Review.from_bundle(path, Settings.for_bundle(path, lossless=False, lpips_dir=None, lpips_device="cpu"),
-                                verified=True)
-    bundle = review.bundle
+    bundle = Bundle.open(path)
+    spec = parse_runspec(bundle.manifest["spec"], source=f"{path}/manifest.json")
+    document = VerdictDocument.read(bundle)
+    # A candidate-only run ran the anchored orders; its other blocks are in the stored bundle.
+    anchored = document is not None and document.baseline_evidence is not None
+    schedule = Schedule(spec, "candidate" if anchored else "all", anchored=anchored)
+    ran = load_results(bundle, schedule.blocks)
     versions = tuple(sorted(bundle.quality_versions(), key=_version_key))
     quality = bundle.read_quality(versions[-1]) if versions else {}
-    verdict = bundle.read_verdict()
-    series = tuple(_series(review, verdict, quality, d, c)
-                   for d in review.spec.workload.durations for c in review.spec.candidates)
-    pairs = {p.id: p for p in review.schedule.cases("matched_pair") if isinstance(p, MatchedPair)}
+    series = tuple(_series(schedule, ran, document, quality, d, c)
+                   for d in spec.workload.durations for c in spec.candidates)
+    pairs = {p.id: p for p in schedule.cases("matched_pair") if isinstance(p, MatchedPair)}
     worst = {}
-    for candidate in review.spec.candidates:
-        found = _worst_pair(review, pairs, {k: v for s in series if s.candidate == candidate for k, v in s.pairs.items()})
+    for candidate in spec.candidates:
+        found = _worst_pair(bundle, ran, pairs,
+                            {k: v for s in series if s.candidate == candidate for k, v in s.pairs.items()})
         if found is not None:
             worst[candidate] = found
     return Contents(
         path=path,
         verified=verified,
-        spec=review.spec,
+        spec=spec,
         manifest=bundle.manifest,
-        verdict=verdict,
+        document=document,
         quality_version=versions[-1] if versions else None,
         quality_versions=versions,
         series=series,
@@ -179,25 +185,31 @@ def read_contents(path: str | os.PathLike[str]) -> Contents:
     )
 
 
-def _series(review: Review, verdict: dict[str, Any] | None, quality: dict[str, Any], duration: float,
-            candidate: str) -> Series:
-    entry = None
-    if verdict is not None:
-        entry = verdict.get("candidates", {}).get(candidate, {}).get("durations", {}).get(f"{duration:g}s")
+def _series(schedule: Schedule, ran: dict[str, BlockResult], document: VerdictDocument | None,
+            quality: dict[str, Any], duration: float, candidate: str) -> Series:
+    verdict = document.candidates.get(candidate) if document is not None else None
     prefix = f"{duration:g}s-{candidate}-"
     pairs = {k: v for k, v in quality.get("pairs", {}).items() if k.startswith(prefix)}
     return Series(
         duration=duration,
         candidate=candidate,
-        blocks=tuple(review.series(duration, candidate)),
-        speed=review.speed(duration, candidate),
-        verdict=entry,
+        blocks=tuple(r for b in schedule.series(duration, candidate) if (r := ran.get(b.id)) is not None),
+        verdict=verdict.durations.get(duration_key(duration)) if verdict is not None else None,
         pairs=pairs,
         lossless=quality.get("lossless", {}).get(f"{duration:g}s-{candidate}"),
     )
 
 
-def _worst_pair(review: Review, pairs: dict[str, MatchedPair], stored: dict[str, dict[str, Any]]) -> WorstPair | None:
+def _output(bundle: Bundle, ran: dict[str, BlockResult], ref: OutputRef) -> Path:
+    result = ran.get(ref.block.id)
+    sha = next((s.output_sha256 for s in result.measured if s.index == ref.index), None) if result else None
+    if sha is None:
+        raise EvidenceError(f"{ref.id}: this bundle holds no output of it", path=str(bundle.path))
+    return bundle.output_path(sha)
+
+
+def _worst_pair(bundle: Bundle, ran: dict[str, BlockResult], pairs: dict[str, MatchedPair],
+                stored: dict[str, dict[str, Any]]) -> WorstPair | None:
     """Highest LPIPS when any pair has one, else lowest SSIM; pairs without the value are left out."""
     metric = "lpips" if any(r.get("lpips") is not None for r in stored.values()) else "ssim"
     scored = [(v, pair_id) for pair_id, r in stored.items()
@@ -209,7 +221,7 @@ def _worst_pair(review: Review, pairs: dict[str, MatchedPair], stored: dict[str,
     frame = result.get("series", {}).get("lpips_worst_frame" if metric == "lpips" else "ssim_worst_frame")
     pair = pairs[pair_id]
     try:
-        paths: tuple[Path, Path] | None = (review.output_path(pair.baseline), review.output_path(pair.candidate))
+        paths: tuple[Path, Path] | None = (_output(bundle, ran, pair.baseline), _output(bundle, ran, pair.candidate))
         missing = None
     except H3BenchError as exc:  # e.g. a candidate-only run: the baseline outputs are in another bundle
         paths, missing = None, str(exc)
@@ -234,7 +246,7 @@ def _lpips_detail(quality: dict[str, Any]) -> str | None:
 
 def stage_medians(samples: Iterable[Sample]) -> dict[str, float]:
     """Median seconds of each top-level stage the samples report, and the derived remainder unless it is negative."""
-    return stage_median_values(samples)[0]
+    return stage_median_values((s.e2e_s, s.stage_durations) for s in samples)[0]
 
 
 def number(value: Any) -> float | None:

@@ -203,15 +203,15 @@ def stage_figure(spec: RunSpec, series: Series) -> Figure | None:
 @styled
 def ratio_figure(spec: RunSpec, all_series: Sequence[Series]) -> Figure | None:
     """The geometric-mean paired ratio and its CI per duration and candidate, against 1 and 1 − margin."""
-    rows = [s for s in all_series if s.speed is not None]
+    rows = [s for s in all_series if s.estimate is not None and s.verdict is not None]
     if not rows:
         return None
     margin = spec.gates.speed_margin
     fig = new_figure(9, 1.0 + 0.55 * len(rows))
     axes = fig.subplots()
     for row, series in enumerate(rows):
-        assert series.speed is not None
-        estimate, color = series.speed.estimate, arm_color(spec, series.candidate)
+        assert series.estimate is not None and series.verdict is not None
+        estimate, color = series.estimate, arm_color(spec, series.candidate)
         if estimate.ratios:
             axes.plot(estimate.ratios, [row - 0.2] * len(estimate.ratios), "o", color=color, markerfacecolor="none",
                       markersize=4, label="paired ratio (one AB/BA pair)" if row == 0 else None)
@@ -220,7 +220,7 @@ def ratio_figure(spec: RunSpec, all_series: Sequence[Series]) -> Figure | None:
                         label=_bounds_label(estimate) if row == 0 else "_nolegend_")
         if estimate.geomean is not None:
             axes.plot([estimate.geomean], [row], "s", color="black", label="geometric mean" if row == 0 else None)
-            axes.annotate(f"speed {series.speed.verdict.outcome}", (estimate.ci_high or estimate.geomean, row),
+            axes.annotate(f"speed {series.verdict.speed}", (estimate.ci_high or estimate.geomean, row),
                           xytext=(6, 0), textcoords="offset points", fontsize=7, va="center")
     axes.axvline(1.0, color="#444444", linewidth=1, label="1 (no change)")
     axes.axvline(1 - margin, color="#c44e52", linestyle="--", linewidth=1, label=f"1 − margin = {1 - margin:g}")
@@ -254,7 +254,7 @@ def lifecycle_figure(spec: RunSpec, all_series: Sequence[Series]) -> Figure | No
     budgets = {"startup_budget_s": spec.protocol.startup_budget_s, "shutdown_budget_s": spec.protocol.shutdown_budget_s}
     for axes, (key, name, budget) in zip(panels, _LIFECYCLE, strict=True):
         for x, (_, arm, events) in enumerate(groups):
-            values = [e[key] for e in events if isinstance(e.get(key), (int, float))]
+            values = [v for e in events if (v := getattr(e, key)) is not None]
             axes.plot([x] * len(values), values, "o", color=arm_color(spec, arm), markerfacecolor="none")
         if budget is not None:
             axes.axhline(budgets[budget], color="#c44e52", linestyle="--", linewidth=1, label="budget")

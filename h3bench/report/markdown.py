@@ -29,22 +29,17 @@ def _cell(text: object) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ")
 
 
-def _lossless(entry: object) -> str:
-    return str(entry.get("outcome")) if isinstance(entry, dict) else str(entry or "-")
-
-
 def _row(series: Series) -> str:
     n = f"{len(series.measured('baseline'))} / {len(series.measured(series.candidate))}"
     medians = f"{_median(series, 'baseline')} → {_median(series, series.candidate)}"
     ratio = interval = "-"
-    if series.speed is not None:
-        est = series.speed.estimate
+    est = series.estimate
+    if est is not None:
         ratio = "-" if est.geomean is None else f"{est.geomean:.4f}"
         interval = "no interval" if est.ci_low is None else f"[{est.ci_low:.4f}, {est.ci_high:.4f}]"
-    d = series.verdict or {}
-    quality = f"{d.get('quality', '-')} ({d.get('quality_pairs', 0)} pairs)"
-    cells = [series.candidate, n, medians, ratio, interval, d.get("speed", "-"), quality,
-             _lossless(d.get("lossless", "-"))]
+    d = series.verdict
+    cells = [series.candidate, n, medians, ratio, interval, d.speed if d else "-",
+             f"{d.quality_label} ({d.quality_pairs} pairs)" if d else "- (0 pairs)", d.lossless_label if d else "-"]
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
 
 
@@ -64,11 +59,10 @@ def render_summary(contents: Contents, report: Path) -> str:
     spec = contents.spec
     overall = overall_outcome(contents)
     lines = [f"## h3bench: {overall or 'no verdict'} for `{spec.name}` (spec id `{spec.spec_id[:16]}`)", ""]
-    candidates = (contents.verdict or {}).get("candidates", {})
-    for candidate, entry in candidates.items():
-        stopped = entry.get("stopped")
-        why = f" (stopped: {_cell(stopped)[:_STOP_CHARS]})" if stopped else ""
-        lines.append(f"- **{candidate}: {entry.get('verdict')}**{why}")
+    candidates = contents.document.candidates if contents.document is not None else {}
+    for candidate, verdict in candidates.items():
+        why = f" (stopped: {_cell(verdict.stopped.reason)[:_STOP_CHARS]})" if verdict.stopped else ""
+        lines.append(f"- **{candidate}: {verdict.outcome}**{why}")
     if not candidates:
         lines.append("- the bundle holds no verdict.json")
     for duration in spec.workload.durations:

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from h3bench.h3 import STAGE_KEYS, STAGE_PREFIX
-from h3bench.outcome import Outcome, combine
+from h3bench.outcome import Outcome
 from h3bench.report.contents import Contents, Series, gate_rows
 from h3bench.report.figures import Figure
 
@@ -98,42 +98,31 @@ def _section(key: str, body: str) -> str:
 
 def overall_outcome(contents: Contents) -> Outcome | None:
     """The verdict.json candidates' verdicts combined; None without a verdict."""
-    if contents.verdict is None:
-        return None
-    return combine(Outcome(v.get("verdict", "INCONCLUSIVE")) for v in contents.verdict.get("candidates", {}).values())
-
-
-def _lossless_text(entry: Any) -> tuple[str, str]:
-    if isinstance(entry, dict):
-        return str(entry.get("outcome")), "; ".join(entry.get("reasons", ()))
-    return str(entry), "not evaluated"
+    return contents.document.outcome if contents.document is not None else None
 
 
 def verdict_section(contents: Contents) -> str:
-    verdict = contents.verdict
-    if verdict is None:
+    document = contents.document
+    if document is None:
         return _section("verdict", _note("The bundle holds no verdict.json: the run wrote none.", "verdict"))
-    overall = overall_outcome(contents)
+    overall = document.outcome
     parts = [f'<div class="banner {_e(overall)}">Overall: <b>{_e(overall)}</b> for {_e(contents.spec.name)} '
-             f"({len(verdict.get('candidates', {}))} candidate(s) against the baseline)</div>"]
-    if verdict.get("interrupted"):
-        parts.append(_note(f"The run was interrupted: {verdict['interrupted']}"))
-    for candidate, entry in verdict.get("candidates", {}).items():
-        parts.append(f"<h3>{_e(candidate)}: {_badge(entry.get('verdict'))}</h3>")
-        if entry.get("stopped"):
-            parts.append(f"<p><b>Stopped:</b> {_e(entry['stopped'])}</p>")
+             f"({len(document.candidates)} candidate(s) against the baseline)</div>"]
+    if document.interrupted:
+        parts.append(_note(f"The run was interrupted: {document.interrupted}"))
+    for candidate, verdict in document.candidates.items():
+        parts.append(f"<h3>{_e(candidate)}: {_badge(verdict.outcome)}</h3>")
+        if verdict.stopped:
+            parts.append(f"<p><b>Stopped:</b> {_e(verdict.stopped.reason)}</p>")
         rows = []
-        durations = entry.get("durations", {})
-        # verdict.json sorts its keys; the spec's order reads better (5s before 15s).
-        for duration in sorted(durations, key=lambda name: float(name.rstrip("s"))):
-            d = durations[duration]
-            reasons = "<br>".join(_e(r) for r in d.get("speed_reasons", ()))
-            rows.append([_e(duration), "speed", _badge(d.get("speed")), reasons])
-            rows.append([_e(duration), "quality", _badge(d.get("quality")),
-                         f"{_e(d.get('quality_pairs', 0))} matched pairs through every gate"])
-            if "lossless" in d:
-                outcome, reasons = _lossless_text(d["lossless"])
-                rows.append([_e(duration), "lossless", _badge(outcome), _e(reasons)])
+        for duration, d in verdict.durations.items():
+            reasons = "<br>".join(_e(r) for r in d.speed_reasons)
+            rows.append([_e(duration), "speed", _badge(d.speed), reasons])
+            rows.append([_e(duration), "quality", _badge(d.quality_label),
+                         f"{_e(d.quality_pairs)} matched pairs through every gate"])
+            if d.lossless_enabled:
+                reasons = "; ".join(d.lossless.reasons) if d.lossless else "not evaluated"
+                rows.append([_e(duration), "lossless", _badge(d.lossless_label), _e(reasons)])
         parts.append(_table(["duration", "part", "outcome", "reasons"], rows))
     if contents.quality_version and len(contents.quality_versions) > 1:
         parts.append(_note(f"verdict.json was written by the run; the gate tables below use the newest stored "
@@ -214,14 +203,14 @@ def ratio_section(contents: Contents, figures: dict[str, Figure]) -> str:
     parts = [_figure(figure) if figure else _note("No duration has both arms measured: no paired ratio.", "ratio")]
     rows = []
     for series in contents.series:
-        if series.speed is None:
+        est = series.estimate
+        if est is None or series.verdict is None:
             continue
-        est = series.speed.estimate
         interval = "no interval" if est.ci_low is None else f"[{_num(est.ci_low)}, {_num(est.ci_high)}]"
         levels = f"one-sided {est.levels.fail_level:.3g} / {est.levels.pass_level:.3g}"
         rows.append([_e(series.label), str(est.k), _num(est.geomean), f"{interval} ({levels})",
                      _num(est.mde_ratio), _num(est.min_permutation_p, 3), _e(est.design),
-                     _badge(series.speed.verdict.outcome)])
+                     _badge(series.verdict.speed)])
     if rows:
         headers = ["series", "k", "ratio", "bounds (levels low / high)", "min. detectable", "min. perm. p", "design",
                    "speed"]

@@ -19,8 +19,10 @@ The gate values shown beside them are the stored ones.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 
@@ -32,6 +34,8 @@ from h3bench.report.figures import Figure, new_figure, png_figure, styled, svg_f
 from h3bench.runspec import RunSpec
 
 __all__ = ["Pictures", "worst_pair_pictures"]
+
+T = TypeVar("T")
 
 _N_FFT = 2048
 _HOP = 512
@@ -127,7 +131,7 @@ def _stored(worst: WorstPair, name: str) -> str:
     return "not measured" if value is None else f"{value:.6g}"
 
 
-def _nth(frames, index: int, what: str):
+def _nth(frames: Generator[T, None, None], index: int, what: str) -> T:
     found = next(itertools.islice(frames, index, None), None)
     frames.close()
     if found is None:

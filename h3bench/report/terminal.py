@@ -1,36 +1,39 @@
-"""What a campaign says about itself: the report header, the terminal summary, pytest-benchmark's extra_info.
+"""What a campaign says on the terminal: the report header before it runs, and the summary after.
 
 The header says what is needed to repeat the run (spec id, arms, server
-commands, where the evidence goes); the summary gives, per duration and
-candidate, each arm's samples, the percentiles its n supports and the stage
-medians, the paired ratio, the speed, quality and lossless outcomes with
-every reason (not only the first), any block whose warmup looks too short,
-then every verdict.
+commands, where the evidence goes). The summary is drawn from the verdict
+document that the run wrote (:class:`~h3bench.verdict.verdicts.VerdictDocument`,
+``verdict.json``), never recomputed: per duration and candidate, each arm's
+n, median, the percentiles its n supports and the stage medians, the paired
+ratio, the speed, quality and lossless outcomes with every reason (not only
+the first), any block whose warmup looks too short, then the research
+section (effects side by side, held-out results, acceptance, profiles) and
+every verdict.
 """
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
 
 from h3bench.evidence.scrub import Scrubber
-from h3bench.h3 import TOP_LEVEL_STAGES, mux_and_transfer_s
-from h3bench.quality.lossless import DEVIATIONS
-from h3bench.run.records import BlockResult, Sample
+from h3bench.h3 import STAGE_PREFIX
 from h3bench.runspec import RunSpec
+from h3bench.runspec.schedule import series_of
 from h3bench.server.ports import LOCALHOST
-from h3bench.stats.speed import PERCENTILES, percentile
+from h3bench.stats.speed import Percentile, RatioEstimate
+from h3bench.stats.stages import DERIVED_STAGE
+from h3bench.verdict.verdicts import ArmStats, DurationVerdict, GateValue, VerdictDocument, duration_key
 
-if TYPE_CHECKING:
-    from h3bench.session.results import Review
-    from h3bench.verdict.judge import PairOutcome
+__all__ = ["DERIVED_STAGE", "report_header", "stage_text", "summary_lines"]
 
-__all__ = ["extra_info", "report_header", "stage_medians", "summary_lines"]
+DIAGNOSTIC = "DIAGNOSTIC"
 
 
-def report_header(review: Review, arms: str, evidence: str) -> list[str]:
-    spec = review.spec
+def report_header(spec: RunSpec, *, arms: str, evidence: str, baseline_evidence: Path | None = None) -> list[str]:
+    """What is needed to repeat the run: the spec, the arms and their commands, where the evidence goes."""
     lines = [
         f"h3bench runspec: {spec.name}, id {spec.spec_id[:16]}",
         f"h3bench arms: {arms}; order {spec.protocol.order}; "
@@ -41,136 +44,155 @@ def report_header(review: Review, arms: str, evidence: str) -> list[str]:
         command = arm.command(LOCALHOST, 0, spec.model.path)
         lines.append(f"h3bench {name}: {' '.join(Scrubber.for_command(command, arm.env).argv(command))}")
     lines.append(f"h3bench evidence: {evidence}")
-    if review.stored_baseline is not None:
-        lines.append(f"h3bench baseline evidence: {review.stored_baseline.bundle_path} (quality references, the "
+    if baseline_evidence is not None:
+        lines.append(f"h3bench baseline evidence: {baseline_evidence} (quality references, the "
                      f"day's shift and lossless processes; speed against today's anchors, order "
                      f"{spec.protocol.anchored_order})")
     return lines
 
 
-DERIVED_STAGE = "mux+transfer (derived)"
-
-
-def worst_gate_values(pairs: Iterable[PairOutcome]) -> str:
-    """Each gate's worst measured value over the matched pairs, with its threshold: ``lpips 0.0123 (<= 0.2)``."""
-    # The worst value deviates most from its baseline, as the lossless test measures deviations.
-    checks = [c for p in pairs for c in p.result.get("checks", ()) if c.get("name") in DEVIATIONS]
-    parts = []
-    for name, badness in DEVIATIONS.items():
-        found = [(c["value"], c.get("threshold", "")) for c in checks
-                 if c["name"] == name and isinstance(c.get("value"), (int, float))]
-        if found:
-            value, threshold = max(found, key=lambda item: badness(item[0]))
-            parts.append(f"{name} {value:.4g} ({threshold})")
-    return ", ".join(parts)
-
-
-def stage_median_values(samples: Iterable[Sample]) -> tuple[dict[str, float], int]:
-    """Median seconds of each top-level stage and of the derived remainder; and in how many requests it is negative.
-
-    E2E is measured around the stages, so a negative remainder means the
-    samples are inconsistent: it is a data error, never a median.
-    """
-    samples = list(samples)
-    medians: dict[str, float] = {}
-    for stage in TOP_LEVEL_STAGES:
-        values = [v for s in samples for k, v in s.stage_durations.items()
-                  if k.count(".") <= 1 and k.rpartition(".")[2] == stage]
-        if values:
-            medians[stage] = statistics.median(values)
-    rest = [r for s in samples if s.e2e_s is not None
-            if (r := mux_and_transfer_s(s.e2e_s, s.stage_durations)) is not None]
-    negative = sum(1 for r in rest if r < 0)
-    if rest and not negative:
-        medians[DERIVED_STAGE] = statistics.median(rest)
-    return medians, negative
-
-
-def stage_medians(samples: Iterable[Sample]) -> str:
+def stage_text(stats: ArmStats) -> str:
     """The stage medians as one terminal line, with a negative remainder reported as the data error it is."""
-    samples = list(samples)
-    medians, negative = stage_median_values(samples)
-    parts = [f"{stage} {value:.3f}" for stage, value in medians.items()]
-    if negative:
-        parts.append(f"{DERIVED_STAGE}: DATA ERROR, E2E shorter than its stages in {negative} request(s)")
+    parts = [f"{stage} {value:.3f}" for stage, value in stats.stages.items()]
+    if stats.negative_remainders:
+        parts.append(f"{DERIVED_STAGE}: DATA ERROR, E2E shorter than its stages in {stats.negative_remainders} "
+                     "request(s)")
     return ", ".join(parts)
 
 
-def _percentiles(samples: list[float]) -> str:
+def _percentiles(percentiles: Iterable[Percentile]) -> str:
     """Each supported percentile's value; the smallest n of the first one that is not supported."""
     parts = []
-    for q in PERCENTILES:
-        found = percentile(samples, q)
+    for found in percentiles:
         if found.value is None:
-            parts.append(f"p{q * 100:g} needs n ≥ {found.min_n}")
+            parts.append(f"p{found.q * 100:g} needs n ≥ {found.min_n}")
             break
-        parts.append(f"p{q * 100:g} {found.value:.3f} s")
+        parts.append(f"p{found.q * 100:g} {found.value:.3f} s")
     return ", ".join(parts)
 
 
-def _reasons(head: str, reasons: tuple[str, ...]) -> list[str]:
+def _reasons(head: str, reasons: Sequence[str]) -> list[str]:
     """The first reason on the headline, every other one below it."""
     return [f"  {head}: {reasons[0]}", *(f"      {reason}" for reason in reasons[1:])]
 
 
-def summary_lines(review: Review) -> list[str]:
-    spec = review.spec
-    lines = [f"runspec {spec.name} (id {spec.spec_id[:16]}), order {spec.protocol.order}, "
-             f"shutdown budget {spec.protocol.shutdown_budget_s:g} s for every arm"]
-    verdicts = review.verdicts()
-    for duration in spec.workload.durations:
-        for candidate in verdicts:
-            series = review.series(duration, candidate)
-            if not series:
-                continue
-            arms = sorted({r.block.arm: r.block.letter for r in series}.items(), key=lambda item: item[1])
-            lines.append(f"ref2va {duration:g}s, {candidate} against {series[0].block.control}:")
-            for arm, _ in arms:
-                samples = [s for r in series if r.block.arm == arm for s in r.measured if s.ok and s.e2e_s is not None]
-                if samples:
-                    e2e = [s.e2e_s for s in samples if s.e2e_s is not None]
-                    lines.append(f"  {arm:<12} n={len(samples):<3} median E2E {statistics.median(e2e):8.3f} s   "
-                                 f"{_percentiles(e2e)}   {stage_medians(samples)}")
-            d = verdicts[candidate].durations[f"{duration:g}s"]
-            est = d.estimate
-            if est is not None and est.geomean is not None:
-                bounds = f"[{est.ci_low:.4f}, {est.ci_high:.4f}]" if est.ci_low is not None else "no interval"
-                lines.append(f"  ratio {est.geomean:.4f} {bounds} over {est.k} {est.design}")
-            lines += _reasons(f"speed {d.speed}", d.speed_reasons)
-            lines += [f"  warmup: {check.describe()}" for check in d.warmup_flags]
-            lines.append(f"  quality {d.to_dict()['quality']} over {d.quality_pairs} matched pairs")
-            worst = worst_gate_values(review.judge.pairs_of(candidate, duration))
-            if worst:
-                lines.append(f"      worst over the pairs: {worst}")
-            if d.lossless is not None:
-                lines += _reasons(f"lossless {d.lossless.outcome}", d.lossless.reasons)
-    anchored = " (candidate-only run: speed against today's anchor blocks)" if review.stored_baseline else ""
-    for candidate, verdict in verdicts.items():
-        stopped = f" (stopped: {verdict.stopped.reason})" if verdict.stopped else ""
-        lines.append(f"verdict {candidate}: {review.verdict_label(verdict.outcome)}{anchored}{stopped}")
-        lines += [f"  note: {note}" for note in verdict.notes]
-    if not spec.gates.lpips_required:
-        lines.append("LPIPS is not required by this RunSpec: quality verdicts do not include it.")
-    lines += review.run_notes()
-    lines.append(f"evidence bundle: {review.bundle_path}")
+def _worst(values: Iterable[GateValue]) -> str:
+    return ", ".join(f"{v.name} {v.value:.4g} ({v.threshold})" for v in values)
+
+
+def ratio_text(estimate: RatioEstimate | None) -> str | None:
+    """``0.9000 [0.8900, 0.9100]``, or None without an estimate."""
+    if estimate is None or estimate.geomean is None:
+        return None
+    bounds = f"[{estimate.ci_low:.4f}, {estimate.ci_high:.4f}]" if estimate.ci_low is not None else "no interval"
+    return f"{estimate.geomean:.4f} {bounds}"
+
+
+def _duration_lines(duration: float, candidate: str, d: DurationVerdict) -> list[str]:
+    lines = [f"ref2va {duration:g}s, {candidate} against {d.control}:"]
+    for arm in d.arms:
+        lines.append(f"  {arm.arm:<12} n={arm.n:<3} median E2E {arm.median_e2e_s:8.3f} s   "
+                     f"{_percentiles(arm.percentiles)}   {stage_text(arm)}")
+    ratio = ratio_text(d.estimate)
+    if ratio is not None and d.estimate is not None:
+        lines.append(f"  ratio {ratio} over {d.estimate.k} {d.estimate.design}")
+    lines += _reasons(f"speed {d.speed}", d.speed_reasons)
+    lines += [f"  warmup: {check.describe()}" for check in d.warmup_flags]
+    lines.append(f"  quality {d.quality_label} over {d.quality_pairs} matched pairs")
+    if d.worst:
+        lines.append(f"      worst over the pairs: {_worst(d.worst)}")
+    if d.lossless is not None:
+        lines += _reasons(f"lossless {d.lossless.label}", d.lossless.reasons)
     return lines
 
 
-def extra_info(spec: RunSpec, result: BlockResult) -> dict[str, Any]:
-    """What pytest-benchmark records with a block's timings (``extra_info``)."""
-    block = result.block
-    return {
-        "arm": block.arm,
-        "candidate": block.candidate,
-        "block_index": block.position,
-        "order_position": f"{block.position}/{len(spec.protocol.order)} ({spec.protocol.order})",
-        "server_pid": result.server_pid,
-        "client_e2e_s": [s.e2e_s for s in result.measured],
-        "server_inference_time_s": [s.inference_time_s for s in result.measured],
-        "stage_durations": [s.stage_durations for s in result.measured],
-        "output_sha256": [s.output_sha256 for s in result.measured],
-        "startup_s": result.lifecycle.get("startup_s"),
-        "warmup_s": result.lifecycle.get("warmup_s"),
-        "shutdown_s": result.lifecycle.get("shutdown_s"),
-        "spec_id": spec.spec_id,
-    }
+def _effect_lines(spec: RunSpec, document: VerdictDocument) -> list[str]:
+    """Every effect measured directly against its own control, side by side; never added or multiplied."""
+    lines = ["research: each effect measured directly in its own AB/BA blocks (ratio candidate/control with its "
+             "bounds); effects from separate cohorts are never added or multiplied into a result"]
+
+    def ratio(series: str, duration: float) -> float | None:
+        verdict = document.candidates.get(series)
+        d = verdict.durations.get(duration_key(duration)) if verdict else None
+        return d.estimate.geomean if d is not None and d.estimate is not None else None
+
+    for duration in spec.workload.durations:
+        key = duration_key(duration)
+        for series in series_of(spec):
+            verdict = document.candidates.get(series.name)
+            d = verdict.durations.get(key) if verdict is not None else None
+            if d is None:  # not judged in this run
+                continue
+            role = " (final)" if series.arm == spec.final and series.control == spec.final_control else ""
+            held = document.heldout.get(series.name, {}).get(key) if series.name == series.arm else None
+            lines.append(f"  {duration:g}s {series.arm + role:<22} vs {series.control:<12} "
+                         f"ratio {ratio_text(d.estimate) or 'not measured':<28} formal {d.outcome}"
+                         + (f", held-out {held.outcome}" if held else ""))
+        for name, arm in spec.arms.items():
+            parts = [ratio(part, duration) for part in arm.combination_of]
+            combined = ratio(name, duration)
+            if arm.combination_of and combined is not None and all(p is not None for p in parts):
+                product = math.prod(p for p in parts if p is not None)
+                lines.append(f"  {duration:g}s interaction check (NOT a result): product of the individual ratios "
+                             f"of {' × '.join(arm.combination_of)} = {product:.4f}, beside {name}'s measured "
+                             f"{combined:.4f} ({combined / product - 1:+.1%} interaction)")
+    return lines
+
+
+def _profile_lines(profiles: Iterable[Mapping[str, Any]]) -> list[str]:
+    lines = []
+    for record in profiles:
+        where = f"profile {record['duration']:g}s {record['arm']} ({record['block_id']}):"
+        note = (record.get("profiler") or {}).get("note", "")
+        if not record.get("ok"):
+            lines.append(f"{where} not profiled: {record.get('error') or note}")
+            continue
+        stages = record.get("stage_durations") or {}
+        shown = ", ".join(f"{key.removeprefix(STAGE_PREFIX)} {value:.3f}" for key, value in stages.items()) \
+            or "no stages"
+        traces = record.get("traces") or []
+        size = sum(t.get("size", 0) for t in traces)
+        lines.append(f"{where} E2E {record.get('e2e_s', 0.0):.3f} s; stages [s]: {shown}; "
+                     f"{len(traces)} trace file(s), {size} bytes ({note})")
+    return lines
+
+
+def _research_lines(spec: RunSpec, document: VerdictDocument, profiles: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The research section: effects side by side, held-out, acceptance, profiles."""
+    lines = _effect_lines(spec, document)
+    for candidate, per_duration in document.heldout.items():
+        for duration, result in per_duration.items():
+            lines.append(f"held-out {candidate} {duration}: {result.outcome}: {'; '.join(result.reasons)}")
+    accepted = document.accepted
+    if accepted is not None:
+        for name, item in accepted.candidates.items():
+            lines.append(f"candidate {name}: {'accepted' if item.accepted else 'rejected'}: {'; '.join(item.reasons)}")
+        if accepted.final is not None:  # without a final combination there is no campaign to accept
+            lines.append(f"campaign acceptance (final {accepted.final}): "
+                         f"{'ACCEPTED' if accepted.accepted else 'NOT accepted'}: {'; '.join(accepted.reasons)}")
+    return lines + _profile_lines(profiles)
+
+
+def summary_lines(spec: RunSpec, document: VerdictDocument, *, bundle: Path | None,
+                  profiles: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+    """The campaign summary, from its verdict document; ``profiles``: the bundle's profiled requests."""
+    lines = [f"runspec {spec.name} (id {spec.spec_id[:16]}), order {spec.protocol.order}, "
+             f"shutdown budget {spec.protocol.shutdown_budget_s:g} s for every arm"]
+    for duration in spec.workload.durations:
+        for candidate, verdict in document.candidates.items():
+            d = verdict.durations.get(duration_key(duration))
+            if d is not None and d.arms:
+                lines += _duration_lines(duration, candidate, d)
+    anchored = " (candidate-only run: speed against today's anchor blocks)" if document.baseline_evidence else ""
+    for candidate, verdict in document.candidates.items():
+        stopped = f" (stopped: {verdict.stopped.reason})" if verdict.stopped else ""
+        lines.append(f"verdict {candidate}: {document.label(verdict.outcome)}{anchored}{stopped}")
+        lines += [f"  note: {note}" for note in verdict.notes]
+    if not document.lpips_required:
+        lines.append("LPIPS is not required by this RunSpec: quality verdicts do not include it.")
+    lines += document.run_notes
+    lines += _research_lines(spec, document, profiles)
+    lines.append(f"evidence bundle: {bundle}")
+    if document.diagnostic:  # every line of a DIAGNOSTIC run's summary starts with the word
+        lines = [line if line.startswith(DIAGNOSTIC) else f"{DIAGNOSTIC} {line}" for line in lines]
+    return lines

@@ -25,7 +25,6 @@ FAIL.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import statistics
 import time
@@ -51,21 +50,21 @@ from h3bench.run.measure import Measure, PlainMeasure
 from h3bench.run.pace import Pace
 from h3bench.run.profiling import PROFILE, profiled_request, server_args
 from h3bench.run.progress import Progress
-from h3bench.run.records import BlockResult, Sample
+from h3bench.run.records import BlockResult, FailureKind, Lifecycle, Sample, failure_of
 from h3bench.runspec import RunSpec
 from h3bench.runspec.schedule import Block
 from h3bench.server.log import read_attention_backends, require_attention_backend
 from h3bench.server.ports import LOCALHOST, find_free_port
 from h3bench.server.process import ExitReport, ServerProcess
 from h3bench.server.proctree import CAMPAIGN_ID_ENV
-from h3bench.sim import BLOCK_ID_ENV as SIM_BLOCK_ID_ENV
-from h3bench.sim import PROFILE_ENV as SIM_PROFILE_ENV
 
-__all__ = ["AUDIT_SLACK_S", "DEVICE_LOCK_ENV", "Recorder", "Script", "audit_problem", "interrupt_name", "run_block",
-           "warmups"]
+__all__ = ["AUDIT_SLACK_S", "BLOCK_ID_ENV", "DEVICE_LOCK_ENV", "Recorder", "Script", "audit_problem", "interrupt_name",
+           "run_block", "warmups"]
 
 # Perf blocks on one host never overlap: every campaign takes this file lock (its path can be moved).
 DEVICE_LOCK_ENV = "H3BENCH_DEVICE_LOCK"
+# Every server learns the block it serves (the simulator names the same variable; a test holds both).
+BLOCK_ID_ENV = "H3BENCH_BLOCK_ID"
 AUDIT_SLACK_S = 0.25
 
 
@@ -186,23 +185,26 @@ class Recorder:
 
 
 _FAILURE_KINDS = {
-    InterferenceError: "resource interference",
-    ServerStartError: "server did not start",
-    CleanupError: "incomplete process cleanup",
-    RequestError: "request failed",
-    AttentionBackendError: "attention backend mismatch",
+    InterferenceError: FailureKind.INTERFERENCE,
+    ServerStartError: FailureKind.START,
+    CleanupError: FailureKind.CLEANUP,
+    RequestError: FailureKind.REQUEST,
+    AttentionBackendError: FailureKind.ATTENTION,
 }
-_CLEANUP = _FAILURE_KINDS[CleanupError]
 
 
-def _describe_failure(exc: H3BenchError) -> str:
-    """One paragraph that says what happened, with the context the error carries."""
-    kind = next((label for cls, label in _FAILURE_KINDS.items() if isinstance(exc, cls)), type(exc).__name__)
-    text = str(exc) if str(exc).startswith(kind) else f"{kind}: {exc}"
+_CLEANUPS = (FailureKind.CLEANUP, FailureKind.SHUTDOWN)
+
+
+def _describe_failure(exc: H3BenchError) -> tuple[FailureKind, str]:
+    """The failure's kind and one paragraph that says what happened, with the context the error carries."""
+    kind = next((k for cls, k in _FAILURE_KINDS.items() if isinstance(exc, cls)), FailureKind.ERROR)
+    label = kind.value if kind is not FailureKind.ERROR else type(exc).__name__
+    text = str(exc) if str(exc).startswith(label) else f"{label}: {exc}"
     tail = getattr(exc, "log_tail", "")
     if tail and tail not in text:
         text += "\nlast log lines:\n" + tail
-    return text
+    return kind, text
 
 
 def audit_problem(samples: list[Sample], tolerance: float) -> str | None:
@@ -297,9 +299,7 @@ def _server(
     env = arm.launch_env()
     if campaign_id:
         env[CAMPAIGN_ID_ENV] = campaign_id
-    if arm.sim is not None:
-        env[SIM_PROFILE_ENV] = json.dumps(arm.sim)
-        env[SIM_BLOCK_ID_ENV] = block.id
+    env[BLOCK_ID_ENV] = block.id  # the simulator draws its process seed from it (h3bench/sim/app.py)
 
     def launched(server: ServerProcess) -> None:
         # Before readiness: what a resume must sweep if this run is killed now.
@@ -352,7 +352,7 @@ def run_block(
     profile_dir = scratch / f"{block.id}-profile" if protocol.profile else None
     server = _server(spec, block, log_path, bundle, campaign_id, profile_dir)
     recorder = Recorder(spec, block, bundle, inputs, scratch, pace, phase)
-    failure: str | None = None
+    failure: tuple[FailureKind, str] | None = None
     interruption: BaseException | None = None
     try:
         with DeviceLock(os.environ.get(DEVICE_LOCK_ENV, DEFAULT_LOCK_PATH)), _started(server, pace, block):
@@ -366,35 +366,38 @@ def run_block(
         failure = _describe_failure(exc)
     except BaseException as exc:  # Ctrl-C or a signal: the server is stopped, the block recorded as incomplete
         interruption = exc
-        failure = f"interrupted by {interrupt_name(exc)}: the block did not finish and is not used"
+        failure = (FailureKind.INTERRUPTED,
+                   f"interrupted by {interrupt_name(exc)}: the block did not finish and is not used")
     exit_report = None
     if server.pid is not None:
         exit_report = server.verify_exited()
         if failure is None and not exit_report.ok:
-            failure = f"{_CLEANUP}: " + "; ".join(exit_report.problems)
+            failure = (FailureKind.CLEANUP, f"{FailureKind.CLEANUP}: " + "; ".join(exit_report.problems))
         if failure is None and server.graceful is False:
-            failure = (f"{_CLEANUP}: the server did not exit within the shared shutdown "
-                       f"budget of {protocol.shutdown_budget_s:g} s after SIGTERM and was killed")
+            failure = (FailureKind.SHUTDOWN, f"{FailureKind.CLEANUP}: the server did not exit within the shared "
+                       f"shutdown budget of {protocol.shutdown_budget_s:g} s after SIGTERM and was killed")
         # Another process on the devices invalidates the block, and may have caused its failed request.
-        if exit_report.device_interference and not (failure or "").startswith(_CLEANUP):
-            earlier = f"\n(the block also failed: {failure})" if failure else ""
-            failure = f"{_FAILURE_KINDS[InterferenceError]}: " + "; ".join(exit_report.device_interference) + earlier
+        if exit_report.device_interference and (failure is None or failure[0] not in _CLEANUPS):
+            earlier = f"\n(the block also failed: {failure[1]})" if failure else ""
+            failure = (FailureKind.INTERFERENCE,
+                       f"{FailureKind.INTERFERENCE}: " + "; ".join(exit_report.device_interference) + earlier)
     if failure is None and protocol.audit:
-        failure = audit_problem(recorder.samples, protocol.audit_latency_tolerance)
+        problem = audit_problem(recorder.samples, protocol.audit_latency_tolerance)
+        failure = (FailureKind.AUDIT, problem) if problem else None
     # A broken baseline or a foreign process invalidates the comparison; it does not fail the candidate.
-    invalid = (block.letter == "A" or interruption is not None
-               or (failure or "").startswith(_FAILURE_KINDS[InterferenceError]))
+    invalid = block.letter == "A" or (failure is not None and failure[0] in (FailureKind.INTERRUPTED,
+                                                                           FailureKind.INTERFERENCE))
     failure_outcome = Outcome.INCONCLUSIVE if invalid else Outcome.FAIL
     # Nothing recorded keeps a secret: not the log, the failure (log tails), argv, env or command lines.
     scrubber = Scrubber.for_command(server.argv, server.env)
     if log_path.exists():
         scrubber.file(log_path)
-    failure = scrubber.text(failure) if failure is not None else None
+    text = scrubber.text(failure[1]) if failure is not None else None
     attention = {**read_attention_backends(log_path).to_dict(),
                  "expected": spec.arms[block.arm].expected_attention_backend}
     log_rel = bundle.store_log(log_path, f"{block.id}.log") if log_path.exists() else ""
-    if failure is not None and log_rel:
-        failure += f"\n(the server log is kept in the bundle: {bundle.path / log_rel})"
+    if text is not None and log_rel:
+        text += f"\n(the server log is kept in the bundle: {bundle.path / log_rel})"
     lifecycle = {
         "block": block.id,
         "arm": block.arm,
@@ -405,7 +408,8 @@ def run_block(
         "exit": _exit_dict(exit_report),
         "log_relpath": log_rel,
         "attention_backend": attention,
-        "failure": failure,
+        "failure": text,
+        "failure_kind": str(failure[0]) if failure is not None else None,
         "failure_outcome": str(failure_outcome),
         "interrupted": interrupt_name(interruption) if interruption is not None else None,
     }
@@ -413,4 +417,5 @@ def run_block(
     bundle.append_lifecycle(lifecycle)
     if interruption is not None:
         raise interruption
-    return BlockResult(block, server.pid, tuple(recorder.samples), lifecycle, log_rel, failure, failure_outcome)
+    return BlockResult(block, server.pid, tuple(recorder.samples), Lifecycle.from_record(lifecycle),
+                       failure_of(lifecycle))

@@ -18,24 +18,22 @@ baseline's block broke.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
 from h3bench.errors import RunSpecError
+from h3bench.evidence import Bundle
 from h3bench.evidence.hashing import sha256_file
-from h3bench.outcome import Outcome
 from h3bench.run.block import Recorder, run_block, warmups
 from h3bench.run.client import Reference, VideoClient
 from h3bench.run.measure import Measure
+from h3bench.run.pace import Pace
 from h3bench.run.records import BlockResult
 from h3bench.runspec import BASELINE, RunSpec
 from h3bench.runspec.schedule import Block
 from h3bench.server.process import ServerProcess
-from h3bench.verdict.judge import PairOutcome
-from h3bench.verdict.verdicts import quality_outcome
-
-if TYPE_CHECKING:
-    from h3bench.session.runner import Campaign
 
 __all__ = ["HELDOUT", "HeldoutCase", "heldout_blocks", "heldout_cases", "run_heldout"]
 
@@ -97,56 +95,18 @@ def _script(cases: list[HeldoutCase]) -> Any:
     return requests
 
 
-def _judge(campaign: Campaign, candidate: str, duration: float, results: dict[str, BlockResult],
-           cases: list[HeldoutCase]) -> dict[str, Any]:
-    by_letter = {r.block.letter: r for r in results.values()}
-    control, trial = by_letter["A"], by_letter["B"]
-    if trial.failure is not None:
-        return {"verdict": str(Outcome.FAIL), "reasons": [f"{trial.block.id}: {trial.failure.splitlines()[0]}"]}
-    if control.failure is not None:
-        return {"verdict": str(Outcome.INCONCLUSIVE),
-                "reasons": [f"the baseline's held-out block broke: {control.failure.splitlines()[0]}"]}
-    pairs, reasons = [], []
-    for index, case in enumerate(cases):
-        shas = [next((s.output_sha256 for s in r.samples if s.kind == "measured" and s.index == index), None)
-                for r in (control, trial)]
-        if None in shas:
-            reasons.append(f"{case.label}: no output")
-            continue
-        paths = (campaign.bundle.output_path(str(shas[0])), campaign.bundle.output_path(str(shas[1])))
-        report = campaign.judge.compare_files(paths, duration, f"held-out {candidate} {duration:g}s {case.label}")
-        pair = PairOutcome.from_record({"id": case.label, "candidate": candidate, "duration": duration,
-                                        "result": report.to_dict()})
-        pairs.append(pair)
-        if pair.failing:
-            reasons.append(f"{case.label}: failed quality gates ({'; '.join(pair.failing)})")
-    outcome = quality_outcome(pairs, campaign.optional_checks()) or Outcome.INCONCLUSIVE
-    if reasons and outcome is Outcome.PASS:
-        outcome = Outcome.INCONCLUSIVE
-    if not reasons:
-        reasons = [f"every gate passed on {len(pairs)} held-out case(s): {', '.join(c.label for c in cases)}"
-                   if outcome is Outcome.PASS else "a gate could not be measured on a held-out case"]
-    return {"verdict": str(outcome), "reasons": reasons}
+def run_heldout(spec: RunSpec, candidate: str, index: int, cases: list[HeldoutCase], *, bundle: Bundle,
+                inputs: Mapping[str, Path], scratch: Path, campaign_id: str | None, pace: Pace,
+                ) -> dict[float, dict[str, BlockResult]]:
+    """Run the held-out blocks of one candidate, per duration: ``{duration: {block id: result}}``.
 
-
-def run_heldout(campaign: Campaign, candidates: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Run and judge the held-out phase of ``candidates``: ``{candidate: {"5s": {verdict, reasons}}}``.
-
-    The duration keys are those of verdict.json (``f"{duration:g}s"``).
-
+    ``index`` counts the held-out pairs that ran before (AB and BA alternate).
     An interrupt is raised again after its block has been recorded, like any block's.
     """
-    spec = campaign.spec
-    cases = heldout_cases(spec)
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for index, candidate in enumerate(candidates):
-        blocks = heldout_blocks(spec, candidate, index * len(spec.workload.durations))
-        for duration in spec.workload.durations:
-            results = {}
-            for block in (b for b in blocks if b.duration == duration):
-                results[block.id] = run_block(
-                    spec, block, bundle=campaign.bundle, inputs=campaign.inputs, scratch=campaign.scratch,
-                    campaign_id=campaign.session, pace=campaign.pace, script=_script(cases), phase=HELDOUT)
-            out.setdefault(candidate, {})[f"{duration:g}s"] = _judge(campaign, candidate, duration, results, cases)
+    blocks = heldout_blocks(spec, candidate, index)
+    out: dict[float, dict[str, BlockResult]] = {}
+    for block in blocks:
+        out.setdefault(block.duration, {})[block.id] = run_block(
+            spec, block, bundle=bundle, inputs=inputs, scratch=scratch, campaign_id=campaign_id, pace=pace,
+            script=_script(cases), phase=HELDOUT)
     return out
-

@@ -4,41 +4,56 @@ Each step of a block (the server start, each warmup, measured and audit
 request) is expected to last what the same step lasted for the same duration
 and arm earlier in this session (the median); before any has run, what the
 plan estimates (earlier bundles of the spec, its hints, or a simulator arm's
-profile: :func:`h3bench.plan.estimate.cost_of`). The campaign's ETA is the expected
-length of every step still to come.
+profile: :func:`h3bench.plan.estimate.cost_of`, which the session hands in as
+``estimate``). The campaign's ETA is the expected length of every step still
+to come.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from typing import Protocol
 
-from h3bench.plan.estimate import Cost, cost_of
 from h3bench.run.progress import Progress, Step
 from h3bench.runspec import RunSpec
 from h3bench.runspec.schedule import Block
 
-__all__ = ["Pace"]
+__all__ = ["Pace", "StepTimes"]
 
 PHASES = ("start", "warmup", "measured", "audit")
+
+
+class StepTimes(Protocol):
+    """What a block's steps are expected to take before any has run (the plan's cost of a duration and arm)."""
+
+    @property
+    def startup_s(self) -> float: ...
+
+    @property
+    def request_s(self) -> float: ...
+
+
+def _no_estimate(duration: float, arm: str) -> StepTimes | None:
+    return None
 
 
 class Pace:
     """The steps of the selected blocks, in order, with what each is expected to take."""
 
-    def __init__(self, spec: RunSpec, progress: Progress, history: tuple[Path, ...] = ()) -> None:
+    def __init__(self, spec: RunSpec, progress: Progress,
+                 estimate: Callable[[float, str], StepTimes | None] = _no_estimate) -> None:
         self.spec = spec
         self.progress = progress
-        self._history = history
-        self._costs: dict[tuple[float, str], Cost | None] = {}
+        self._estimate = estimate
+        self._costs: dict[tuple[float, str], StepTimes | None] = {}
         self._seen: dict[tuple[float, str, str], list[float]] = {}  # (duration, arm, phase) → seconds
         self._blocks: list[Block] = []
         self._done: set[str] = set()
 
-    def plan(self, blocks: list[Block]) -> None:
+    def expect(self, blocks: list[Block]) -> None:
         """The blocks still to run this session, in order."""
         self._blocks = list(blocks)
 
@@ -48,7 +63,7 @@ class Pace:
             return statistics.median(seen)
         key = (block.duration, block.arm)
         if key not in self._costs:
-            self._costs[key] = cost_of(self.spec, block.duration, block.arm, self._history)
+            self._costs[key] = self._estimate(block.duration, block.arm)
         cost = self._costs[key]
         if cost is None:
             return None

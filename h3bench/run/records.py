@@ -8,12 +8,14 @@ run saw.
 
 from __future__ import annotations
 
+import enum
 import statistics
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 from h3bench.errors import H3BenchError
 from h3bench.evidence import LIFECYCLE, SAMPLES, SERVERS, Bundle
+from h3bench.evidence.codec import from_json
 from h3bench.outcome import Outcome
 from h3bench.runspec.schedule import Block
 
@@ -21,8 +23,13 @@ __all__ = [
     "BlockFailed",
     "BlockResult",
     "CandidateStopped",
+    "ExitCheck",
+    "Failure",
+    "FailureKind",
+    "Lifecycle",
     "Sample",
     "Stop",
+    "failure_of",
     "headline",
     "incomplete_attempts",
     "load_results",
@@ -59,6 +66,87 @@ class Sample:
 _SAMPLE_FIELDS = frozenset(f.name for f in fields(Sample))
 
 
+class FailureKind(str, enum.Enum):
+    """What ended a block; the value opens the failure's text, as the summary and the bundle show it."""
+
+    START = "server did not start"
+    REQUEST = "request failed"
+    CLEANUP = "incomplete process cleanup"
+    SHUTDOWN = "shutdown beyond the shared budget"
+    INTERFERENCE = "resource interference"
+    ATTENTION = "attention backend mismatch"
+    AUDIT = "anti-shortcut audit"
+    INTERRUPTED = "interrupted"
+    ERROR = "error"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a block failed: its kind, the text with its context (log tail, cleanup problems), and the outcome it makes.
+
+    ``outcome`` is FAIL for the candidate's own failures and INCONCLUSIVE when
+    the comparison itself is invalid (a broken baseline block, interference,
+    an interruption).
+    """
+
+    kind: FailureKind
+    text: str
+    outcome: Outcome = Outcome.FAIL
+
+    def __str__(self) -> str:
+        return self.text
+
+    @property
+    def headline(self) -> str:
+        return headline(self.text)
+
+
+@dataclass(frozen=True)
+class ExitCheck:
+    """What the exit check found after the server stopped (``lifecycle.jsonl``'s ``exit``)."""
+
+    pids_seen: tuple[int, ...] = ()
+    escaped: tuple[str, ...] = ()
+    survivors: tuple[str, ...] = ()
+    port_free: bool | None = None
+    port_holder: str | None = None
+    device_leftovers: tuple[str, ...] = ()
+    device_interference: tuple[str, ...] = ()
+    device_notes: tuple[str, ...] = ()
+    verified: bool = False
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """One block's server process as ``lifecycle.jsonl`` records it: the fields that every reader uses.
+
+    The line itself holds more (argv, environment, host, port); it stays in
+    the bundle as written.
+    """
+
+    block: str
+    arm: str
+    duration: float
+    position: int
+    startup_s: float | None = None  # launch → first 200 from /health
+    warmup_s: float | None = None
+    shutdown_s: float | None = None  # SIGTERM → no recorded process still running
+    shutdown_budget_s: float | None = None
+    graceful: bool | None = None  # False when SIGKILL was needed
+    exit_code: int | None = None
+    exit: ExitCheck = ExitCheck()
+    log_relpath: str = ""
+    attention_backend: dict[str, Any] = field(default_factory=dict)
+    interrupted: str | None = None  # the signal or exception that interrupted the block
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Lifecycle:
+        return from_json(cls, record, where=f"lifecycle of {record.get('block', '?')}")
+
+
 @dataclass(frozen=True)
 class BlockResult:
     """One block's server process: its samples, its lifecycle record and, if it failed, why."""
@@ -66,10 +154,12 @@ class BlockResult:
     block: Block
     server_pid: int | None
     samples: tuple[Sample, ...]
-    lifecycle: dict[str, Any]
-    log_relpath: str
-    failure: str | None
-    failure_outcome: Outcome = Outcome.FAIL
+    lifecycle: Lifecycle
+    failure: Failure | None
+
+    @property
+    def log_relpath(self) -> str:
+        return self.lifecycle.log_relpath
 
     @property
     def warmups(self) -> tuple[Sample, ...]:
@@ -88,6 +178,21 @@ class BlockResult:
     @property
     def median_e2e_s(self) -> float | None:
         return statistics.median(self.latencies) if self.latencies else None
+
+    @property
+    def ok(self) -> bool:
+        return self.failure is None
+
+
+def failure_of(record: dict[str, Any]) -> Failure | None:
+    """The failure a lifecycle line records (older lines without ``failure_kind`` are read by their text)."""
+    text = record.get("failure")
+    if not text:
+        return None
+    kind = record.get("failure_kind")
+    if kind is None:  # bundles written before the kind was recorded
+        kind = next((k for k in FailureKind if text.startswith(k.value)), FailureKind.ERROR)
+    return Failure(FailureKind(kind), text, Outcome(record.get("failure_outcome", Outcome.FAIL)))
 
 
 @dataclass(frozen=True)
@@ -132,11 +237,8 @@ def load_results(bundle: Bundle, blocks: tuple[Block, ...]) -> dict[str, BlockRe
     for block in blocks:
         if block.id in finished:
             segment, event = finished[block.id]
-            results[block.id] = BlockResult(
-                block, event.get("pid"), tuple(samples.get((segment, block.id), ())), event,
-                event.get("log_relpath", ""), event.get("failure"),
-                Outcome(event.get("failure_outcome", Outcome.FAIL)),
-            )
+            results[block.id] = BlockResult(block, event.get("pid"), tuple(samples.get((segment, block.id), ())),
+                                             Lifecycle.from_record(event), failure_of(event))
     return results
 
 

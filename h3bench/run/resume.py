@@ -32,6 +32,7 @@ import psutil
 
 from h3bench.errors import EvidenceError, RunSpecError
 from h3bench.evidence import Bundle
+from h3bench.host.environment import environment
 from h3bench.run.records import incomplete_attempts
 from h3bench.runspec import RunSpec
 from h3bench.server.ports import port_holder
@@ -102,6 +103,6 @@ def resume_bundle(path: Path, spec: RunSpec, session: str) -> Resumed:
     _refuse_other_spec(bundle, spec)
     stopped, left_alone = _sweep(bundle)
     incomplete = incomplete_attempts(bundle)
-    record = {"session": session, "spec_id": spec.spec_id, "stopped": stopped, "left_alone": left_alone,
-              "incomplete": incomplete}
+    record = {"environment": environment(), "session": session, "spec_id": spec.spec_id, "stopped": stopped,
+              "left_alone": left_alone, "incomplete": incomplete}
     return Resumed(Bundle.resume(path, record), tuple(stopped), tuple(left_alone), tuple(incomplete))

@@ -10,6 +10,7 @@ launch interface: :meth:`command`, :meth:`launch_env`, ``sim``, ``argv`` and
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
 from pydantic import Discriminator, Field, StrictStr, Tag
@@ -18,9 +19,11 @@ from h3bench.runspec.attribution import Attributed, Attribution
 from h3bench.runspec.launch import PLACEHOLDERS, Args, Environment, command_from
 from h3bench.runspec.vllm import VllmArm
 
-__all__ = ["ARM_TAGS", "BASELINE", "PLACEHOLDERS", "ArgvArm", "Arm", "Attribution"]
+__all__ = ["ARM_TAGS", "BASELINE", "PLACEHOLDERS", "SIM_PROFILE_ENV", "ArgvArm", "Arm", "Attribution"]
 
 BASELINE = "baseline"
+# The variable the simulator reads its arm's profile from (h3bench/sim/__init__.py names it too; a test holds both).
+SIM_PROFILE_ENV = "H3BENCH_SIM_PROFILE"
 
 
 class ArgvArm(Attributed):
@@ -51,8 +54,10 @@ class ArgvArm(Attributed):
         return command_from(self.argv, host, port, model)
 
     def launch_env(self) -> dict[str, str]:
-        """What the launch adds to the launcher's environment."""
-        return dict(self.env)
+        """What the launch adds to the launcher's environment: ``env``, and a simulator arm's profile."""
+        if self.sim is None:
+            return dict(self.env)
+        return {**self.env, SIM_PROFILE_ENV: json.dumps(self.sim)}
 
 
 # The tags appear in pydantic's error locations; the spec's messages leave them out.

@@ -7,10 +7,13 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-__all__ = ["Frozen", "raise_at"]
+__all__ = ["Frozen", "Problem", "raise_at"]
+
+#: A broken rule: the field path it belongs to, the message, and the offending value.
+Problem = tuple[tuple[str, ...], str, Any]
 
 
-def raise_at(problems: list[tuple[tuple[str, ...], str, Any]], title: str) -> None:
+def raise_at(problems: list[Problem], title: str) -> None:
     """Raise the problems found by a model validator as errors at their own field paths.
 
     A plain ValueError would be reported at the model's path; pydantic merges

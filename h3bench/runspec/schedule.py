@@ -62,8 +62,8 @@ __all__ = [
     "Schedule",
     "Series",
     "control_blocks",
-    "plan",
     "series_of",
+    "spec_blocks",
 ]
 
 DEFAULT_CONTROL_BLOCKS = 2  # 4 + 2 baseline processes against 4 candidate ones: see h3bench.quality.lossless
@@ -178,7 +178,7 @@ def _series(duration: float, series: Series, order: str, design: Design) -> list
             for position, letter in enumerate(order, start=1)]
 
 
-def plan(spec: RunSpec, arms: str = "all", *, anchored: bool = False) -> tuple[Block, ...]:
+def spec_blocks(spec: RunSpec, arms: str = "all", *, anchored: bool = False) -> tuple[Block, ...]:
     """Per duration: the control blocks, then each series (:func:`series_of`); ``arms`` filters them.
 
     ``arms`` is ``all``, ``baseline`` (the ``A`` blocks) or ``candidate``
@@ -208,9 +208,9 @@ class Schedule:
     def __init__(self, spec: RunSpec, arms: str = "all", *, anchored: bool = False) -> None:
         self.spec = spec
         self.anchored = anchored
-        self.blocks = plan(spec, arms, anchored=anchored)
-        self.stored_blocks = tuple(b for b in plan(spec) if b.letter == "A") if anchored else ()
-        self.baseline_blocks = tuple(b for b in (*self.stored_blocks, *(self.blocks if anchored else plan(spec)))
+        self.blocks = spec_blocks(spec, arms, anchored=anchored)
+        self.stored_blocks = tuple(b for b in spec_blocks(spec) if b.letter == "A") if anchored else ()
+        self.baseline_blocks = tuple(b for b in (*self.stored_blocks, *(self.blocks if anchored else spec_blocks(spec)))
                                      if b.letter == "A")
         self._controls = {series.name: series.control for series in series_of(spec)}
         self._order = {block.id: index for index, block in enumerate(self.blocks)}

@@ -53,8 +53,8 @@ from h3bench.errors import RunSpecError
 from h3bench.evidence.hashing import sha256_file
 from h3bench.evidence.scrub import Scrubber
 from h3bench.runspec.arms import ARM_TAGS, BASELINE, Arm
-from h3bench.runspec.base import Frozen, raise_at
-from h3bench.runspec.search import Heldout, diagnostic_reasons, research_problems
+from h3bench.runspec.base import Frozen, Problem, raise_at
+from h3bench.runspec.search import FORMAL_STEPS, Heldout
 from h3bench.runspec.tables import UNPINNED, Gates, Hardware, Hints, Inputs, Model, Protocol, Source, Workload
 
 __all__ = ["RunSpec", "load_runspec", "parse_runspec", "require_same_spec"]
@@ -101,7 +101,7 @@ class RunSpec(Frozen):
     @model_validator(mode="after")
     def _consistent(self) -> RunSpec:
         """Rules across sections, each reported at the field that breaks it."""
-        problems: list[tuple[tuple[str, ...], str, Any]] = []
+        problems: list[Problem] = []
         kind = self.hardware.kind
         if kind != "sim":
             if not self.hardware.device_ids:
@@ -302,3 +302,76 @@ def require_same_spec(id_a: str, id_b: str) -> None:
             "a changed environment needs a new frozen spec, and both arms must run under it",
             field_path="spec_id",
         )
+
+
+# -- the research rules (h3bench.runspec.search), applied to a whole spec ---------------------------------
+
+
+def diagnostic_reasons(spec: RunSpec) -> list[str]:
+    """Why a run of this spec is DIAGNOSTIC (empty for a spec whose runs can be formal)."""
+    reasons = ["the spec says diagnostic = true"] if spec.diagnostic else []
+    if spec.workload.steps != FORMAL_STEPS:
+        reasons.append(f"workload.steps = {spec.workload.steps}, not the frozen {FORMAL_STEPS} (short-step bring-up)")
+    return reasons
+
+
+def _arm_ref(spec: RunSpec, loc: tuple[str, ...], name: str, *, what: str) -> list[Problem]:
+    if name not in spec.arms:
+        return [(loc, f"{what} {name!r} is not an arm of this spec (arms: {', '.join(spec.arms)})", name)]
+    return []
+
+
+def research_problems(spec: RunSpec) -> list[Problem]:
+    """Every broken research rule, at its own field path."""
+    problems: list[Problem] = []
+    formal = not spec.diagnostic and spec.hardware.kind != "sim" and spec.workload.steps == FORMAL_STEPS
+    baseline = spec.arms.get(BASELINE)
+    if baseline is not None:
+        for field in ("hypothesis", "source", "combination_of"):
+            if getattr(baseline, field):
+                message = "the baseline is the control: it has no hypothesis, source or combination_of"
+                problems.append((("arms", BASELINE, field), message, None))
+    for name, arm in spec.arms.items():
+        if name == BASELINE:
+            continue
+        for index, part in enumerate(arm.combination_of):
+            loc = ("arms", name, "combination_of", str(index))
+            if part == name:
+                problems.append((loc, f"arm {name!r} cannot be a combination of itself", part))
+            elif part in (BASELINE, spec.original_baseline):
+                problems.append((loc, "a baseline is a control, not a change to combine", part))
+            else:
+                problems += _arm_ref(spec, loc, part, what="combined arm")
+        if formal and name != spec.original_baseline:
+            for field in ("hypothesis", "source"):
+                if getattr(arm, field) is None:
+                    message = (f"a formal spec (hardware.kind {spec.hardware.kind!r}, not diagnostic) needs every "
+                               f"candidate's {field}")
+                    problems.append((("arms", name, field), message, None))
+    if spec.protocol.profile:
+        for name, arm in spec.arms.items():
+            if any(arg == "--profiler-config" or arg.startswith("--profiler-config=") for arg in arm.argv):
+                message = ("protocol.profile gives every server its own --profiler-config (h3bench.run.profiling): "
+                           "leave the arm's profiler directory out")
+                problems.append((("arms", name), message, None))
+    if spec.final is not None:
+        problems += _arm_ref(spec, ("final",), spec.final, what="final")
+        if spec.final == BASELINE:
+            problems.append((("final",), "the final combination must be a candidate, not the baseline", spec.final))
+    if spec.original_baseline is not None:
+        problems += _arm_ref(spec, ("original_baseline",), spec.original_baseline, what="original_baseline")
+        if not [name for name in spec.arms if name not in (BASELINE, spec.original_baseline)]:
+            message = "there must be at least one candidate besides baseline and the original baseline"
+            problems.append((("original_baseline",), message, spec.original_baseline))
+        if spec.final is None:
+            message = "names the arm the final combination is compared with directly: give final as well"
+            problems.append((("original_baseline",), message, spec.original_baseline))
+        elif spec.original_baseline == spec.final:
+            message = "the final combination cannot be its own original baseline"
+            problems.append((("original_baseline",), message, spec.original_baseline))
+    if spec.heldout is not None and spec.heldout.cases == 0:
+        problems.append((("heldout",), "a [heldout] table needs seeds or inputs", None))
+    if spec.heldout is not None and spec.workload.seed in spec.heldout.seeds:
+        message = f"the formal seed {spec.workload.seed} is not held out; give other seeds"
+        problems.append((("heldout", "seeds"), message, spec.workload.seed))
+    return problems

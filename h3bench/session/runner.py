@@ -1,10 +1,7 @@
-"""The session's campaign: the RunSpec's blocks, run when first needed, and their evidence.
-
-This is the facade that the pytest plugin and the CLI talk to. It is a
-:class:`~h3bench.session.results.Review` of its own bundle that runs what is missing:
+"""The live campaign's runner: the selected blocks, run in schedule order when first needed, and the bundle sealed.
 
 - the schedule (:mod:`h3bench.runspec.schedule`) gives the blocks and the test cases;
-- :meth:`Campaign.select` keeps only the blocks that the selected tests read,
+- :meth:`Runner.select` keeps only the blocks that the selected tests read,
   so ``-k`` and ``-m`` decide what runs, with or without xdist;
 - blocks run at most once per session, in schedule order, under the device
   lock (:func:`h3bench.run.block.run_block`). Whoever needs a block first runs
@@ -13,41 +10,46 @@ This is the facade that the pytest plugin and the CLI talk to. It is a
 - the bundle is created when the first block runs, at a path that is known
   from the start (the report header shows it), so a run that runs nothing,
   such as ``--collect-only``, writes nothing;
-- :meth:`Campaign.finish` writes the quality results and the verdict, then
-  seals the bundle as completed, or as interrupted with the reason.
+- every result goes to the bundle as it happens and to the session's
+  :class:`~h3bench.session.results.Results`, which judges them;
+- :meth:`Runner.finish` writes the quality results, runs the held-out phase,
+  writes ``verdict.json`` (the :class:`~h3bench.verdict.verdicts.VerdictDocument`
+  that every presentation reads) and seals the bundle as completed, or as
+  interrupted with the reason.
+
+What must hold before the first server starts (the pins, the host, the
+design, the disk) is checked by :func:`h3bench.session.campaign.start_campaign`,
+which then makes the runner.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from h3bench import __version__
-from h3bench.evidence import Bundle, files
-from h3bench.evidence.files import now
+from h3bench.evidence import Bundle
 from h3bench.evidence.verify import final_sha256
-from h3bench.plan.estimate import bundle_bytes
-from h3bench.plan.preflight import DIAGNOSTIC, preflight
-from h3bench.report.terminal import extra_info, report_header
+from h3bench.host.environment import environment
+from h3bench.plan.preflight import DIAGNOSTIC, Preflight
 from h3bench.run.block import interrupt_name, run_block
-from h3bench.run.heldout import run_heldout
-from h3bench.run.measure import Measure, PlainMeasure
+from h3bench.run.heldout import heldout_cases, run_heldout
+from h3bench.run.measure import Measure, PlainMeasure, block_info
 from h3bench.run.pace import Pace
 from h3bench.run.profiling import profiled_blocks
-from h3bench.run.progress import Progress
-from h3bench.run.records import BlockFailed, BlockResult, CandidateStopped, headline
-from h3bench.run.resume import Resumed, resume_bundle
-from h3bench.runspec import Arm, RunSpec, VllmArm, load_runspec
+from h3bench.run.records import BlockFailed, BlockResult, CandidateStopped
+from h3bench.run.resume import Resumed
+from h3bench.runspec import Arm, RunSpec, VllmArm
 from h3bench.runspec.schedule import Block, Case
-from h3bench.session.results import Review
+from h3bench.session.results import Results
 from h3bench.session.settings import Settings
-from h3bench.verdict.acceptance import DIAGNOSTIC_VERDICT, acceptance, heldout_candidates
+from h3bench.verdict.acceptance import acceptance, heldout_candidates
+from h3bench.verdict.heldout import judge_heldout
+from h3bench.verdict.verdicts import HeldoutVerdict, VerdictDocument, duration_key
 
-__all__ = ["Campaign"]
+__all__ = ["Runner"]
 
 
 def _launch_record(arm: Arm) -> dict[str, Any]:
@@ -58,52 +60,32 @@ def _launch_record(arm: Arm) -> dict[str, Any]:
     return record
 
 
-class Campaign(Review):
-    """The live campaign of one session: its spec, schedule, bundle and what each block produced."""
+class Runner:
+    """Runs one session's blocks into its bundle and its results, then seals the bundle with the verdict."""
 
-    def __init__(self, spec: RunSpec, settings: Settings) -> None:
-        self.inputs = spec.verify_inputs()
-        # Pins and the host's own evidence, checked before any server starts (h3bench.plan.preflight).
-        self.preflight = preflight(spec, spec_file=settings.runspec, allow_unpinned=settings.allow_unpinned)
-        if settings.baseline_evidence is None:  # a candidate-only run has its own anchored design
-            self.preflight = self.preflight.with_design(spec, lossless_on=settings.lossless or spec.gates.lossless,
-                                                        allow_underpowered=settings.allow_underpowered)
-        # Before any server starts: blocks whose evidence cannot be written would be lost.
-        files.require_writable(settings.evidence_root.resolve() if settings.resume is None else settings.resume.parent,
-                               bundle_bytes(spec, settings.arm, anchored=settings.baseline_evidence is not None))
-        self.session = uuid.uuid4().hex  # the run's own id, recorded in the manifest
-        self.started_at = now()
-        planned = Bundle.planned_path(settings.evidence_root, spec.name, spec.spec_id, self.started_at)
-        super().__init__(spec, settings, bundle_path=planned)
-        self._results = {}  # a live campaign loads nothing: its blocks run here
+    def __init__(self, spec: RunSpec, settings: Settings, *, inputs: Mapping[str, Path], preflight: Preflight,
+                 session: str, started_at: str, pace: Pace, resumed: Resumed | None = None) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.inputs = inputs
+        self.preflight = preflight
+        self.session = session  # the run's own id, recorded in the manifest
+        self.started_at = started_at
+        self.pace = pace
+        self.resumed = resumed  # what a resume found and stopped
+        planned = Bundle.planned_path(settings.evidence_root, spec.name, spec.spec_id, started_at)
+        # A resume reads the finished blocks from its bundle, and runs the rest in the bundle's new segment.
+        self._bundle: Bundle | None = resumed.bundle if resumed is not None else None
+        self.results = Results(spec, settings, bundle_path=planned, supply=self.run_block, bundle=self._bundle)
         self._selected: set[str] | None = None  # block ids the session's tests read; None: every block
         self._scratch_dir: Path | None = None
-        self.interrupted: str | None = None  # why the session did not run to its end (set by finish)
-        self.resumed: Resumed | None = None  # what a resume found and stopped
-        self.pace = Pace(spec, Progress(), (settings.evidence_root,))
         self._profiled = profiled_blocks(self.schedule.blocks) if spec.protocol.profile else set()
-        self.heldout: dict[str, Any] | None = None  # the held-out phase's results, once finish() ran it
-        self.accepted: dict[str, Any] | None = None
+        self.interrupted: str | None = None  # why the session did not run to its end (set by finish)
+        self.document: VerdictDocument | None = None  # what finish() wrote to verdict.json
 
-    def show_progress(self, progress: Progress) -> None:
-        """Show every long wait (server starts, requests, quality comparisons) on ``progress``."""
-        self.pace.progress = self.judge.progress = progress
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> Campaign:
-        assert settings.runspec is not None, "a live campaign needs a RunSpec"
-        campaign = cls(load_runspec(settings.runspec), settings)
-        if settings.baseline_evidence is not None:
-            campaign.attach_baseline(settings.baseline_evidence)
-        if settings.resume is not None:
-            campaign._resume(settings.resume)
-        return campaign
-
-    def _resume(self, path: Path) -> None:
-        """Continue an interrupted bundle: its finished blocks count, the rest run again in a new segment."""
-        self.resumed = resume_bundle(path, self.spec, self.session)
-        self._bundle, self._bundle_path = self.resumed.bundle, self.resumed.bundle.path
-        self._results = None  # the finished blocks are read from the bundle
+    @property
+    def schedule(self) -> Any:
+        return self.results.schedule
 
     @property
     def bundle(self) -> Bundle:
@@ -122,16 +104,15 @@ class Campaign(Review):
                 session=self.session,
                 extra=self.preflight.manifest(),
                 arms={name: _launch_record(arm) for name, arm in spec.arms.items()},
-                lpips_weights=self.judge.weights_record(),
+                lpips_weights=self.results.judge.weights_record(),
+                environment=environment(),
             )
+            self.results.attach(self._bundle)
         return self._bundle
 
     @property
     def diagnostic(self) -> bool:
         return self.preflight.kind == DIAGNOSTIC
-
-    def research_results(self) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-        return self.heldout, self.accepted
 
     @property
     def scratch(self) -> Path:
@@ -144,16 +125,12 @@ class Campaign(Review):
     def wrote_anything(self) -> bool:
         return self._bundle is not None
 
-    def report_header(self) -> list[str]:
-        where = f"{self.bundle_path}" + ("" if self._bundle is not None else " (created when the first block runs)")
-        return report_header(self, self.settings.arm, where)
-
     # -- which blocks run ----------------------------------------------------------
 
     def select(self, cases: Iterable[Case]) -> None:
         """Run only the blocks that these test cases read (the session's selection)."""
         self._selected = {block.id for case in cases for block in self.schedule.blocks_of(case)}
-        self.pace.plan([b for b in self.schedule.blocks if self._needed(b)])
+        self.pace.expect([b for b in self.schedule.blocks if self._needed(b)])
 
     def _needed(self, block: Block) -> bool:
         return self._selected is None or block.id in self._selected
@@ -162,7 +139,7 @@ class Campaign(Review):
     def unfinished(self) -> list[Block]:
         """Selected blocks that neither ran nor were skipped by a stop rule."""
         return [b for b in self.schedule.blocks
-                if self._needed(b) and b.id not in self.results and self.stopped(b.candidate) is None]
+                if self._needed(b) and b.id not in self.results.ran and self.results.stopped(b.candidate) is None]
 
     # -- running blocks --------------------------------------------------------------
 
@@ -172,9 +149,10 @@ class Campaign(Review):
         Raises BlockFailed for a failed block and CandidateStopped for a block
         that a stop rule skipped.
         """
-        if block.id not in self.results:
+        results = self.results
+        if block.id not in results.ran:
             self._run_earlier(block)
-            stop = self.stopped(block.candidate)
+            stop = results.stopped(block.candidate)
             if stop is not None:
                 raise CandidateStopped(f"candidate {block.candidate!r} was stopped: {stop.reason}")
             measure = measure or PlainMeasure()
@@ -182,33 +160,34 @@ class Campaign(Review):
                                measure=measure, campaign_id=self.session, pace=self.pace,
                                profile=block.id in self._profiled)
             self.pace.finished(block)
-            self.take(result)
-            measure.annotate(extra_info(self.spec, result))
-        return super().ensure(block)
-
-    def ensure(self, block: Block) -> BlockResult:
-        return self.run_block(block)
+            results.take(result)
+            measure.annotate(block_info(self.spec, result))
+        return results.ensure(block)
 
     def _run_earlier(self, block: Block) -> None:
         """Blocks run in schedule order: every selected block before this one that has not run, runs first."""
         for earlier in self.schedule.blocks[: self.schedule.index(block)]:
-            if self._needed(earlier) and earlier.id not in self.results and self.stopped(earlier.candidate) is None:
+            if (self._needed(earlier) and earlier.id not in self.results.ran
+                    and self.results.stopped(earlier.candidate) is None):
                 try:
                     self.run_block(earlier)
                 except BlockFailed:
                     pass
 
     def run_selected(self, progress: Callable[[str], None]) -> None:
-        """Run every selected block, in order (the xdist controller does this before any test)."""
+        """Run every selected block, in order (the xdist controller and ``h3bench run`` do this first)."""
         for block in self.schedule.blocks:
-            if not self._needed(block) or block.id in self.results:
+            if not self._needed(block) or block.id in self.results.ran:
                 continue
             progress(f"h3bench: block {block.id} ...")
             try:
                 result = self.run_block(block)
                 progress(f"h3bench: block {block.id}: median E2E {result.median_e2e_s:.3f} s")
-            except (BlockFailed, CandidateStopped) as exc:
-                progress(f"h3bench: block {block.id}: {headline(str(exc))}")
+            except BlockFailed as exc:
+                assert exc.result.failure is not None
+                progress(f"h3bench: block {block.id}: {exc.result.failure.headline}")
+            except CandidateStopped as exc:
+                progress(f"h3bench: block {block.id}: {exc}")
 
     # -- the end -----------------------------------------------------------------------
 
@@ -218,33 +197,44 @@ class Campaign(Review):
             return None
         return final_sha256(self._bundle.path)
 
-    def finish(self, interrupted: str | None = None) -> None:
+    def _heldout(self) -> dict[str, dict[str, HeldoutVerdict]]:
+        """Run and judge the held-out phase of every candidate the formal blocks did not reject."""
+        spec, out = self.spec, {}
+        cases = heldout_cases(spec)
+        for index, candidate in enumerate(heldout_candidates(spec, self.results.verdicts())):
+            ran = run_heldout(spec, candidate, index * len(spec.workload.durations), cases, bundle=self.bundle,
+                              inputs=self.inputs, scratch=self.scratch, campaign_id=self.session, pace=self.pace)
+            out[candidate] = {duration_key(d): judge_heldout(self.results.judge, candidate, d, blocks, cases,
+                                                             self.bundle.output_path)
+                              for d, blocks in ran.items()}
+        return out
+
+    def finish(self, interrupted: str | None = None) -> VerdictDocument | None:
         """Write the quality results, run the held-out phase, write verdict.json and seal the bundle.
 
-        The held-out phase (:mod:`h3bench.run.heldout`) runs for the candidates that
-        passed, after an uninterrupted session of every arm; final.json gets
-        its results and the acceptance (:func:`h3bench.verdict.acceptance.acceptance`).
-        Nothing happens if no block ran.
+        The held-out phase runs for the candidates that passed, after an
+        uninterrupted session of every arm. Nothing is written if no block ran.
         """
+        self.interrupted = interrupted
         if self._bundle is None:
             self._remove_scratch()
-            self.interrupted = interrupted
-            return
-        self.write_quality()
-        self.heldout = {}
+            return None
+        self.results.write_quality()
+        heldout: dict[str, dict[str, HeldoutVerdict]] = {}
         if interrupted is None and self.spec.heldout is not None and self.settings.arm == "all":
             try:
-                self.heldout = run_heldout(self, heldout_candidates(self))
+                heldout = self._heldout()
             except BaseException as exc:  # Ctrl-C or a signal during the held-out phase: seal what was written
                 interrupted = f"interrupted by {interrupt_name(exc)} during the held-out phase"
         self._remove_scratch()
         self.interrupted = interrupted
-        self.accepted = acceptance(self, self.heldout, diagnostic=self.diagnostic)
-        self.bundle.write_verdict({"spec_id": self.spec.spec_id, "h3bench": __version__,
-                                   "interrupted": interrupted, "run": self.preflight.kind,
-                                   **({"verdict": DIAGNOSTIC_VERDICT} if self.diagnostic else {}),
-                                   "candidates": {c: v.to_dict() for c, v in self.verdicts().items()}})
-        self.bundle.close(interrupted=interrupted, results={"heldout": self.heldout, "accepted": self.accepted})
+        verdicts = self.results.verdicts()
+        accepted = acceptance(self.spec, verdicts, heldout, diagnostic=self.diagnostic)
+        self.document = self.results.document(interrupted=interrupted, heldout=heldout, accepted=accepted,
+                                              verdicts=verdicts)
+        self.bundle.write_verdict(self.document.to_dict())
+        self.bundle.close(interrupted=interrupted)
+        return self.document
 
     def _remove_scratch(self) -> None:
         if self._scratch_dir is not None:

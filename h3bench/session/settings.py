@@ -6,10 +6,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from h3bench.metrics.lpips_weights import DIR_ENV as LPIPS_DIR_ENV
+
 __all__ = ["ARMS", "LPIPS_DIR_ENV", "Settings"]
 
 ARMS = ("baseline", "candidate", "all")
-LPIPS_DIR_ENV = "H3BENCH_LPIPS_DIR"
 
 
 @dataclass(frozen=True)
@@ -26,6 +27,7 @@ class Settings:
     resume: Path | None = None  # continue this interrupted bundle
     allow_unpinned: bool = False  # run a spec with UNPINNED or TODO fields, as a DIAGNOSTIC run
     allow_underpowered: bool = False  # run a spec whose design cannot reach its verdict, as a DIAGNOSTIC run
+    progress_interval_s: float = 60.0  # without a terminal, a progress line this often during a long step
 
     @classmethod
     def for_bundle(cls, bundle: Path, *, lossless: bool, lpips_dir: str | None, lpips_device: str) -> Settings:

@@ -16,9 +16,11 @@ What is read here, and where it comes from:
   it in the run; a later re-validation is an addendum and judges nothing here);
 - the research fields of a candidate (hypothesis, source attribution,
   ``combination_of``) and of the spec (``diagnostic``, ``final``,
-  ``original_baseline``), and the held-out and acceptance results that
-  ``final.json`` carries. A key that is absent means the step did not run,
-  and is read as None, never guessed.
+  ``original_baseline``);
+- the verdict the run wrote (:class:`~h3bench.verdict.verdicts.VerdictDocument`:
+  the estimates, outcomes, held-out results and acceptance), read, never
+  recomputed. What is absent means the step did not run, and is read as
+  None, never guessed.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from h3bench.plan.preflight import is_diagnostic as run_is_diagnostic
 from h3bench.run.records import BlockResult, load_results
 from h3bench.runspec import BASELINE, RunSpec, parse_runspec
 from h3bench.runspec.schedule import Schedule
+from h3bench.verdict.verdicts import VerdictDocument
 
 __all__ = ["StoredBundle", "is_diagnostic", "open_verified"]
 
@@ -117,32 +120,13 @@ class StoredBundle:
                   else {key: value for key, value in arm.items() if key != "description" and value})
         return json.dumps(launch, sort_keys=True, separators=(",", ":"))
 
-    def heldout(self, candidate: str, duration: str) -> dict[str, Any] | None:
-        """The held-out verdict of a candidate at a duration (``"5"``), or None when no held-out phase ran."""
-        per_candidate = (self.final.get("heldout") or {}).get(candidate)
-        if not isinstance(per_candidate, dict):
-            return None
-        found = per_candidate.get(f"{duration}s")  # keyed like verdict.json (h3bench.run.heldout)
-        return found if isinstance(found, dict) else None
-
-    def acceptance(self, candidate: str) -> dict[str, Any] | None:
-        """final.json's acceptance of one candidate (``accepted``, ``reasons``), or None when not judged."""
-        found = ((self.campaign_acceptance() or {}).get("candidates") or {}).get(candidate)
-        return found if isinstance(found, dict) else None
-
-    def campaign_acceptance(self) -> dict[str, Any] | None:
-        """final.json's ``accepted``: the final combination against the original baseline, or None."""
-        found = self.final.get("accepted")
-        return found if isinstance(found, dict) else None
-
     def runspec(self) -> RunSpec:
         """The bundle's own spec, as its manifest recorded it."""
         return parse_runspec(self.spec_data, source=f"{self.path}/manifest.json")
 
-    def verdict(self) -> dict[str, Any]:
-        """The run's verdict.json (the last segment's), or ``{}`` when none was written."""
-        found = Bundle.open(self.path).read_verdict()
-        return found if isinstance(found, dict) else {}
+    def document(self) -> VerdictDocument | None:
+        """The run's verdict.json (its last segment's), or None when the run wrote none."""
+        return VerdictDocument.read(Bundle.open(self.path))
 
     def block_results(self) -> list[BlockResult]:
         """Every block of the spec that the bundle holds a finished attempt of, in schedule order."""

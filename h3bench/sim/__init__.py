@@ -30,11 +30,9 @@ from h3bench.errors import H3BenchError, UsageError
 if TYPE_CHECKING:
     from h3bench.sim.profile import SimProfile
 
-__all__ = ["BLOCK_ID_ENV", "PROFILE_ENV", "SimArgs", "build_parser", "main", "parse_args"]
+__all__ = ["PROFILE_ENV", "SimArgs", "build_parser", "main", "parse_args"]
 
 PROFILE_ENV = "H3BENCH_SIM_PROFILE"
-# The campaign block a server runs for: with the profile's block_seed it fixes the process seed.
-BLOCK_ID_ENV = "H3BENCH_BLOCK_ID"
 
 
 def _json_table(text: str) -> dict[str, Any]:

@@ -43,13 +43,15 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from h3bench.errors import ServerStartError
-from h3bench.sim import BLOCK_ID_ENV
 from h3bench.sim.jobs import Simulator
 from h3bench.sim.pool import WorkerPool
 from h3bench.sim.profile import SimProfile
 from h3bench.sim.profiler import Profiler, profiler_router
 from h3bench.sim.routes import SYNC_TIMEOUT_ENV, error_body, router
 from h3bench.sim.worker import LOG_FORMAT, WorkerConfig
+
+# The harness names the block a server serves here (h3bench/run/block.py); the process seed is drawn from it.
+BLOCK_ID_ENV = "H3BENCH_BLOCK_ID"
 
 __all__ = ["create_app", "serve"]
 

@@ -11,13 +11,13 @@ import contextlib
 import logging
 import multiprocessing
 import multiprocessing.connection
+import signal
 import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from h3bench.errors import ServerStartError
-from h3bench.server.proctree import describe_exit
 from h3bench.sim.worker import GenerationError, WorkerConfig, WorkerJob, WorkerResult, worker_main
 
 __all__ = ["WorkerPool"]
@@ -25,6 +25,14 @@ __all__ = ["WorkerPool"]
 _STOP_GRACE_S = 1.0  # for the stop request, then again for SIGTERM
 
 log = logging.getLogger("h3bench.sim")
+
+
+def describe_exit(code: int | None) -> str:
+    """How a worker process ended, from its exit code (negative: the signal that killed it)."""
+    if code is not None and code < 0:
+        names = {s.value: s.name for s in signal.Signals}
+        return f"killed by {names.get(-code, f'signal {-code}')}"
+    return "still running" if code is None else f"exit code {code}"
 
 
 @dataclass

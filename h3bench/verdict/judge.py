@@ -21,20 +21,21 @@ import numpy as np
 
 from h3bench import media, quality
 from h3bench.errors import H3BenchError
-from h3bench.outcome import Outcome
+from h3bench.outcome import Outcome, combine
 from h3bench.quality import QualityReport, Status, json_safe, lossless
-from h3bench.quality.compare import LpipsSettings
 from h3bench.quality.engine import Comparison, Engine, components
 from h3bench.quality.files import Probed
+from h3bench.quality.gates import LpipsSettings
 from h3bench.run.progress import Progress
 from h3bench.run.records import Stop
 from h3bench.runspec import RunSpec
 from h3bench.runspec.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule
+from h3bench.verdict.verdicts import GateValue
 
 if TYPE_CHECKING:  # torch loads only when LPIPS is measured
     from h3bench.metrics.lpips import LpipsWeights
 
-__all__ = ["Judge", "LosslessOutcome", "LpipsStatus", "OutputPair", "PairOutcome"]
+__all__ = ["Judge", "LosslessOutcome", "LpipsStatus", "OutputPair", "PairOutcome", "quality_outcome"]
 
 _CROSS_DAY = ("candidate-only run: the stored bundle's baseline processes count as exchangeable with today's, which "
               "holds only if the environment is really unchanged since it was recorded")
@@ -87,20 +88,31 @@ class LosslessOutcome:
     id: str
     candidate: str
     duration: float
-    outcome: str  # EXACT, PASS, FAIL or INCONCLUSIVE
+    outcome: Outcome
+    exact: bool  # every candidate output decodes bitwise equal to its matched baseline: the strongest PASS
     reasons: tuple[str, ...]
     result: dict[str, Any]
 
     @property
-    def as_outcome(self) -> Outcome:
-        """EXACT is the strongest PASS."""
-        return Outcome.PASS if self.outcome == "EXACT" else Outcome(self.outcome)
+    def label(self) -> str:
+        return "EXACT" if self.exact else str(self.outcome)
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> LosslessOutcome:
         result = record["result"]
-        return cls(record["id"], record["candidate"], float(record["duration"]), result["outcome"],
-                   tuple(result["reasons"]), result)
+        legacy_exact = result["outcome"] == "EXACT"  # records written before EXACT became a flag of PASS
+        outcome = Outcome.PASS if legacy_exact else Outcome(result["outcome"])
+        return cls(record["id"], record["candidate"], float(record["duration"]), outcome,
+                   bool(result.get("exact")) or legacy_exact, tuple(result["reasons"]), result)
+
+
+def quality_outcome(pairs: Sequence[PairOutcome], optional: tuple[str, ...]) -> Outcome | None:
+    """The gates over every matched pair: FAIL if one failed, INCONCLUSIVE if a required check was not measured."""
+    if not pairs:
+        return None
+    missing = any(name not in optional for pair in pairs for name in pair.unmeasured)
+    return combine([*(p.outcome for p in pairs if p.outcome is Outcome.FAIL),
+                    Outcome.INCONCLUSIVE if missing else Outcome.PASS])
 
 
 class Judge:
@@ -356,6 +368,26 @@ class Judge:
         if pair.outcome is Outcome.FAIL:
             self._stop(pair.candidate, Stop(f"{pair.id}: failed quality gates ({'; '.join(pair.failing)})",
                                             Outcome.FAIL))
+
+    def quality_outcome(self, pairs: Sequence[PairOutcome]) -> Outcome | None:
+        """The gates over these matched pairs (None without one), the checks the spec allows to be unmeasured aside."""
+        return quality_outcome(pairs, self.optional_checks())
+
+    @staticmethod
+    def worst_values(pairs: Iterable[PairOutcome]) -> tuple[GateValue, ...]:
+        """Each gate's worst measured value over the matched pairs, with its threshold.
+
+        The worst value deviates most from its baseline, as the lossless test measures deviations.
+        """
+        checks = [c for p in pairs for c in p.result.get("checks", ()) if c.get("name") in lossless.DEVIATIONS]
+        found = []
+        for name, badness in lossless.DEVIATIONS.items():
+            values = [(float(c["value"]), str(c.get("threshold", ""))) for c in checks
+                      if c["name"] == name and isinstance(c.get("value"), (int, float))]
+            if values:
+                value, threshold = max(values, key=lambda item: badness(item[0]))
+                found.append(GateValue(name, value, threshold))
+        return tuple(found)
 
     def pairs_of(self, candidate: str, duration: float) -> list[PairOutcome]:
         return [p for p in self.pairs.values() if p.candidate == candidate and p.duration == duration]

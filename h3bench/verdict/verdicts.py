@@ -1,41 +1,57 @@
 """The verdict: per candidate, speed, quality and lossless at each duration, and one overall outcome.
 
-Every part is an :class:`~h3bench.outcome.Outcome` (lossless adds EXACT, the
-strongest PASS); a part that was never evaluated counts as INCONCLUSIVE.
-The overall outcome combines them (:func:`h3bench.outcome.combine`): FAIL if
-any part failed, PASS only if every part passed; a stopped candidate adds
-its stop rule's outcome. For speed that is the campaign's error control:
-PASS needs PASS at every duration, one FAIL is enough to fail
-(:mod:`h3bench.stats.intervals`). ``verdict.json`` holds
-:meth:`CandidateVerdict.to_dict`, with every reason, the speed estimate and
-each block's record (its median and the warmup check).
+Every part is an :class:`~h3bench.outcome.Outcome`; a part that was never
+evaluated counts as INCONCLUSIVE. The overall outcome combines them
+(:func:`h3bench.outcome.combine`): FAIL if any part failed, PASS only if
+every part passed; a stopped candidate adds its stop rule's outcome. For
+speed that is the campaign's error control: PASS needs PASS at every
+duration, one FAIL is enough to fail (:mod:`h3bench.stats.intervals`).
+
+Everything here is computed once, when the campaign ends, and written to
+``verdict.json`` as :class:`VerdictDocument`: the speed estimate with its
+bounds, each arm's descriptive statistics, the quality and lossless outcomes,
+the held-out results and the acceptance. The terminal summary, the report,
+``summary.md``, the ledger and the history all read that document
+(:meth:`VerdictDocument.read`), so they cannot disagree.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
+from h3bench.evidence import Bundle
+from h3bench.evidence.codec import from_json, to_json
 from h3bench.outcome import Outcome, combine
-from h3bench.quality import json_safe
 from h3bench.run.records import Stop
-from h3bench.stats.speed import RatioEstimate, SpeedReport
+from h3bench.stats.speed import Percentile, RatioEstimate
 from h3bench.stats.warmup import WarmupCheck
-from h3bench.verdict.judge import LosslessOutcome, PairOutcome
 
-__all__ = ["NOT_EVALUATED", "BlockRecord", "CandidateVerdict", "DurationVerdict", "quality_outcome"]
+__all__ = [
+    "DIAGNOSTIC_VERDICT",
+    "NOT_EVALUATED",
+    "Acceptance",
+    "ArmStats",
+    "BaselineLevel",
+    "BlockRecord",
+    "CandidateAcceptance",
+    "CandidateVerdict",
+    "DurationVerdict",
+    "GateValue",
+    "HeldoutVerdict",
+    "LosslessSummary",
+    "VerdictDocument",
+    "duration_key",
+]
 
 NOT_EVALUATED = "NOT_EVALUATED"
+DIAGNOSTIC_VERDICT = "DIAGNOSTIC (not a campaign result)"
 
 
-def quality_outcome(pairs: Sequence[PairOutcome], optional: tuple[str, ...]) -> Outcome | None:
-    """The gates over every matched pair: FAIL if one failed, INCONCLUSIVE if a required check was not measured."""
-    if not pairs:
-        return None
-    missing = any(name not in optional for pair in pairs for name in pair.unmeasured)
-    return combine([*(p.outcome for p in pairs if p.outcome is Outcome.FAIL),
-                    Outcome.INCONCLUSIVE if missing else Outcome.PASS])
+def duration_key(duration: float) -> str:
+    """``"5s"``: how a duration is named in verdict.json."""
+    return f"{duration:g}s"
 
 
 @dataclass(frozen=True)
@@ -46,57 +62,87 @@ class BlockRecord:
     median_e2e_s: float | None
     warmup: WarmupCheck | None  # None: the block has too few measured requests for the check
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"median_e2e_s": self.median_e2e_s, "warmup": json_safe(self.warmup)}
+
+@dataclass(frozen=True)
+class ArmStats:
+    """One arm's measured requests at one duration: descriptive, never an estimate of the effect."""
+
+    arm: str
+    n: int
+    median_e2e_s: float
+    percentiles: tuple[Percentile, ...]
+    stages: dict[str, float]  # median seconds per top-level stage, and the derived remainder
+    negative_remainders: int = 0  # requests whose E2E is shorter than their stages: a data error
+
+
+@dataclass(frozen=True)
+class GateValue:
+    """A gate's worst value over a candidate's matched pairs, with its threshold."""
+
+    name: str
+    value: float
+    threshold: str
+
+
+@dataclass(frozen=True)
+class LosslessSummary:
+    """The lossless judgement of one candidate at one duration; the full record is in ``quality/``."""
+
+    outcome: Outcome
+    exact: bool  # every candidate output decodes bitwise equal to its matched baseline output: the strongest PASS
+    reasons: tuple[str, ...]
+    p_value: float | None = None
+    baseline_processes: int = 0
+    candidate_processes: int = 0
+
+    @property
+    def label(self) -> str:
+        return "EXACT" if self.exact else str(self.outcome)
 
 
 @dataclass(frozen=True)
 class DurationVerdict:
     """One candidate at one duration."""
 
+    control: str  # the arm of the series' A blocks
     speed: Outcome
     speed_reasons: tuple[str, ...]
     estimate: RatioEstimate | None  # None: no block pair or anchor to compare
     quality: Outcome | None  # None: no matched pair was evaluated
     quality_pairs: int
     lossless_enabled: bool
-    lossless: LosslessOutcome | None  # None: not evaluated (or lossless mode is off)
+    lossless: LosslessSummary | None  # None: not evaluated (or lossless mode is off)
     blocks: tuple[BlockRecord, ...] = ()
-
-    @classmethod
-    def of(cls, speed: SpeedReport | None, pairs: Sequence[PairOutcome], optional: tuple[str, ...], *,
-           lossless_enabled: bool, lossless: LosslessOutcome | None,
-           blocks: Sequence[BlockRecord] = ()) -> DurationVerdict:
-        reasons: tuple[str, ...] = ("no complete AB/BA pair was measured",)
-        outcome, estimate = Outcome.INCONCLUSIVE, None
-        if speed is not None:
-            outcome, reasons, estimate = speed.verdict.outcome, speed.verdict.reasons, speed.estimate
-        return cls(outcome, tuple(reasons), estimate, quality_outcome(pairs, optional), len(pairs), lossless_enabled,
-                   lossless if lossless_enabled else None, tuple(blocks))
+    arms: tuple[ArmStats, ...] = ()
+    worst: tuple[GateValue, ...] = ()
 
     @property
     def outcomes(self) -> list[Outcome]:
         parts = [self.speed, self.quality or Outcome.INCONCLUSIVE]
         if self.lossless_enabled:
-            parts.append(self.lossless.as_outcome if self.lossless else Outcome.INCONCLUSIVE)
+            parts.append(self.lossless.outcome if self.lossless else Outcome.INCONCLUSIVE)
         return parts
+
+    @property
+    def outcome(self) -> Outcome:
+        return combine(self.outcomes)
 
     @property
     def warmup_flags(self) -> tuple[WarmupCheck, ...]:
         return tuple(b.warmup for b in self.blocks if b.warmup is not None and b.warmup.flagged)
 
-    def to_dict(self) -> dict[str, Any]:
-        entry: dict[str, Any] = {
-            "speed": str(self.speed),
-            "speed_reasons": list(self.speed_reasons),
-            "speed_estimate": json_safe(self.estimate) if self.estimate else None,
-            "quality": str(self.quality) if self.quality else NOT_EVALUATED,
-            "quality_pairs": self.quality_pairs,
-            "blocks": {b.id: b.to_dict() for b in self.blocks},
-        }
-        if self.lossless_enabled:
-            entry["lossless"] = self.lossless.result if self.lossless else NOT_EVALUATED
-        return entry
+    @property
+    def quality_label(self) -> str:
+        return str(self.quality) if self.quality else NOT_EVALUATED
+
+    @property
+    def lossless_label(self) -> str:
+        if not self.lossless_enabled:
+            return "-"
+        return self.lossless.label if self.lossless else NOT_EVALUATED
+
+    def arm(self, name: str) -> ArmStats | None:
+        return next((a for a in self.arms if a.arm == name), None)
 
 
 @dataclass(frozen=True)
@@ -116,10 +162,84 @@ class CandidateVerdict:
         parts = [o for d in self.durations.values() for o in d.outcomes]
         return combine(parts + ([self.stopped.outcome] if self.stopped else []))
 
+
+@dataclass(frozen=True)
+class BaselineLevel:
+    """The baseline's level at one duration: the median of its successful blocks' medians (the history's point)."""
+
+    median_e2e_s: float
+    blocks: int
+
+
+@dataclass(frozen=True)
+class HeldoutVerdict:
+    """One candidate at one duration on the held-out inputs (:mod:`h3bench.verdict.heldout`)."""
+
+    outcome: Outcome
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class CandidateAcceptance:
+    accepted: bool
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """The research campaign's acceptance (:mod:`h3bench.verdict.acceptance`)."""
+
+    final: str | None
+    accepted: bool
+    reasons: tuple[str, ...]
+    candidates: dict[str, CandidateAcceptance] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class VerdictDocument:
+    """``verdict.json``: everything a campaign concluded, computed once and read by every presentation."""
+
+    spec_id: str
+    spec_name: str
+    h3bench: str
+    run: str  # FORMAL or DIAGNOSTIC
+    interrupted: str | None
+    candidates: dict[str, CandidateVerdict]
+    run_notes: tuple[str, ...] = ()  # why a run is DIAGNOSTIC, underpowered designs, pins not verified
+    heldout: dict[str, dict[str, HeldoutVerdict]] = field(default_factory=dict)
+    accepted: Acceptance | None = None
+    baseline_evidence: str | None = None  # a candidate-only run: the stored bundle it is anchored to
+    baseline: dict[str, BaselineLevel] = field(default_factory=dict)  # per duration, every baseline block
+    lpips_required: bool = True
+
+    @property
+    def diagnostic(self) -> bool:
+        return self.run == "DIAGNOSTIC"
+
+    @property
+    def outcome(self) -> Outcome:
+        return combine(v.outcome for v in self.candidates.values())
+
+    def label(self, outcome: Outcome) -> str:
+        """How a verdict reads: ``DIAGNOSTIC (not a campaign result); measured PASS`` for a diagnostic run."""
+        return f"{DIAGNOSTIC_VERDICT}; measured {outcome}" if self.diagnostic else str(outcome)
+
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "durations": {name: d.to_dict() for name, d in self.durations.items()},
-            "stopped": self.stopped.reason if self.stopped else None,
-            "verdict": str(self.outcome),
-            "notes": list(self.notes),
-        }
+        data: dict[str, Any] = to_json(self)
+        for name, verdict in self.candidates.items():  # the combined outcomes, for readers of the JSON alone
+            data["candidates"][name]["verdict"] = str(verdict.outcome)
+            for key, duration in verdict.durations.items():
+                data["candidates"][name]["durations"][key]["outcome"] = str(duration.outcome)
+        if self.diagnostic:
+            data["verdict"] = DIAGNOSTIC_VERDICT
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, where: str = "verdict.json") -> VerdictDocument:
+        return from_json(cls, dict(data), where=where)
+
+    @classmethod
+    def read(cls, bundle: Bundle) -> VerdictDocument | None:
+        """The bundle's verdict.json (its last segment's), or None when the run wrote none."""
+        found = bundle.read_verdict()
+        return None if found is None else cls.from_dict(found, where=f"{bundle.path}/verdict.json")

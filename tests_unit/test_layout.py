@@ -1,0 +1,161 @@
+"""The package's layout: one package per stage, imports only downward, no cycle, a plugin that costs nothing.
+
+Imports are read from the source with :mod:`ast`, every kind of them: at
+module level, inside functions (the lazy ones) and under ``TYPE_CHECKING``
+(a type that a lower module takes from a higher one is still an arrow back
+up). The order of the packages is README's "Layout" section; a new package
+must be placed in it.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "h3bench"
+# What every stage shares, then the packages from the bottom up: each imports only those before it.
+SHARED = ("errors", "h3", "outcome", "interrupts")
+LAYERS = ("evidence", "media", "metrics", "stats", "quality", "runspec", "host", "server", "sim", "run", "plan",
+          "verdict", "report", "session", "ledger", "plugin", "cli")
+# The simulator is a program of its own: it shares only the H3 facts and the error tree with the harness.
+SIM_MAY_IMPORT = {"h3bench.h3", "h3bench.errors"}
+HEAVY = ("numpy", "scipy", "pydantic", "av", "torch", "httpx")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _target(name: str) -> str:
+    while name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def imports_of(module: str) -> Iterator[str]:
+    """Every h3bench module that ``module`` imports, wherever the import stands."""
+    for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "h3bench":
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                yield full if full in MODULES else _target(node.module)
+        elif isinstance(node, ast.Import):
+            yield from (_target(a.name) for a in node.names if a.name.split(".")[0] == "h3bench")
+
+
+GRAPH = {module: set(imports_of(module)) - {module} for module in MODULES}
+
+
+def stage(module: str) -> str:
+    """``h3bench.run.block`` → ``run``; a shared top-level module is its own name; the package itself is ``h3bench``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "h3bench"
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph.get(node, ())):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_top_level_holds_only_what_every_stage_shares_and_the_stage_packages():
+    top = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert top == set(SHARED)
+    assert packages == set(LAYERS)
+
+
+def test_no_import_cycle_counting_lazy_and_type_checking_imports():
+    assert cycles(GRAPH) == []
+
+
+def test_the_cycle_finder_finds_a_cycle_through_a_type_checking_import():
+    graph = {**GRAPH, "h3bench.stats.speed": GRAPH["h3bench.stats.speed"] | {"h3bench.verdict.verdicts"}}
+    assert any("h3bench.stats.speed" in c and "h3bench.verdict.verdicts" in c for c in cycles(graph))
+
+
+def arrows_back_up(graph: dict[str, set[str]]) -> list[str]:
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    found = []
+    for module, targets in graph.items():
+        here = stage(module)
+        for target in targets:
+            there = stage(target)
+            if there in SHARED or there == "h3bench" or there == here:
+                continue
+            if here in SHARED or rank[there] > rank[here]:
+                found.append(f"{module} -> {target}")
+    return sorted(found)
+
+
+def test_a_package_imports_only_the_packages_below_it():
+    assert arrows_back_up(GRAPH) == []
+
+
+def test_an_arrow_back_up_is_found():
+    graph = {**GRAPH, "h3bench.run.block": GRAPH["h3bench.run.block"] | {"h3bench.session.results"}}
+    assert arrows_back_up(graph) == ["h3bench.run.block -> h3bench.session.results"]
+
+
+def test_the_simulator_imports_only_the_h3_facts_and_the_error_tree():
+    outside = {f"{m} -> {t}" for m, targets in GRAPH.items() if stage(m) == "sim"
+               for t in targets if stage(t) != "sim" and t not in SIM_MAY_IMPORT}
+    assert outside == set()
+
+
+def test_the_harness_and_the_simulator_name_the_same_variables():
+    """They are separate programs: each names the variable, and these must agree."""
+    from h3bench import sim
+    from h3bench.run.block import BLOCK_ID_ENV
+    from h3bench.runspec.arms import SIM_PROFILE_ENV
+    from h3bench.sim import app
+
+    assert (SIM_PROFILE_ENV, BLOCK_ID_ENV) == (sim.PROFILE_ENV, app.BLOCK_ID_ENV)
+
+
+@pytest.mark.parametrize("module", ["h3bench.plugin", "h3bench.cli"])
+def test_importing_the_plugin_or_the_command_line_loads_nothing_heavy(module):
+    """A pytest run of any project where h3bench is installed pays for the plugin's import."""
+    code = f"import sys, json, {module}; print(json.dumps(sorted(m for m in {HEAVY!r} if m in sys.modules)))"
+    loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                       check=True).stdout)
+    expected = [] if module == "h3bench.plugin" else ["av", "numpy"]  # compare and probe decode at once
+    assert loaded == expected
