@@ -1,0 +1,123 @@
+"""How a sequential campaign makes room for the lossless test: its level, its first PASS look, its control blocks.
+
+Level per candidate
+-------------------
+The relabelling test (:mod:`h3bench.lossless`) rejects a truly lossless
+candidate in exactly ``floor(α L) / L`` of campaigns per duration
+(``L = C(B + C, C)`` labelings): 4.76 % at 6 + 4 processes and α 0.05,
+so 9.3 % per candidate over two durations and 18.8 % for one of
+`910b1-x8.toml`'s two candidates. :func:`lossless_alpha` splits a
+per-candidate level over the durations instead (Bonferroni: α/2 = 0.025 per
+duration for two), which holds the false reject at ≤ 5 % per candidate
+(:func:`false_reject_per_candidate`: 4.9 % at 7 + 3 processes).
+:func:`baseline_needed` gives the baseline processes that keep ≥ 90 % power
+against a 3x degradation at that level, by the seeded feasibility
+simulation of :func:`h3bench.lossless.lossless_feasibility`: at α 0.025, 7
+baseline processes for 3 or 4 candidate processes, 6 from 5 on (at α 0.05,
+6).
+
+First PASS look
+---------------
+A lossless campaign does not stop a candidate for efficacy before its
+lossless test can reach a verdict: PASS is allowed from
+:func:`pass_from_pairs` pairs on (3: three candidate processes), and the
+sequential boundaries spend the PASS level only from there
+(:func:`h3bench.sequential.boundaries` ``pass_from``). Stops for futility,
+FAIL or the audit need no lossless verdict and stay allowed at every look.
+
+Control blocks
+--------------
+Every baseline block of the duration is a baseline process (every series'
+``A`` blocks, :meth:`h3bench.schedule.Schedule.lossless_processes`). A
+control block runs only for the shortfall :func:`control_blocks_needed`,
+and interleaved with the series (:func:`controls_before_pair`): one before
+each pair of a candidate that could PASS at that pair, while a shortfall
+remains; what is still missing when the candidate passes runs then, before
+its lossless verdict (:func:`controls_at_pass`). Controls all run first would put every control process
+before the candidate processes, so a drift of outputs with time reads as a
+candidate effect (the issue measured 33.9 % false rejects for the later
+candidate of `910b1-x8.toml`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+from h3bench import lossless
+from h3bench.errors import UsageError
+
+__all__ = [
+    "PER_CANDIDATE_ALPHA",
+    "baseline_needed",
+    "control_blocks_needed",
+    "controls_at_pass",
+    "controls_before_pair",
+    "false_reject_per_candidate",
+    "lossless_alpha",
+    "pass_from_pairs",
+]
+
+PER_CANDIDATE_ALPHA = 0.05
+_MAX_BASELINE = 16
+
+
+def lossless_alpha(n_durations: int, per_candidate: float = PER_CANDIDATE_ALPHA) -> float:
+    """The relabelling test's level per duration that holds ``per_candidate`` over ``n_durations`` (Bonferroni)."""
+    if n_durations < 1 or not 0 < per_candidate < 1:
+        raise UsageError(f"need n_durations ≥ 1 and a level in (0, 1), got {n_durations}, {per_candidate}")
+    return per_candidate / n_durations
+
+
+def false_reject_per_candidate(n_baseline: int, n_candidate: int, alpha: float, n_durations: int) -> float:
+    """Exact false-reject rate of a truly lossless candidate over independent durations: ``1 − (1 − ⌊αL⌋/L)^D``."""
+    labelings = math.comb(n_baseline + n_candidate, n_candidate)
+    per_duration = math.floor(alpha * labelings + 1e-9) / labelings
+    return 1 - (1 - per_duration) ** n_durations
+
+
+@functools.lru_cache(maxsize=64)
+def baseline_needed(n_candidate: int, alpha: float) -> int:
+    """The fewest baseline processes for which the test is feasible (≥ 90 % power against 3x) with ``n_candidate``."""
+    if n_candidate < 1:
+        raise UsageError("need at least one candidate process")
+    for n_baseline in range(2, _MAX_BASELINE + 1):
+        if lossless.lossless_power(n_baseline, n_candidate, alpha) >= lossless.REQUIRED_POWER:
+            return n_baseline
+    raise UsageError(f"no design with up to {_MAX_BASELINE} baseline processes is feasible with {n_candidate} "
+                     f"candidate processes at level {alpha:g}")
+
+
+@functools.lru_cache(maxsize=16)
+def pass_from_pairs(alpha: float, max_baseline: int = 8, smallest: int = 3) -> int:
+    """The fewest pairs (candidate processes, at least ``smallest``) whose test is feasible with ≤ ``max_baseline``."""
+    for n_candidate in range(smallest, 17):
+        if baseline_needed(n_candidate, alpha) <= max_baseline:
+            return n_candidate
+    raise UsageError(f"no lossless design with ≤ {max_baseline} baseline processes at level {alpha:g}")
+
+
+def control_blocks_needed(n_candidate: int, baseline_available: int, alpha: float) -> int:
+    """Control blocks still needed at one duration: the shortfall of the series' own baseline blocks."""
+    return max(0, baseline_needed(n_candidate, alpha) - baseline_available)
+
+
+def controls_before_pair(pair: int, pass_from: int, baseline_so_far: int, alpha: float) -> int:
+    """Control blocks (0 or 1) to run before a candidate's pair number ``pair`` (1-based) at one duration.
+
+    From the first pair at which PASS is allowed, one control block runs
+    before each pair while the baseline processes after that pair (all
+    series' ``A`` blocks and controls so far, plus the pair's own) would
+    still fall short of :func:`baseline_needed`; what is still short when
+    the candidate passes runs then (:func:`controls_at_pass`). So controls
+    are spread between the pairs of a candidate that is still running, and
+    none run for a candidate stopped early.
+    """
+    if pair < pass_from:
+        return 0
+    return int(baseline_so_far + 1 < baseline_needed(pair, alpha))
+
+
+def controls_at_pass(pairs: int, baseline_so_far: int, alpha: float) -> int:
+    """Control blocks still to run when a candidate passes after ``pairs`` pairs, before its lossless verdict."""
+    return control_blocks_needed(pairs, baseline_so_far, alpha)
