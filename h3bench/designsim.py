@@ -23,6 +23,7 @@ count as they are run.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -66,7 +67,7 @@ class Design:
     in_order_of_cost: bool = True
     leak_level: float | None = LEAK_LEVEL
     cache_ratio: float | None = CACHE_RATIO
-    lossless_per_candidate: float | None = None  # sequential: the per-candidate level, split over durations
+    lossless_levels: tuple[float, ...] | None = None  # per duration; None: 0.05 at each (today's)
     fixed_controls: int = 0  # the fixed design's lossless control blocks per duration, all first
     margin: float = 0.02
 
@@ -78,16 +79,17 @@ class Design:
     def sequential(self) -> bool:
         return any(len(looks) > 1 for looks in self.looks) or self.futility
 
-    def lossless_alpha(self) -> float:
-        """The relabelling test's level per duration."""
-        if self.lossless_per_candidate is None:
-            return lossless_design.lossless_alpha(1)
-        return lossless_design.lossless_alpha(self.n_durations, self.lossless_per_candidate)
+    def lossless_alpha(self, duration: int) -> float:
+        """The relabelling test's level at the ``duration``-th duration (run order)."""
+        if self.lossless_levels is None:
+            return lossless_design.PER_CANDIDATE_ALPHA
+        return self.lossless_levels[duration]
 
     def boundaries(self, duration: int, n_candidates: int, *, lossless: bool = False) -> Boundaries:
         """The boundaries of the ``duration``-th duration (run order) of a campaign of ``n_candidates``."""
         levels = intervals.error_levels(self.n_durations, n_candidates)
-        pass_from = lossless_design.pass_from_pairs(self.lossless_alpha()) if lossless and self.sequential else 0
+        pass_from = (lossless_design.pass_from_pairs(self.lossless_alpha(duration)) if lossless and self.sequential
+                     else 0)
         return boundaries(self.looks[duration], levels, self.margin, spending=self.spending, gamma=self.gamma,
                           futility_ratio="margin" if self.futility else None, pass_from=pass_from)
 
@@ -103,11 +105,19 @@ class Design:
 
 
 def sequential_design(n_durations: int = 2, *, budget: BlockBudget | None = None, name: str = "sequential",
-                      lossless_per_candidate: float | None = None, **options: object) -> Design:
-    """The proposed design: :data:`FIRST_LOOKS` at the cheapest duration, :data:`DEARER_LOOKS` at the others."""
+                      lossless_per_candidate: float | None = lossless_design.PER_CANDIDATE_ALPHA,
+                      **options: object) -> Design:
+    """The proposed design: :data:`FIRST_LOOKS` at the cheapest duration, :data:`DEARER_LOOKS` at the others.
+
+    ``lossless_per_candidate`` is split over the durations by
+    :func:`h3bench.lossless_design.lossless_levels`; None keeps today's 0.05
+    per duration.
+    """
     looks = (FIRST_LOOKS, *([DEARER_LOOKS] * (n_durations - 1)))
-    return Design(name, looks, budget or BlockBudget(1, 2, True, True),
-                  lossless_per_candidate=lossless_per_candidate, **options)  # type: ignore[arg-type]
+    levels = (None if lossless_per_candidate is None
+              else lossless_design.lossless_levels(n_durations, lossless_per_candidate))
+    return Design(name, looks, budget or BlockBudget(1, 2, True, True), lossless_levels=levels,
+                  **options)  # type: ignore[arg-type]
 
 
 def fixed_design(n_durations: int = 2, pairs: int = 4, *, controls: int = 0, name: str = "fixed") -> Design:
@@ -178,6 +188,7 @@ class CampaignRun:
     pairs: np.ndarray  # AB/BA pairs run
     lossless_fail: np.ndarray  # the lossless test rejected (only where it ran)
     controls: np.ndarray = field(repr=False)  # (n, durations) lossless control blocks run
+    first_requests_out: np.ndarray = field(repr=False)  # judged also without first requests (the rule flagged)
     lossless: bool = False
 
     @property
@@ -188,11 +199,12 @@ class CampaignRun:
         return np.where(failed, FAIL, np.where(passed, PASS, INCONCLUSIVE)).astype(np.int8)
 
 
+@functools.lru_cache(maxsize=8)
 def _lossless_rates(alpha: float, max_processes: int = 40) -> np.ndarray:
     rates = np.zeros((max_processes + 1, max_processes + 1))
     for b in range(2, max_processes + 1):
         for c in range(1, max_processes + 1 - b):
-            rates[b, c] = lossless_design.false_reject_per_candidate(b, c, alpha, 1)
+            rates[b, c] = lossless_design.false_reject_per_candidate([(b, c)], [alpha])
     return rates
 
 
@@ -210,10 +222,10 @@ def simulate_campaigns(design: Design, ratios: np.ndarray | list[list[float]], *
     pairs = np.zeros((n, n_cand, n_dur), np.int16)
     lossless_fail = np.zeros((n, n_cand, n_dur), bool)
     controls = np.zeros((n, n_dur), np.int16)
+    leaked = np.zeros((n, n_cand, n_dur), bool)
     reached = np.ones((n, n_cand), bool)
-    alpha = design.lossless_alpha()
-    rates = _lossless_rates(alpha) if lossless else None
     for d in range(n_dur):
+        alpha = design.lossless_alpha(d)
         b = design.boundaries(d, n_cand, lossless=lossless)
         order = series_order(b.max_pairs)
         for c in range(n_cand):
@@ -224,14 +236,16 @@ def simulate_campaigns(design: Design, ratios: np.ndarray | list[list[float]], *
             code[:, c, d] = np.where(run, found.code, INCONCLUSIVE)
             reason[:, c, d] = np.where(run, found.reason, NOT_RUN)
             pairs[:, c, d] = np.where(run, found.pairs, 0)
-        if lossless and rates is not None:
+            leaked[:, c, d] = run & found.leak
+        if lossless:
+            rates = _lossless_rates(alpha)
             controls[:, d], baseline = _controls(design, b, pairs[:, :, d], code[:, :, d] == PASS, alpha)
             tested = code[:, :, d] == PASS
             rate = rates[np.minimum(baseline, 40)[:, None], np.minimum(pairs[:, :, d], 40 - baseline[:, None])]
             lossless_fail[:, :, d] = tested & (rng.random((n, n_cand)) < rate)
         if design.in_order_of_cost:
             reached &= (code[:, :, d] == PASS) & ~lossless_fail[:, :, d]
-    return CampaignRun(design, truth, code, reason, pairs, lossless_fail, controls, lossless)
+    return CampaignRun(design, truth, code, reason, pairs, lossless_fail, controls, leaked, lossless)
 
 
 def _controls(design: Design, b: Boundaries, pairs: np.ndarray, passed: np.ndarray, alpha: float

@@ -5,16 +5,15 @@ Level per candidate
 The relabelling test (:mod:`h3bench.lossless`) rejects a truly lossless
 candidate in exactly ``floor(α L) / L`` of campaigns per duration
 (``L = C(B + C, C)`` labelings): 4.76 % at 6 + 4 processes and α 0.05,
-so 9.3 % per candidate over two durations and 18.8 % for one of
-`910b1-x8.toml`'s two candidates. :func:`lossless_alpha` splits a
-per-candidate level over the durations instead (Bonferroni: α/2 = 0.025 per
-duration for two), which holds the false reject at ≤ 5 % per candidate
-(:func:`false_reject_per_candidate`: 4.9 % at 7 + 3 processes).
+so 9.3 % per candidate over two durations and 17.8 % for one of
+`910b1-x8.toml`'s two candidates. :func:`lossless_levels` splits a
+per-candidate level of 5 % over the durations instead (Bonferroni, 0.01 at
+the cheaper and 0.04 at the dearer of two durations), which holds the false
+reject at ≤ 5 % per candidate (:func:`false_reject_per_candidate`).
 :func:`baseline_needed` gives the baseline processes that keep ≥ 90 % power
-against a 3x degradation at that level, by the seeded feasibility
-simulation of :func:`h3bench.lossless.lossless_feasibility`: at α 0.025, 7
-baseline processes for 3 or 4 candidate processes, 6 from 5 on (at α 0.05,
-6).
+against a 3x degradation at a level, by the seeded feasibility simulation
+of :func:`h3bench.lossless.lossless_feasibility`: 6 for 3 to 6 candidate
+processes at 0.04 and 0.05, 7 for 4 to 6 (9 for 3) at 0.01.
 
 First PASS look
 ---------------
@@ -43,37 +42,58 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 
 from h3bench import lossless
 from h3bench.errors import UsageError
 
 __all__ = [
+    "DEAREST_SHARE",
     "PER_CANDIDATE_ALPHA",
     "baseline_needed",
     "control_blocks_needed",
     "controls_at_pass",
     "controls_before_pair",
     "false_reject_per_candidate",
-    "lossless_alpha",
+    "lossless_levels",
     "pass_from_pairs",
 ]
 
 PER_CANDIDATE_ALPHA = 0.05
+DEAREST_SHARE = 0.8
 _MAX_BASELINE = 16
 
 
-def lossless_alpha(n_durations: int, per_candidate: float = PER_CANDIDATE_ALPHA) -> float:
-    """The relabelling test's level per duration that holds ``per_candidate`` over ``n_durations`` (Bonferroni)."""
-    if n_durations < 1 or not 0 < per_candidate < 1:
-        raise UsageError(f"need n_durations ≥ 1 and a level in (0, 1), got {n_durations}, {per_candidate}")
-    return per_candidate / n_durations
+def lossless_levels(n_durations: int, per_candidate: float = PER_CANDIDATE_ALPHA,
+                    dearest_share: float = DEAREST_SHARE) -> tuple[float, ...]:
+    """The relabelling test's level per duration (run order, dearest last) that holds ``per_candidate`` over them.
+
+    Bonferroni with unequal shares: the dearest duration gets
+    ``dearest_share`` of the level, the others split the rest. A higher
+    level needs fewer baseline processes, and baseline processes are
+    dearest where requests are longest: with two durations, 0.01 at 5 s
+    (7 baseline processes for 4 to 6 candidate ones) and 0.04 at 15 s
+    (6, as at today's 0.05).
+    """
+    if n_durations < 1 or not 0 < per_candidate < 1 or not 0 < dearest_share <= 1:
+        raise UsageError(f"need n_durations ≥ 1, a level in (0, 1) and a share in (0, 1], got {n_durations}, "
+                         f"{per_candidate}, {dearest_share}")
+    if n_durations == 1:
+        return (per_candidate,)
+    rest = per_candidate * (1 - dearest_share) / (n_durations - 1)
+    return (*([rest] * (n_durations - 1)), per_candidate * dearest_share)
 
 
-def false_reject_per_candidate(n_baseline: int, n_candidate: int, alpha: float, n_durations: int) -> float:
-    """Exact false-reject rate of a truly lossless candidate over independent durations: ``1 − (1 − ⌊αL⌋/L)^D``."""
-    labelings = math.comb(n_baseline + n_candidate, n_candidate)
-    per_duration = math.floor(alpha * labelings + 1e-9) / labelings
-    return 1 - (1 - per_duration) ** n_durations
+def false_reject_per_candidate(processes: Sequence[tuple[int, int]], levels: Sequence[float]) -> float:
+    """Exact false-reject rate of a truly lossless candidate over independent durations: ``1 − Π (1 − ⌊α L⌋/L)``.
+
+    ``processes`` are the (baseline, candidate) processes of each duration's test.
+    """
+    keep = 1.0
+    for (n_baseline, n_candidate), alpha in zip(processes, levels, strict=True):
+        labelings = math.comb(n_baseline + n_candidate, n_candidate)
+        keep *= 1 - math.floor(alpha * labelings + 1e-9) / labelings
+    return 1 - keep
 
 
 @functools.lru_cache(maxsize=64)
