@@ -122,7 +122,7 @@ def sequential_design(n_durations: int = 2, *, budget: BlockBudget | None = None
 
 def fixed_design(n_durations: int = 2, pairs: int = 4, *, controls: int = 0, name: str = "fixed") -> Design:
     """Today's design: ``pairs`` AB/BA pairs (ABBAABBA) at every duration, 1 warmup + 3 measured + 1 audit, one look."""
-    return Design(name, ((pairs,),) * n_durations, BlockBudget(1, 3, True, False), spending="obf", futility=False,
+    return Design(name, ((pairs,),) * n_durations, BlockBudget(1, 3, True, False), futility=False,
                   in_order_of_cost=False, leak_level=None, cache_ratio=None, fixed_controls=controls)
 
 

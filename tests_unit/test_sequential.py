@@ -142,10 +142,16 @@ def test_no_effect_stops_for_futility_at_the_first_look():
     assert without.reason == LAST_LOOK and without.pairs == 8
 
 
-def test_a_clearly_slower_candidate_fails_when_futility_does_not_stop_it_first():
-    found = sequential.sequential_outcomes(_ratios(1.5), _b(futility_ratio=None))
-    assert found.code == FAIL and found.reason == FAILED and found.lower > 1 + MARGIN
-    assert sequential.sequential_outcomes(_ratios(1.5), _b()).reason == FUTILITY  # futility comes first
+def test_a_clearly_slower_candidate_fails_before_futility_can_stop_it():
+    found = sequential.sequential_outcomes(_ratios(1.5), _b())
+    assert found.code == FAIL and found.reason == FAILED and found.lower > 1 + MARGIN and found.pairs == 2
+
+
+def test_a_slower_candidate_without_clear_evidence_stops_for_futility():
+    found = sequential.sequential_outcomes(_ratios(1.1, 0.05), _b())
+    assert found.code == INCONCLUSIVE and found.reason == FUTILITY and found.pairs == 2
+    without = sequential.sequential_outcomes(_ratios(1.1, 0.05), _b(futility_ratio=None))
+    assert without.code == FAIL and without.pairs > 2
 
 
 def test_an_effect_inside_the_margin_ends_inconclusive_at_the_last_look():
@@ -155,9 +161,10 @@ def test_an_effect_inside_the_margin_ends_inconclusive_at_the_last_look():
 
 def test_the_audit_fails_before_anything_else():
     audit = np.zeros(7, bool)
-    audit[1] = True
+    audit[0] = True
+    assert sequential.sequential_outcomes(_ratios(0.5), _b()).code == PASS
     found = sequential.sequential_outcomes(_ratios(0.5), _b(), audit_fail=audit)
-    assert found.code == FAIL and found.reason == AUDIT and found.pairs == 3
+    assert found.code == FAIL and found.reason == AUDIT and found.pairs == 2
 
 
 def test_a_series_continues_until_its_next_look():
