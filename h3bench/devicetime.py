@@ -20,6 +20,7 @@ run after the formal blocks and do not depend on the design.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,7 +30,7 @@ from h3bench.designsim import CampaignRun
 from h3bench.errors import UsageError
 
 __all__ = ["DEFAULT_SHUTDOWN_S", "DEFAULT_STARTUP_S", "ArmCost", "CampaignCosts", "DeviceTime", "DeviceTimeSummary",
-           "costs_from_spec", "device_time"]
+           "costs_from_spec", "device_time", "fixed_seconds"]
 
 DEFAULT_STARTUP_S = 600.0  # one NPU server start (weight load), the issue-26 assumption when hints give none
 DEFAULT_SHUTDOWN_S = 60.0
@@ -161,14 +162,36 @@ def costs_from_spec(spec: object, *, startup_s: float | None = None, shutdown_s:
         else:
             raise UsageError(f"no baseline hint at {d:g} s and no scale to derive one")
     run_order = order or tuple(sorted(durations, key=seconds.__getitem__))
-    start = startup_s if startup_s is not None else (hints.startup_s or DEFAULT_STARTUP_S)
-    stop = shutdown_s if shutdown_s is not None else (hints.shutdown_s or DEFAULT_SHUTDOWN_S)
 
-    def devices(arm: str) -> int:
+    def per_arm(value: object, arm: str, given: float | None, default: float) -> float:
+        # A hint may be one figure for every arm or, per issue 26, a table by arm.
+        if given is not None:
+            return given
+        found = value.get(arm) if isinstance(value, Mapping) else value
+        return float(found) if isinstance(found, (int, float)) and found > 0 else default
+
+    def arm_cost(arm: str, request_s: float) -> ArmCost:
         ids = getattr(spec.arms[arm], "device_ids", None) or spec.hardware.device_ids  # type: ignore[attr-defined]
-        return max(1, len(ids or ()))
+        return ArmCost(request_s, per_arm(hints.startup_s, arm, startup_s, DEFAULT_STARTUP_S),
+                       per_arm(hints.shutdown_s, arm, shutdown_s, DEFAULT_SHUTDOWN_S),
+                       per_arm(hints.compile_s, arm, None, 0.0), max(1, len(ids or ())))
 
-    base = tuple(ArmCost(seconds[d], start, stop, hints.compile_s, devices(BASELINE)) for d in run_order)
-    candidates = tuple(ArmCost(1.0, start, stop, hints.compile_s, devices(arm))
-                       for arm in spec.candidates)  # type: ignore[attr-defined]
+    base = tuple(arm_cost(BASELINE, seconds[d]) for d in run_order)
+    candidates = tuple(arm_cost(arm, 1.0) for arm in spec.candidates)  # type: ignore[attr-defined]
     return CampaignCosts(run_order, base, candidates, hints.source)
+
+
+def fixed_seconds(costs: CampaignCosts, ratios: np.ndarray | list[list[float]], *, pairs: int = 4,
+                  controls: int = 0) -> tuple[float, float]:
+    """Wall and device seconds of the fixed design (``pairs`` AB/BA pairs at every duration, 1 + 3 + 1 blocks).
+
+    What a campaign's device time is set against ("saved against the fixed
+    design"); ``ratios[c][d]`` the candidates' request times over the
+    baseline's, e.g. as measured.
+    """
+    from h3bench.designsim import fixed_design, simulate_campaigns
+
+    run = simulate_campaigns(fixed_design(len(costs.durations), pairs, controls=controls), ratios, n=1,
+                             lossless=controls > 0)
+    found = device_time(run, costs)
+    return float(found.wall_s[0]), float(found.device_s[0])

@@ -400,8 +400,10 @@ def judge_series(
         Complete pairs so far (``(...)`` or an int); default all.
     leak_level
         Level of the first-request rule (:func:`h3bench.blockstat.first_request_flags`);
-        None turns the rule off. Once it flags at a look, every later look
-        also leaves first requests out.
+        None turns the rule off. Where it flags, PASS and FAIL must hold with
+        and without each block's first measured request (the hull of both
+        intervals; the estimate is the one without), and once it flags at a
+        look, every later look does the same.
     cache_ratio
         Threshold of the audit rule (:func:`h3bench.cache_audit.cache_flags`);
         None turns it off (so does a budget without audit).
@@ -457,7 +459,7 @@ class LookDecision:
     upper: float | None
     pass_level: float | None  # nominal one-sided levels of the bounds at that look
     fail_level: float | None
-    first_requests_left_out: bool = False
+    first_requests_left_out: bool = False  # the first-request rule flagged: hull of with and without them
     notes: tuple[str, ...] = field(default=())
 
     @property
@@ -498,7 +500,9 @@ def _decision(found: SeriesOutcomes, b: Boundaries, pairs: int, notes: tuple[str
         pass_note = "" if b.pass_levels[j] > 0 else " (PASS is not allowed at this look)"
         text = f"{at}: {interval}{pass_note}; continue to {next_look} pairs"
     if left:
-        text += "; judged without each block's first measured request (the first-request rule flagged a leak)"
+        text += ("; the first-request rule flagged a slow first measured request (a warmup leak), so the bounds are "
+                 "the hull of those with and without each block's first measured request, and the estimate is "
+                 "without them")
     outcome = {PASS: Outcome.PASS, FAIL: Outcome.FAIL}.get(int(found.code.reshape(-1)[0]), Outcome.INCONCLUSIVE)
     return LookDecision(stop, outcome, reason, text, j + 1, b.looks, pairs, next_look, r, lo, hi,
                         b.pass_levels[j], b.fail_levels[j], left, notes)

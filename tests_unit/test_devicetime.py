@@ -17,7 +17,7 @@ import pytest
 
 from h3bench import designsim
 from h3bench.blockstat import BlockBudget
-from h3bench.devicetime import ArmCost, CampaignCosts, costs_from_spec, device_time
+from h3bench.devicetime import ArmCost, CampaignCosts, costs_from_spec, device_time, fixed_seconds
 from h3bench.errors import UsageError
 from h3bench.runspec import load_runspec
 
@@ -59,6 +59,20 @@ def test_the_fixed_design_costs_what_the_issue_computed_for_910b1():
     found = _fixed("910b1-x8.toml", [[1.0, 1.0], [1.0, 1.0]], scale=SCALE_15_FROM_950PR)
     assert found.wall_h[0] == pytest.approx(97.2, abs=0.05) and found.parts_h["controls"] == pytest.approx(10.8, abs=0.05)
     assert found.device_h[0] == pytest.approx(8 * 97.2, abs=0.5)
+
+
+def test_the_fixed_design_price_to_set_a_campaign_against():
+    spec = load_runspec(SPECS / "910b1-x8.toml")
+    wall, device = fixed_seconds(costs_from_spec(spec, scale=SCALE_15_FROM_950PR), [[1.0, 1.0], [1.0, 1.0]], controls=2)
+    assert wall / 3600 == pytest.approx(97.2, abs=0.05) and device == pytest.approx(8 * wall)
+
+
+def test_hints_may_give_start_and_stop_per_arm():
+    spec = load_runspec(SPECS / "950pr-x4.toml")
+    hints = spec.hints.model_copy(update={"startup_s": {"baseline": 900.0, "eqbsa_mxfp8": 300.0}})
+    costs = costs_from_spec(spec.model_copy(update={"hints": hints}))
+    assert costs.baseline[0].startup_s == 900.0 and costs.candidates[0].startup_s == 300.0
+    assert costs.baseline[1].shutdown_s == 60.0  # none given: the default
 
 
 def test_a_duration_without_a_hint_needs_a_stated_scale():
