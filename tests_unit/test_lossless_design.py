@@ -100,3 +100,39 @@ def test_a_simulated_lossless_campaign_runs_controls_only_for_candidates_that_go
         assert (fast.pairs[passed, 0, d] + fast.controls[passed, d] >= needed).all()
         assert (fast.pairs[passed, 0, d] >= lossless_design.pass_from_pairs(alpha)).all()
     print(f"lossless, true ratio 0.5: controls per duration {fast.controls.mean(0)}, pairs {fast.pairs.mean((0, 1))}")
+
+
+# ---- where the control blocks and the series run: outputs that drift with time ---------------------------------------
+
+
+def _drifting(rng: np.random.Generator, n: int, times: np.ndarray, growth: float) -> np.ndarray:
+    """``(n, 5, 1, P)`` deviations: each process's nondeterminism grows linearly with its time in the campaign,
+    by ``growth`` over the whole of it (1.0: twice as large at the end); the MSE of 8 values per metric."""
+    x = (1 + growth * times)[None, None, :, None] * rng.standard_normal((n, 5, len(times), 8))
+    rows, cols = lossless.pair_indices(len(times))
+    return ((x[..., rows, :] - x[..., cols, :]) ** 2).mean(-1)[:, :, None, :]
+
+
+def _rejects(schedule: list[str], candidate: str, seed: int, n: int = 2000) -> float:
+    times = np.arange(len(schedule)) / len(schedule)
+    baseline = [i for i, block in enumerate(schedule) if block in ("C", "A1", "A2")]
+    own = [i for i, block in enumerate(schedule) if block == candidate]
+    d = _drifting(np.random.default_rng(seed), n, times[baseline + own], 1.0)
+    return float((lossless.relabelling_outcomes(d, len(baseline), len(own))[0] == FAIL).mean())
+
+
+@pytest.mark.slow
+def test_series_run_round_robin_keep_a_drift_from_failing_the_later_candidate():
+    """Two lossless candidates, nondeterminism doubling over the campaign. Today's order (both control blocks, then
+    series 1, then series 2) rejects the later candidate far beyond 5 %; the pairs of both series run round-robin
+    (as :func:`h3bench.designsim.simulate_campaigns` prices them), each candidate's processes sit among baseline
+    ones and the test holds its level."""
+    s1 = [("A1" if c == "A" else "B1") for c in "ABBAABBA"]
+    s2 = [("A2" if c == "A" else "B2") for c in "ABBAABBA"]
+    today = ["C", "C", *s1, *s2]
+    round_robin = [block for k in range(4) for block in (*s1[2 * k : 2 * k + 2], *s2[2 * k : 2 * k + 2])]
+    later_today, later_rr = _rejects(today, "B2", 401), _rejects(round_robin, "B2", 402)
+    print(f"lossless, nondeterminism doubling over the campaign, later candidate rejected: controls first then each "
+          f"series {later_today:.1%}, round-robin pairs {later_rr:.1%}")
+    assert later_today > 0.15
+    assert later_rr <= 0.05 + 3.5 * se(0.05, 2000)
