@@ -103,3 +103,18 @@ def test_the_campaign_step_passes_without_stored_benchmarks_and_compares_when_th
     assert second.returncode == 1, second.stdout[-3000:]
     assert "comparing with the stored baseline baseline/benchmark.json" in second.stdout
     assert "Performance has regressed" in second.stdout + second.stderr
+
+
+def test_the_hosted_workflow_runs_exactly_what_a_merge_must_pass() -> None:
+    workflow = yaml.safe_load((WORKFLOWS / "cpu.yml").read_text())
+    runs = [step["run"] for job in workflow["jobs"].values() for step in job["steps"] if "run" in step]
+    assert runs == [".ci/run"]
+
+
+def test_pre_commit_runs_ruff_and_mypy_from_the_projects_environment() -> None:
+    config = yaml.safe_load((REPO / ".pre-commit-config.yaml").read_text())
+    entries = {hook["id"]: hook["entry"] for repo in config["repos"] for hook in repo["hooks"]}
+    assert entries == {"ruff": "./dev ruff check", "mypy": "./dev mypy"}
+    # CI runs the same two (.ci/run), so a commit that passes pre-commit passes them there too.
+    ci = (REPO / ".ci" / "run").read_text()
+    assert "./dev ruff check" in ci and "./dev mypy" in ci

@@ -73,6 +73,7 @@ def test_pure_noise_is_not_flagged(tmp_path, capsys):
     assert out.count(f"no step flagged over {CAMPAIGNS} campaign(s)") == 2
 
 
+@pytest.mark.slow
 def test_series_keep_hardware_kinds_and_baseline_commands_apart(tmp_path):
     campaign_series(tmp_path / "a", step=None, seed=1)
     campaign_series(tmp_path / "b", step=None, seed=2, kind="910c", devices=4)

@@ -36,11 +36,14 @@ def repair_rootdir(config: pytest.Config, args: list[str]) -> None:
     )
     if (rootpath, inipath) == (config.rootpath, config.inipath):
         return
-    # pytest keeps these privately; they are set once in Config.parse, which has not used them yet.
-    config._rootpath, config._inipath, config._inicfg = rootpath, inipath, inicfg
-    config._ignored_config_files = ignored
-    config._inicache.clear()
-    config._parser.extra_info.update(rootdir=str(rootpath), inifile=str(inipath))
+    # pytest has no public way to decide its rootdir again, and decided it before plugins could add their
+    # options; Config.parse set these once and has not used them yet. Each is written for its own reason:
+    config._rootpath = rootpath  # config.rootpath: where the default RunSpec and the test paths resolve
+    config._inipath = inipath  # config.inipath: which pytest.ini is the project's
+    config._inicfg = inicfg  # that file's settings (testpaths, markers, filterwarnings)
+    config._ignored_config_files = ignored  # what pytest reports as ignored beside it
+    config._inicache.clear()  # getini() cached values read from the wrong file
+    config._parser.extra_info.update(rootdir=str(rootpath), inifile=str(inipath))  # the header and usage errors
     args[:0] = config.getini("addopts")  # as pytest prepends them from the right ini file
     config.known_args_namespace = config._parser.parse_known_args(
         args, namespace=copy.copy(config.option)
