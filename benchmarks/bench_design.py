@@ -9,10 +9,10 @@ true 10 % speedup and the effect the hints expect, with the error rates and
 the power of each design. ``--specs`` adds, for every shipped spec, the
 figures its comments should state for the sequential design.
 
-Costs: the hints' request times, 600 s per server start and 60 s per stop
-(issue 26's assumption; the hints give none), no compilation on top of the
-warmup request. 910b1-x8 has no 15 s hint: its 15 s request is its 5 s one
-times the 950PR recipe's 15 s / 5 s ratio (5887.24 / 745.43).
+Costs: the specs' hints (their request times; 600 s per server start and
+60 s per stop, which the hints state as assumed), no compilation on top of
+the warmup request. 910b1-x8's 15 s hint is its 5 s one times the 950PR
+recipe's 15 s / 5 s ratio (5887.24 / 745.43), as the spec says.
 
 Run: ``.venv/bin/python benchmarks/bench_design.py [--n 20000] [--specs]``
 """
@@ -27,15 +27,16 @@ from pathlib import Path
 
 import numpy as np
 
-from h3bench.plan import designsim, lossless_design
+from h3bench.plan import designsim
 from h3bench.plan.devicetime import CampaignCosts, costs_from_spec, device_time
+from h3bench.plan.estimate import design_of
+from h3bench.quality import lossless_design
 from h3bench.runspec import BASELINE, RunSpec, load_runspec
 from h3bench.runspec.schedule import control_blocks, series_of
 from h3bench.stats.intervals import FAIL, PASS
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "fixtures" / "runspecs"
-SCALE_15_FROM_950PR = {"15": 5887.24 / 745.43}
 NOISE = (0.01, 0.02)  # process cv; request cv 2 %
 
 
@@ -51,9 +52,9 @@ def hours(run, costs: CampaignCosts) -> tuple[str, float]:
 
 
 def designs(spec: RunSpec):
-    n_dur = len(spec.workload.durations)
-    return (designsim.fixed_design(n_dur, controls=control_blocks(spec)),
-            designsim.sequential_design(n_dur))
+    """Today's fixed design, and the spec's own (sequential) design as the campaign runs it."""
+    return (designsim.fixed_design(len(spec.workload.durations), len(spec.protocol.order) // 2,
+                                   controls=control_blocks(spec)), design_of(spec))
 
 
 def hinted(spec: RunSpec, costs: CampaignCosts) -> list[float] | None:
@@ -130,7 +131,7 @@ def spec_figures(name: str, n: int, scale: dict[str, float] | None = None) -> No
     durations = len(spec.workload.durations)
     series = series_of(spec)
     n_cand = len(series)
-    seq = designsim.sequential_design(durations)
+    seq = design_of(spec)
     lossless = spec.gates.lossless
     print(f"\n## {name}: {n_cand} series, {durations} duration(s), lossless {'on' if lossless else 'off'}")
     print(f"  {seq.describe()}")
@@ -181,11 +182,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     print(f"# device time per verdict, {args.n} simulated campaigns per cell, 2 % request noise")
     side_by_side("950pr-x4.toml", args.n)
-    side_by_side("910b1-x8.toml", args.n, SCALE_15_FROM_950PR)
+    side_by_side("910b1-x8.toml", args.n)
     if args.specs:
         print("\n# the figures each shipped spec's comments should state (sequential design)")
         for name in ("sim.toml", "sim-candidates.toml", "sim-research.toml", "910b1-x8.toml", "950pr-x4.toml"):
-            spec_figures(name, args.n, SCALE_15_FROM_950PR)
+            spec_figures(name, args.n)
     print(f"\n({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
     return 0
 

@@ -111,33 +111,38 @@ def run_campaign(pytester: pytest.Pytester, spec: Path, *args: str) -> pytest.Ru
     )
 
 
-def noisy_campaign(project: Path, candidate: str) -> tuple[Path, str]:
-    """Run a campaign whose candidate adds video noise in a child pytest: its one bundle and what pytest printed.
+def child_campaign(project: Path, spec: Path, *args: str) -> tuple[int, str, Path | None]:
+    """Run the project's campaign in a child pytest: its exit code, what it printed, and its one bundle.
 
     For module fixtures, which cannot use pytester: the child is not an xdist
     worker and has a device lock of its own (as the campaign_subprocess_env
-    fixture arranges). The noisy candidate fails its quality tests (exit 1);
-    any other exit means the campaign did not run, and the test fails. Its
-    audit tolerance is the simulator specs' 100 %: what the module's tests read
-    must not depend on how busy the shared cores are.
+    fixture arranges), and no LPIPS weights, whatever this machine has cached.
     """
-    spec = write_campaign(project, candidates={candidate: {"video_noise": 12.0}},
-                          protocol={"audit_latency_tolerance": 1.0})
     evidence = project / "evidence"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     env["H3BENCH_DEVICE_LOCK"] = str(project / "devices.lock")
-    # No LPIPS weights, whatever this machine has cached: the module's tests read a run without LPIPS.
     env["H3BENCH_CACHE_DIR"] = str(project / "cache")
     env.pop("H3BENCH_LPIPS_DIR", None)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--runspec", str(spec), "--evidence-dir", str(evidence),
-         "-p", "no:cacheprovider", "-q", f"--benchmark-json={project / 'benchmark.json'}"],
+         "-p", "no:cacheprovider", "-q", *args],
         cwd=project, env=env, capture_output=True, text=True, timeout=900,
     )
-    if proc.returncode != pytest.ExitCode.TESTS_FAILED or not evidence.is_dir():
-        pytest.fail(f"campaign exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
-    (path,) = bundles_in(evidence)
-    return path, proc.stdout
+    found = bundles_in(evidence) if evidence.is_dir() else []
+    return proc.returncode, proc.stdout + proc.stderr, found[0] if len(found) == 1 else None
+
+
+def noisy_campaign(project: Path, candidate: str) -> tuple[Path, str]:
+    """Run a campaign whose candidate adds video noise in a child pytest: its one bundle and what pytest printed.
+
+    The noisy candidate fails its quality tests (exit 1); any other exit means
+    the campaign did not run, and the test fails.
+    """
+    spec = write_campaign(project, candidates={candidate: {"video_noise": 12.0}})
+    code, output, path = child_campaign(project, spec, f"--benchmark-json={project / 'benchmark.json'}")
+    if code != pytest.ExitCode.TESTS_FAILED or path is None:
+        pytest.fail(f"campaign exited {code}:\n{output[-8000:]}")
+    return path, output
 
 
 def bundles_in(root: Path) -> list[Path]:

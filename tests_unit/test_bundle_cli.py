@@ -224,7 +224,8 @@ def test_newer_validator_writes_its_result_beside_the_frozen_one(copy, capsys, n
         assert report["verdict"] == "FAIL" and failing == {"ssim", "psnr_db"}
     # Lossless mode was off: no lossless judgement in the result or the verdict.
     assert document["result"]["lossless"] == {}
-    assert "lossless" not in data["candidates"][CANDIDATE]["durations"]["5s"]
+    entry = data["candidates"][CANDIDATE]["durations"]["5s"]
+    assert entry["lossless"] is None and not entry["lossless_enabled"]
 
     after = snapshot(copy)
     # One new file, and addenda.jsonl to list it (the run's own files are all in final.json); every old file

@@ -60,9 +60,8 @@ def test_the_default_design_reaches_a_lossless_verdict_and_says_what_it_counted(
     # ABBAABBA with lossless on: two control blocks first make 6 baseline + 4 candidate processes. The
     # simulator's run-to-run noise differs in every process and the candidate is truly lossless, so the
     # verdict is PASS, or FAIL in 4.76 % of runs (the test's exact level), but never INCONCLUSIVE.
-    # Ten blocks on shared cores: the simulator specs' audit tolerance, as this test is not about the audit.
     spec = write_campaign(pytester.path, candidates={"clean": {"time_scale": 0.00015}},
-                          protocol={"order": "ABBAABBA", "audit_latency_tolerance": 1.0}, gates={"lossless": True})
+                          protocol={"order": "ABBAABBA"}, gates={"lossless": True})
 
     result = run(pytester, spec, "--benchmark-disable")
 
@@ -76,8 +75,11 @@ def test_the_default_design_reaches_a_lossless_verdict_and_says_what_it_counted(
     result.stdout.fnmatch_lines(["  speed *", "      minimum detectable ratio (80 % power, margin included)*",
                                  "      upper bound one-sided 0.025*"])
     bundle = bundle_of(pytester)
-    record = json.loads((bundle / "verdict.json").read_text())["candidates"]["clean"]["durations"]["5s"]["lossless"]
-    assert record["outcome"] in ("PASS", "FAIL") and record["labelings"] == 210
+    summary = json.loads((bundle / "verdict.json").read_text())["candidates"]["clean"]["durations"]["5s"]["lossless"]
+    (quality,) = (bundle / "quality").glob("*.json")
+    record = json.loads(quality.read_text())["result"]["lossless"]["5s-clean"]  # the whole record, matrices too
+    assert summary["outcome"] == record["outcome"] in ("PASS", "FAIL") and record["labelings"] == 210
+    assert summary["p_value"] == record["p_value"] and summary["baseline_processes"] == 6
     assert [b.split("-")[1] for b in record["processes"]["baseline"]] == ["baseline"] * 2 + ["clean"] * 4
     assert len(record["processes"]["candidate"]) == 4 and 1 / 210 <= record["p_value"] <= 1
     matrix = record["pair_deviations"]["ssim"]
@@ -187,7 +189,7 @@ def test_under_xdist_the_controller_runs_the_blocks_and_workers_check_quality(py
 
 
 def test_candidate_only_run_is_anchored_to_fresh_baseline_blocks_and_reports_the_shift(pytester):
-    spec = write_campaign(pytester.path, protocol={"audit_latency_tolerance": 1.0})  # as in the simulator specs
+    spec = write_campaign(pytester.path)
     first = run(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable")
     first.assert_outcomes(passed=2)
     baseline = bundle_of(pytester)
@@ -210,9 +212,10 @@ def test_candidate_only_run_is_anchored_to_fresh_baseline_blocks_and_reports_the
     ])
     (bundle,) = bundles_in(evidence_dir)
     verdict = json.loads((bundle / "verdict.json").read_text())["candidates"]["clean"]["durations"]["5s"]
-    assert verdict["speed_estimate"]["shift"] is not None and verdict["quality_pairs"] == 12
-    assert "".join(block.split("-")[3][-1] for block in verdict["blocks"]) == "BABBAB"
-    assert all("-anchored-" in block for block in verdict["blocks"])
+    assert verdict["estimate"]["shift"] is not None and verdict["quality_pairs"] == 12
+    ids = [block["id"] for block in verdict["blocks"]]
+    assert "".join(block.split("-")[3][-1] for block in ids) == "BABBAB"
+    assert all("-anchored-" in block for block in ids)
 
 
 def test_candidate_only_run_refuses_a_baseline_from_another_spec(pytester):

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from h3bench.errors import UsageError
-from h3bench.plan import designsim, lossless_design
-from h3bench.quality import lossless
+from h3bench.plan import designsim
+from h3bench.quality import lossless, lossless_design
 from h3bench.stats.intervals import FAIL, PASS
 from tests_unit.test_error_rates import deviations
 

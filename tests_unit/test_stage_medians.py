@@ -13,7 +13,7 @@ STAGES = {"MiniMaxH3Pipeline.encode_prompt": 0.1, "MiniMaxH3Pipeline.diffuse": 3
 
 def line(*e2e: float) -> str:
     medians, negative = stage_median_values((value, STAGES) for value in e2e)
-    return stage_text(ArmStats("baseline", len(e2e), 0.0, (), medians, negative))
+    return stage_text(ArmStats("baseline", len(e2e), 0.0, (), tuple(medians.items()), negative))
 
 
 def test_the_remainder_of_consistent_samples_is_their_median():

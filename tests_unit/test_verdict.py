@@ -82,7 +82,7 @@ def test_a_candidate_passes_on_speed_only_if_every_duration_passes_and_fails_if_
 
 def test_verdict_json_comes_back_as_the_document_the_run_wrote():
     exact = LosslessSummary(Outcome.PASS, True, ("every output decodes bitwise equal",), None, 6, 4)
-    arm = ArmStats("baseline", 12, 6.1, (stats.percentile([6.0] * 12, 0.9),), {"diffuse": 5.0}, 0)
+    arm = ArmStats("baseline", 12, 6.1, (stats.percentile([6.0] * 12, 0.9),), (("diffuse", 5.0),), 0)
     d = duration(0.9, quality=Outcome.PASS, lossless=exact)
     d = DurationVerdict(d.control, d.speed, d.speed_reasons, d.estimate, d.quality, d.quality_pairs,
                         d.lossless_enabled, d.lossless, d.blocks, (arm,), (GateValue("psnr_db", math.inf, ">= 34"),))

@@ -33,6 +33,7 @@ from h3bench.verdict.verdicts import (
     Acceptance,
     DurationVerdict,
     HeldoutVerdict,
+    LookRecord,
     LosslessSummary,
     VerdictDocument,
     duration_key,
@@ -102,6 +103,7 @@ class LedgerEntry:
     campaign: Acceptance | None
     engine: dict[str, Any]
     harness: dict[str, Any]
+    looks: LookRecord | None = None  # where the series stopped, and the device time it took
 
     @property
     def word(self) -> str:
@@ -188,5 +190,6 @@ def entries_of(bundle: StoredBundle) -> list[LedgerEntry]:
                 speed=d.speed if d is not None else None, quality=d.quality if d is not None else None,
                 lossless=d.lossless if d is not None else None, heldout=heldout, verdict=decided,
                 reasons=tuple(reasons), final_combination=campaign is not None and campaign.final == candidate,
-                campaign=campaign, engine=bundle.engine(), harness=bundle.harness()))
+                campaign=campaign, engine=bundle.engine(), harness=bundle.harness(),
+                looks=d.looks if d is not None else None))
     return entries

@@ -15,8 +15,8 @@ many pairs and control blocks ran; :mod:`h3bench.plan.devicetime` prices them.
 
 Lossless campaigns: the relabelling test's outcome for a truly lossless
 candidate is drawn at its exact level ``floor(α L) / L`` for the processes
-it has (:func:`h3bench.plan.lossless_design.false_reject_per_candidate`); the
-control blocks follow :func:`h3bench.plan.lossless_design.controls_before_pair`
+it has (:func:`h3bench.quality.lossless_design.false_reject_per_candidate`); the
+control blocks follow :func:`h3bench.quality.lossless_design.controls_before_pair`
 with the candidates' pairs run round-robin, so every series' baseline blocks
 count as they are run.
 """
@@ -30,16 +30,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from h3bench.errors import UsageError
-from h3bench.plan import lossless_design
+from h3bench.quality import lossless_design
 from h3bench.stats import intervals
 from h3bench.stats.blockstat import LEAK_LEVEL, BlockBudget
 from h3bench.stats.cache_audit import CACHE_RATIO
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE, PASS
-from h3bench.stats.sequential import Boundaries, boundaries, judge_series, series_order
+from h3bench.stats.sequential import DEARER_LOOKS, FIRST_LOOKS, Boundaries, boundaries, judge_series, series_order
 
 __all__ = [
-    "DEARER_LOOKS",
-    "FIRST_LOOKS",
     "NOT_RUN",
     "CampaignRun",
     "Design",
@@ -50,8 +48,6 @@ __all__ = [
     "simulate_campaigns",
 ]
 
-FIRST_LOOKS = (2, 3, 4, 5, 6, 7, 8)  # the cheapest duration: a look after every pair, up to 8
-DEARER_LOOKS = (3, 4, 5)  # every dearer duration: its first look at 3 pairs (2 degrees of freedom), up to 5
 NOT_RUN = -1  # reason code of a duration a candidate did not reach
 
 
@@ -108,10 +104,12 @@ class Design:
 def sequential_design(n_durations: int = 2, *, budget: BlockBudget | None = None, name: str = "sequential",
                       lossless_per_candidate: float | None = lossless_design.PER_CANDIDATE_ALPHA,
                       **options: object) -> Design:
-    """The proposed design: :data:`FIRST_LOOKS` at the cheapest duration, :data:`DEARER_LOOKS` at the others.
+    """The proposed design: ``FIRST_LOOKS`` at the cheapest duration, ``DEARER_LOOKS`` at the others.
+
+    (:mod:`h3bench.stats.sequential` defines both.)
 
     ``lossless_per_candidate`` is split over the durations by
-    :func:`h3bench.plan.lossless_design.lossless_levels`; None keeps today's 0.05
+    :func:`h3bench.quality.lossless_design.lossless_levels`; None keeps today's 0.05
     per duration.
     """
     looks = (FIRST_LOOKS, *([DEARER_LOOKS] * (n_durations - 1)))

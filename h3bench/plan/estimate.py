@@ -21,6 +21,7 @@ Blocks only: the quality comparisons run on top, on the CPU.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -31,9 +32,24 @@ from h3bench.evidence import Bundle
 from h3bench.h3 import expected_shape, workload_marker
 from h3bench.host.devices import DEFAULT_LOCK_PATH, DeviceLock
 from h3bench.plan.design import design_problems, design_warnings
+from h3bench.plan.designsim import Design, fixed_design, simulate_campaigns
+from h3bench.plan.devicetime import ArmCost, CampaignCosts, DeviceTimeSummary, device_time
+from h3bench.quality import lossless_design
 from h3bench.run.records import load_results
-from h3bench.runspec import UNPINNED, RunSpec
-from h3bench.runspec.schedule import Block, spec_blocks
+from h3bench.runspec import BASELINE, UNPINNED, RunSpec
+from h3bench.runspec.schedule import (
+    Block,
+    budget_of,
+    control_blocks,
+    design_text,
+    in_order_of_cost,
+    looks_of,
+    lossless_level,
+    run_order,
+    series_of,
+    spec_blocks,
+)
+from h3bench.stats.intervals import PASS
 
 __all__ = ["BYTES_PER_PIXEL_FRAME", "Cost", "Plan", "bundle_bytes", "cost_of", "make_plan", "plan_lines"]
 
@@ -59,6 +75,17 @@ class Cost:
 
 
 @dataclass(frozen=True)
+class DeviceEstimate:
+    """The device time of the spec's design (and of the fixed design) in one scenario, over simulated campaigns."""
+
+    scenario: str
+    design: DeviceTimeSummary
+    fixed: DeviceTimeSummary
+    extra_h: float  # wall hours of what runs beyond the formal blocks (held-out, profiling), at most
+    pass_rate: float  # campaigns in which every candidate passes
+
+
+@dataclass(frozen=True)
 class Plan:
     spec: RunSpec
     blocks: tuple[Block, ...]
@@ -67,6 +94,8 @@ class Plan:
     disk_bytes: float
     source: str
     problems: tuple[str, ...] = field(default=())
+    device: tuple[DeviceEstimate, ...] = ()  # per scenario; empty when some arm or duration has no cost
+    anchored: bool = False  # a candidate-only run
 
     @property
     def server_starts(self) -> int:
@@ -121,8 +150,8 @@ def _modelled_cost(spec: RunSpec, duration: float, arm: str) -> Cost | None:
     """From the spec's hints, else from a simulator arm's profile; None when neither says."""
     hints = spec.hints
     if hints is not None and arm in hints.e2e_s and f"{duration:g}" in hints.e2e_s[arm]:
-        return Cost(hints.startup_s, hints.e2e_s[arm][f"{duration:g}"], hints.compile_s, hints.shutdown_s,
-                    _output_model(spec, duration))
+        return Cost(hints.of("startup_s", arm), hints.e2e_s[arm][f"{duration:g}"], hints.of("compile_s", arm),
+                    hints.of("shutdown_s", arm), _output_model(spec, duration))
     profile_table = spec.arms[arm].sim
     if profile_table is None:
         return None
@@ -139,9 +168,95 @@ def _modelled_cost(spec: RunSpec, duration: float, arm: str) -> Cost | None:
 
 
 def cost_of(spec: RunSpec, duration: float, arm: str, history: Iterable[Path] = ()) -> Cost | None:
-    """The best estimate of one block's phases: earlier bundles of the spec, else its hints or profile."""
+    """The best estimate of one block's phases: earlier bundles of the spec, else its hints or profile.
+
+    A candidate that nothing prices is priced as the baseline (no effect).
+    """
     measured = _measured_costs(spec, _history(spec, history))
-    return measured.get((duration, arm)) or _modelled_cost(spec, duration, arm)
+    found = measured.get((duration, arm)) or _modelled_cost(spec, duration, arm)
+    if found is None and arm != BASELINE:
+        return cost_of(spec, duration, BASELINE, history)
+    return found
+
+
+def design_of(spec: RunSpec) -> Design:
+    """The spec's design, as the campaign simulation takes it (durations in the order they run)."""
+    p = spec.protocol
+    order = run_order(spec)
+    sequential = p.design == "sequential"
+    return Design(p.design, tuple(looks_of(spec, d) for d in order), budget_of(spec), p.spending, p.spending_gamma,
+                  futility=sequential and p.futility, in_order_of_cost=in_order_of_cost(spec),
+                  leak_level=p.first_request_level, cache_ratio=p.audit_cache_ratio if p.audit else None,
+                  lossless_levels=tuple(lossless_level(spec, d) for d in order) if sequential else None,
+                  fixed_controls=0 if sequential else control_blocks(spec), margin=spec.gates.speed_margin)
+
+
+def _campaign_costs(spec: RunSpec, history: Iterable[Path]) -> tuple[CampaignCosts, dict[str, list[float]]] | None:
+    """Each duration's baseline block costs and each candidate's, from the best source; None when one is unknown."""
+    order = run_order(spec)
+    known = {(d, arm): cost_of(spec, d, arm, history) for d in order for arm in spec.arms}
+    if any(cost is None for cost in known.values()):
+        return None
+
+    def arm_cost(arm: str, duration: float) -> ArmCost:
+        cost = known[(duration, arm)]
+        assert cost is not None
+        devices = getattr(spec.arms[arm], "device_ids", None) or spec.hardware.device_ids
+        return ArmCost(cost.request_s, cost.startup_s, cost.shutdown_s, cost.first_request_extra_s,
+                       max(1, len(devices or ())))
+
+    baseline = tuple(arm_cost(BASELINE, d) for d in order)
+    candidates = tuple(arm_cost(arm, order[0]) for arm in spec.candidates)
+    ratios = {arm: [arm_cost(arm, d).request_s / baseline[i].request_s for i, d in enumerate(order)]
+              for arm in spec.candidates}
+    return CampaignCosts(order, baseline, candidates), ratios
+
+
+def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 2000) -> tuple[DeviceEstimate, ...]:
+    """Expected device time of the spec's design and of the fixed design: no effect, a true 10 %, the costs' own.
+
+    Simulated through the campaign's own decision code
+    (:func:`h3bench.plan.designsim.simulate_campaigns`), priced by
+    :func:`h3bench.plan.devicetime.device_time`: server starts and stops,
+    warmups, measured requests, audits and lossless control blocks. The
+    held-out and profiling phases run on top (``extra_h``: when every
+    candidate passes).
+    """
+    found = _campaign_costs(spec, history)
+    if found is None or not spec.candidates:
+        return ()
+    costs, own = found
+    design = design_of(spec)
+    fixed = fixed_design(len(costs.durations), len(spec.protocol.order) // 2, controls=control_blocks(spec))
+    n_candidates = len(series_of(spec))
+    scenarios = {"no effect": [[1.0] * len(costs.durations)] * n_candidates,
+                 "a true 10 % speedup": [[0.9] * len(costs.durations)] * n_candidates}
+    if any(abs(r - 1) > 1e-9 for ratios in own.values() for r in ratios):
+        hinted = [own[series.arm] for series in series_of(spec)]
+        scenarios["the costs' own effect (" + ", ".join(f"{c} {'/'.join(f'{r:.3f}' for r in own[c])}"
+                                                        for c in spec.candidates) + ")"] = hinted
+    lossless = spec.gates.lossless
+    estimates = []
+    for name, ratios in scenarios.items():
+        run = simulate_campaigns(design, ratios, n=n, lossless=lossless)
+        baseline = simulate_campaigns(fixed, ratios, n=n, lossless=lossless)
+        passed = float((run.outcome == PASS).all(-1).mean())
+        estimates.append(DeviceEstimate(name, device_time(run, costs).summary(),
+                                        device_time(baseline, costs).summary(), _extra_h(spec, costs), passed))
+    return tuple(estimates)
+
+
+def _extra_h(spec: RunSpec, costs: CampaignCosts) -> float:
+    """Wall hours of the held-out phase (every candidate, both arms) and of the profiled requests, at most."""
+    seconds = 0.0
+    for base in costs.baseline:
+        if spec.heldout is not None:  # one AB or BA pair per candidate
+            per_block = base.startup_s + base.shutdown_s + (spec.protocol.warmups_per_block + spec.heldout.cases) \
+                * base.request_s
+            seconds += 2 * len(spec.candidates) * per_block
+        if spec.protocol.profile:  # one extra request per arm
+            seconds += len(spec.arms) * base.request_s
+    return seconds / 3600
 
 
 def _problems(spec: RunSpec, lpips_dir: Path | None, lock_path: str | Path) -> list[str]:
@@ -204,10 +319,13 @@ def make_plan(
     seconds: float | None = 0.0
     disk = 0.0
     used_history = False
+    unpriced = sorted({b.arm for b in blocks if b.arm != BASELINE and measured.get((b.duration, b.arm)) is None
+                       and _modelled_cost(spec, b.duration, b.arm) is None})
     for block in blocks:
         cost = measured.get((block.duration, block.arm))
         used_history |= cost is not None
-        cost = cost or _modelled_cost(spec, block.duration, block.arm)
+        cost = cost or _modelled_cost(spec, block.duration, block.arm) or (
+            _modelled_cost(spec, block.duration, BASELINE) if block.arm in unpriced else None)
         if cost is None:
             seconds = None
         elif seconds is not None:
@@ -217,13 +335,16 @@ def make_plan(
         source = "medians of earlier bundles of this spec: " + ", ".join(b.path.name for b in bundles)
     elif spec.hints is not None:
         source = f"the spec's hints ({spec.hints.source})"
-        if not (spec.hints.startup_s or spec.hints.compile_s):
+        if not (spec.hints.of("startup_s", "baseline") or spec.hints.of("compile_s", "baseline")):
             source += "; server starts and compilation are not included, the hints give none"
     elif any(arm.sim is not None for arm in spec.arms.values()):
         source = "the simulator arms' own profiles (their modelled stage times)"
     else:
         source = "nothing: no earlier bundle of this spec and no [hints] in it"
-    return Plan(spec, blocks, counts, seconds, disk, source, tuple(_problems(spec, lpips_dir, lock_path)))
+    if unpriced:
+        source += f"; {', '.join(unpriced)} priced as the baseline (no figure of their own)"
+    return Plan(spec, blocks, counts, seconds, disk, source, tuple(_problems(spec, lpips_dir, lock_path)),
+                device_estimates(spec, history) if not anchored else (), anchored)
 
 
 def _duration(seconds: float) -> str:
@@ -252,11 +373,48 @@ def block_groups(blocks: Iterable[Block]) -> str:
     return "; ".join(f"{name}: {', '.join(labels)}" for name, labels in groups)
 
 
+def _three(hours: tuple[float, float, float], unit: str) -> str:
+    """Mean / p90 / max in hours, or in minutes when even the maximum is under an hour (the simulator)."""
+    if max(hours) < 1:
+        return " / ".join(f"{h * 60:.1f}" for h in hours) + f" {unit} min"
+    return " / ".join(f"{h:.1f}" for h in hours) + f" {unit} h"
+
+
+def lossless_rate_line(spec: RunSpec) -> str:
+    """How often a truly lossless candidate is rejected by the lossless test over its durations."""
+    levels = [lossless_level(spec, d) for d in run_order(spec)]
+    if spec.protocol.design == "fixed":  # the exact level of the fixed design's processes
+        pairs = len(spec.protocol.order) // 2
+        baseline = control_blocks(spec) + pairs * len(series_of(spec))
+        rate = lossless_design.false_reject_per_candidate([(baseline, pairs)] * len(levels), levels)
+        how = f"exactly, with {baseline} baseline + {pairs} candidate processes per duration"
+    else:  # each duration's exact test is at most its level
+        rate = 1 - math.prod(1 - a for a in levels)
+        how = "at most: " + ", ".join(f"{a:g} at {d:g} s" for a, d in zip(levels, run_order(spec), strict=True))
+    n = len(spec.candidates)
+    some = f"; one of the {n} candidates in at most {1 - (1 - rate) ** n:.1%}" if n > 1 else ""
+    return f"lossless: a truly lossless candidate is rejected in {rate:.2%} of campaigns ({how}){some}"
+
+
+def _device_lines(p: Plan) -> list[str]:
+    if not p.device:
+        return ["expected device time: unknown (no cost for some arm or duration)"]
+    design = p.spec.protocol.design
+    lines = [f"expected device time of the {design} design (mean / p90 / max over {2000} simulated campaigns; "
+             "starts, stops, warmups, measured requests, audits and lossless controls):"]
+    for e in p.device:
+        extra = f"; held-out and profiling add at most {_three((e.extra_h,) * 3, 'wall').split(' / ')[-1]}" \
+            if e.extra_h else ""
+        fixed = (e.fixed.wall_h[0], e.fixed.wall_h[0], e.fixed.wall_h[0])
+        lines.append(f"  {e.scenario}: {_three(e.design.wall_h, 'wall')}, {_three(e.design.device_h, 'device')} "
+                     f"(fixed design: {_three(fixed, 'wall').split(' / ')[-1]}; every candidate PASS in "
+                     f"{e.pass_rate:.0%}){extra}")
+    return lines
+
+
 def plan_lines(p: Plan) -> list[str]:
     """The plan as the terminal shows it."""
-    warmups, measured, audit = p.requests_per_block
-    lines = [f"plan of {p.spec.name} (id {p.spec.spec_id[:16]}), order {p.spec.protocol.order}: per block "
-             f"{warmups} warmup + {measured} measured" + (f" + {audit} audit" if audit else "") + " requests"]
+    lines = [f"plan of {p.spec.name} (id {p.spec.spec_id[:16]}): {design_text(p.spec, anchored=p.anchored)}"]
     for duration in p.spec.workload.durations:
         blocks = [b for b in p.blocks if b.duration == duration]
         if blocks:
@@ -265,8 +423,12 @@ def plan_lines(p: Plan) -> list[str]:
     if p.seconds is None:
         lines.append(f"estimated wall time: unknown (no hint for some arm or duration; source: {p.source})")
     else:
-        lines.append(f"estimated wall time: {_duration(p.seconds)} for the blocks, quality on top "
-                     f"(source: {p.source})")
+        every = ("every planned block; a sequential campaign stops most series earlier"
+                 if p.spec.protocol.design == "sequential" else "the blocks")
+        lines.append(f"estimated wall time: {_duration(p.seconds)} for {every}, quality on top (source: {p.source})")
+    lines += _device_lines(p)
+    if p.spec.gates.lossless:
+        lines.append(lossless_rate_line(p.spec))
     lines.append(f"estimated disk for the bundle: {p.disk_bytes / 1e6:.1f} MB")
     lines += [f"problem: {problem}" for problem in p.problems] or ["problems found before launch: none"]
     return lines

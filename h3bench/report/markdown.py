@@ -74,6 +74,8 @@ def render_summary(contents: Contents, report: Path) -> str:
         lines += [_row(s) for s in rows]
         lines.append("")
         lines += [_gates_line(s) for s in rows]
+        lines += [f"- {s.candidate}: {s.verdict.looks.describe()}" for s in rows
+                  if s.verdict is not None and s.verdict.looks is not None]
     lines += ["", f"Full report: `{report}`"]
     if len(lines) > MAX_LINES:
         # Many candidates: keep the head and the path of the full report, which has everything.

@@ -123,6 +123,8 @@ def verdict_section(contents: Contents) -> str:
             if d.lossless_enabled:
                 reasons = "; ".join(d.lossless.reasons) if d.lossless else "not evaluated"
                 rows.append([_e(duration), "lossless", _badge(d.lossless_label), _e(reasons)])
+            if d.looks is not None:
+                rows.append([_e(duration), "design", _e(d.looks.design), _e(d.looks.describe())])
         parts.append(_table(["duration", "part", "outcome", "reasons"], rows))
     if contents.quality_version and len(contents.quality_versions) > 1:
         parts.append(_note(f"verdict.json was written by the run; the gate tables below use the newest stored "

@@ -25,7 +25,7 @@ from h3bench.runspec.schedule import series_of
 from h3bench.server.ports import LOCALHOST
 from h3bench.stats.speed import Percentile, RatioEstimate
 from h3bench.stats.stages import DERIVED_STAGE
-from h3bench.verdict.verdicts import ArmStats, DurationVerdict, GateValue, VerdictDocument, duration_key
+from h3bench.verdict.verdicts import ArmStats, DeviceTime, DurationVerdict, GateValue, VerdictDocument, duration_key
 
 __all__ = ["DERIVED_STAGE", "report_header", "stage_text", "summary_lines"]
 
@@ -53,7 +53,7 @@ def report_header(spec: RunSpec, *, arms: str, evidence: str, baseline_evidence:
 
 def stage_text(stats: ArmStats) -> str:
     """The stage medians as one terminal line, with a negative remainder reported as the data error it is."""
-    parts = [f"{stage} {value:.3f}" for stage, value in stats.stages.items()]
+    parts = [f"{stage} {value:.3f}" for stage, value in stats.stages]
     if stats.negative_remainders:
         parts.append(f"{DERIVED_STAGE}: DATA ERROR, E2E shorter than its stages in {stats.negative_remainders} "
                      "request(s)")
@@ -97,6 +97,8 @@ def _duration_lines(duration: float, candidate: str, d: DurationVerdict) -> list
     if ratio is not None and d.estimate is not None:
         lines.append(f"  ratio {ratio} over {d.estimate.k} {d.estimate.design}")
     lines += _reasons(f"speed {d.speed}", d.speed_reasons)
+    if d.looks is not None:
+        lines.append(f"  design: {d.looks.describe()}")
     lines += [f"  warmup: {check.describe()}" for check in d.warmup_flags]
     lines.append(f"  quality {d.quality_label} over {d.quality_pairs} matched pairs")
     if d.worst:
@@ -104,6 +106,16 @@ def _duration_lines(duration: float, candidate: str, d: DurationVerdict) -> list
     if d.lossless is not None:
         lines += _reasons(f"lossless {d.lossless.label}", d.lossless.reasons)
     return lines
+
+
+def _device_line(key: str, device: DeviceTime) -> str:
+    """One duration's device time, and what the fixed design would have spent."""
+    fixed = ""
+    if device.fixed_device_s:
+        fixed = (f", against {device.fixed_device_s / 3600:.3f} for the fixed design "
+                 f"({1 - device.device_s / device.fixed_device_s:+.0%} saved)")
+    return (f"device time {key}: {device.blocks_run} blocks run, {device.blocks_not_run} not run, "
+            f"{device.wall_s / 3600:.3f} h of wall time, {device.device_s / 3600:.3f} device-h{fixed}")
 
 
 def _effect_lines(spec: RunSpec, document: VerdictDocument) -> list[str]:
@@ -176,7 +188,7 @@ def _research_lines(spec: RunSpec, document: VerdictDocument, profiles: Sequence
 def summary_lines(spec: RunSpec, document: VerdictDocument, *, bundle: Path | None,
                   profiles: Sequence[Mapping[str, Any]] = ()) -> list[str]:
     """The campaign summary, from its verdict document; ``profiles``: the bundle's profiled requests."""
-    lines = [f"runspec {spec.name} (id {spec.spec_id[:16]}), order {spec.protocol.order}, "
+    lines = [f"runspec {spec.name} (id {spec.spec_id[:16]}), {document.design or 'order ' + spec.protocol.order}, "
              f"shutdown budget {spec.protocol.shutdown_budget_s:g} s for every arm"]
     for duration in spec.workload.durations:
         for candidate, verdict in document.candidates.items():
@@ -191,6 +203,7 @@ def summary_lines(spec: RunSpec, document: VerdictDocument, *, bundle: Path | No
     if not document.lpips_required:
         lines.append("LPIPS is not required by this RunSpec: quality verdicts do not include it.")
     lines += document.run_notes
+    lines += [_device_line(key, device) for key, device in document.device.items() if device.blocks_run]
     lines += _research_lines(spec, document, profiles)
     lines.append(f"evidence bundle: {bundle}")
     if document.diagnostic:  # every line of a DIAGNOSTIC run's summary starts with the word

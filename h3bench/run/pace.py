@@ -48,6 +48,7 @@ class Pace:
         self.spec = spec
         self.progress = progress
         self._estimate = estimate
+        self.status: Callable[[Block], str] = lambda block: ""  # the campaign's own words on where it stands
         self._costs: dict[tuple[float, str], StepTimes | None] = {}
         self._seen: dict[tuple[float, str, str], list[float]] = {}  # (duration, arm, phase) → seconds
         self._blocks: list[Block] = []
@@ -94,6 +95,8 @@ class Pace:
             if phase in steps else len(steps) - 1
         what = f"{block.duration:g}s {block.arm} {block.position}{block.letter} " + (
             "server start" if phase == "start" else f"{phase} {index + 1}/{max(steps.count(phase), index + 1)}")
+        status = self.status(block)
+        what += f" · {status}" if status else ""
         with self.progress.step(what, eta_s=self._expected(block, phase),
                                 campaign_left_s=lambda: self._left_after(block, position)) as current:
             yield current

@@ -48,7 +48,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from h3bench.quality.lossless import ALPHA as LOSSLESS_ALPHA
+from h3bench.quality.lossless_design import controls_at_pass, controls_before_pair, lossless_levels, pass_from_pairs
 from h3bench.runspec import BASELINE, RunSpec
+from h3bench.stats.blockstat import BlockBudget
+from h3bench.stats.sequential import DEARER_LOOKS, FIRST_LOOKS
 
 __all__ = [
     "CASE_FIXTURES",
@@ -61,7 +65,15 @@ __all__ = [
     "OutputRef",
     "Schedule",
     "Series",
+    "budget_of",
     "control_blocks",
+    "design_text",
+    "in_order_of_cost",
+    "interleaved_controls",
+    "looks_of",
+    "lossless_level",
+    "pass_from",
+    "run_order",
     "series_of",
     "spec_blocks",
 ]
@@ -172,28 +184,146 @@ def series_of(spec: RunSpec) -> tuple[Series, ...]:
     return tuple(found)
 
 
-def _series(duration: float, series: Series, order: str, design: Design) -> list[Block]:
+def _series(duration: float, series: Series, order: str, design: Design, *, start: int = 1) -> list[Block]:
     return [Block(duration, series.name, series.control if letter == "A" else series.arm, position,
                   "A" if letter == "A" else "B", design, series.control)
-            for position, letter in enumerate(order, start=1)]
+            for position, letter in enumerate(order, start=start)]
 
 
-def spec_blocks(spec: RunSpec, arms: str = "all", *, anchored: bool = False) -> tuple[Block, ...]:
+def budget_of(spec: RunSpec) -> BlockBudget:
+    """What each block measures: the spec's warmups, measured requests and audit."""
+    p = spec.protocol
+    return BlockBudget(p.warmups_per_block, p.requests_per_block, p.audit, p.audit and p.audit_counts)
+
+
+def design_text(spec: RunSpec, *, anchored: bool = False) -> str:
+    """How the blocks are run and judged, as the header, the plan and the verdict name it."""
+    p = spec.protocol
+    if anchored:
+        return f"candidate-only run: anchored order {p.anchored_order} against a stored baseline"
+    budget = budget_of(spec).describe()
+    if p.design == "fixed":
+        return f"fixed design: order {p.order} at every duration, {budget} per block"
+    looks = "; ".join(f"{d:g} s after {list(looks_of(spec, d))} pairs" for d in run_order(spec))
+    gate = ", a dearer duration only after a PASS at the cheaper" if in_order_of_cost(spec) else ""
+    return (f"sequential design: AB/BA pairs round-robin, {budget} per block, looks {looks}, {p.spending} spending"
+            f"{', futility at 1 - margin' if p.futility else ''}{gate}")
+
+
+def in_order_of_cost(spec: RunSpec) -> bool:
+    """Whether a dearer duration runs only for a candidate that passed the cheaper ones (unset: the sequential design)."""
+    chosen = spec.protocol.durations_in_order_of_cost
+    return chosen if chosen is not None else spec.protocol.design == "sequential"
+
+
+def run_order(spec: RunSpec) -> tuple[float, ...]:
+    """The durations in the order their blocks run: by cost (the hinted baseline request, else the length) or as given."""
+    durations = tuple(spec.workload.durations)
+    if not in_order_of_cost(spec):
+        return durations
+    hinted = (spec.hints.e2e_s.get(BASELINE, {}) if spec.hints is not None else {})
+    return tuple(sorted(durations, key=lambda d: (hinted.get(f"{d:g}", d), d)))
+
+
+def looks_of(spec: RunSpec, duration: float) -> tuple[int, ...]:
+    """The AB/BA pairs after which the series of ``duration`` are judged: one look at the end in the fixed design."""
+    protocol = spec.protocol
+    if protocol.design == "fixed":
+        return (len(protocol.order) // 2,)
+    index = run_order(spec).index(duration)
+    if protocol.looks is not None:
+        return protocol.looks[min(index, len(protocol.looks) - 1)]
+    return FIRST_LOOKS if index == 0 else DEARER_LOOKS
+
+
+def lossless_level(spec: RunSpec, duration: float) -> float:
+    """The relabelling test's level at ``duration``: the spec's per-candidate level split over the durations."""
+    levels = lossless_levels(len(spec.workload.durations), spec.protocol.lossless_per_candidate)
+    return levels[run_order(spec).index(duration)] if spec.protocol.design == "sequential" else LOSSLESS_ALPHA
+
+
+def pass_from(spec: RunSpec, duration: float, lossless_on: bool) -> int:
+    """The fewest pairs at which a series may PASS: where its lossless test can reach a verdict (sequential only)."""
+    if not lossless_on or spec.protocol.design != "sequential":
+        return 0
+    return pass_from_pairs(lossless_level(spec, duration))
+
+
+def _controls_plan(spec: RunSpec, duration: float, lossless_on: bool) -> tuple[list[int], int]:
+    """Where the lossless control blocks go: before which pairs (1-based), and how many after the last one.
+
+    Before a pair while the baseline processes would fall short of what the
+    lossless test needs (:func:`h3bench.quality.lossless_design.controls_before_pair`);
+    after the last pair as many as a series that passes at any look could
+    still be short of (:func:`~h3bench.quality.lossless_design.controls_at_pass`),
+    run only when one is (:meth:`h3bench.session.results.Results.not_needed`).
+    """
+    if not lossless_on:
+        return [], 0
+    n_series = len(series_of(spec))
+    alpha = lossless_level(spec, duration)
+    first_pass = pass_from(spec, duration, lossless_on)
+    looks = looks_of(spec, duration)
+    before, controls, at_look = [], 0, {}
+    for pair in range(1, looks[-1] + 1):
+        if controls_before_pair(pair, first_pass, controls + (pair - 1) * n_series, alpha):
+            before.append(pair)
+            controls += 1
+        at_look[pair] = controls + pair * n_series
+    after = max((controls_at_pass(n, at_look[n], alpha) for n in looks if n >= first_pass), default=0)
+    return before, after
+
+
+def _sequential(spec: RunSpec, duration: float, lossless_on: bool) -> list[Block]:
+    """The series' AB/BA pairs round-robin up to the last look, lossless control blocks between them where short.
+
+    Round-robin keeps every series' pairs close in time (a drift of the
+    outputs' nondeterminism then reaches all series alike).
+    """
+    blocks: list[Block] = []
+    before, after = _controls_plan(spec, duration, lossless_on)
+    controls = 0
+    for pair in range(1, looks_of(spec, duration)[-1] + 1):
+        if pair in before:
+            controls += 1
+            blocks += _series(duration, Series(CONTROLS, BASELINE), "A", "controls", start=controls)
+        for one in series_of(spec):
+            blocks += _series(duration, one, "AB" if pair % 2 else "BA", "paired", start=2 * pair - 1)
+    for _ in range(after):
+        controls += 1
+        blocks += _series(duration, Series(CONTROLS, BASELINE), "A", "controls", start=controls)
+    return blocks
+
+
+def interleaved_controls(spec: RunSpec, duration: float, lossless_on: bool) -> int:
+    """How many of a duration's control blocks run between its pairs; the rest run after the last pair."""
+    return len(_controls_plan(spec, duration, lossless_on)[0]) if spec.protocol.design == "sequential" else \
+        control_blocks(spec)
+
+
+def spec_blocks(spec: RunSpec, arms: str = "all", *, anchored: bool = False, lossless: bool | None = None
+                ) -> tuple[Block, ...]:
     """Per duration: the control blocks, then each series (:func:`series_of`); ``arms`` filters them.
 
     ``arms`` is ``all``, ``baseline`` (the ``A`` blocks) or ``candidate``
     (the ``B`` blocks). ``anchored`` gives a candidate-only run's blocks
-    instead: each series' anchored order, anchors included.
+    instead: each series' anchored order, anchors included. The sequential
+    design lists every block up to its last look: a series that stops at an
+    earlier look leaves the rest unrun (:meth:`Schedule.not_needed`).
+    ``lossless``: the lossless test is on (default: the spec's gate).
     """
+    lossless_on = spec.gates.lossless if lossless is None else lossless
     blocks: list[Block] = []
-    for duration in spec.workload.durations:
+    for duration in run_order(spec):
         if anchored:
             for series in series_of(spec):
                 blocks += _series(duration, series, spec.protocol.anchored_order, "anchored")
-            continue
-        blocks += _series(duration, Series(CONTROLS, BASELINE), "A" * control_blocks(spec), "controls")
-        for series in series_of(spec):
-            blocks += _series(duration, series, spec.protocol.order, "paired")
+        elif spec.protocol.design == "sequential":
+            blocks += _sequential(spec, duration, lossless_on)
+        else:
+            blocks += _series(duration, Series(CONTROLS, BASELINE), "A" * control_blocks(spec), "controls")
+            for series in series_of(spec):
+                blocks += _series(duration, series, spec.protocol.order, "paired")
     return tuple(b for b in blocks if anchored or arms == "all" or (arms == BASELINE) == (b.letter == "A"))
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Annotated, Any, Literal
 
@@ -114,12 +115,34 @@ class Protocol(Frozen):
     ``B`` a candidate block; without an ``A`` the speed verdict cannot be
     more than INCONCLUSIVE (:func:`h3bench.stats.speed.anchored_speed_report`).
 
+    ``design`` is ``fixed`` (every block of ``order`` at every duration, one
+    look at the end) or ``sequential`` (:mod:`h3bench.stats.sequential`):
+    the series' AB/BA pairs run round-robin, and after each planned look
+    (``looks``: AB/BA pairs per look, per duration in the order they run;
+    unset, a look after every pair from 2 to 8 at the cheapest duration and
+    after 3, 4 and 5 at the others) a candidate stops as soon as its interval
+    clears the margin either way, or can no longer reach PASS (``futility``).
+    The look levels spend each duration's level by ``spending`` (``hsd``
+    with ``spending_gamma``, ``obf`` or ``pocock``). With
+    ``durations_in_order_of_cost`` the shorter (cheaper) duration runs first,
+    and a dearer one only for a candidate that passed it. Both designs judge
+    the same way: the first-request rule (``first_request_level``,
+    :mod:`h3bench.stats.blockstat`) and the cache audit
+    (``audit_cache_ratio``, :mod:`h3bench.stats.cache_audit`).
+
     Each block gets ``warmups_per_block`` warmup requests, then
-    ``requests_per_block`` measured ones (at least 3, the campaign's floor),
-    then, when ``audit`` is on, one audit request with ``audit_seed``: its
-    output must differ from the fixed-seed outputs and its E2E must be within
-    ``audit_latency_tolerance`` (relative) of the block's median, or the
-    candidate is stopped. ``shutdown_budget_s`` is one budget for every arm,
+    ``requests_per_block`` measured ones, then, when ``audit`` is on, one
+    audit request with ``audit_seed``: its output must differ from the
+    fixed-seed outputs (else the block fails), and over the blocks of a
+    series its latency against the block's measured ones must not be a
+    cache's (the candidate's audit more than ``audit_cache_ratio`` slower,
+    relative to its measured requests, than the baseline's). With
+    ``audit_counts`` the audit's latency counts in the block's median (both
+    arms use the same audit seed, so it cancels in the ratio). A block's
+    median needs at least three counted requests, and the campaign at least
+    three measured requests per workload and arm. A lossless campaign holds
+    ``lossless_per_candidate`` per candidate, most of it at the dearest
+    duration (:func:`h3bench.quality.lossless_design.lossless_levels`). ``shutdown_budget_s`` is one budget for every arm,
     disclosed in the report. ``request_api`` is how a request is sent:
     ``sync`` (``POST /v1/videos/sync``, the E2E with no polling in it) or
     ``async`` (a job, polled; its progress shows while an hour-long request
@@ -131,15 +154,24 @@ class Protocol(Frozen):
     (:mod:`h3bench.run.profiling`).
     """
 
+    design: Literal["fixed", "sequential"] = "fixed"
     order: StrictStr = "ABBAABBA"
+    looks: tuple[tuple[Annotated[StrictInt, Field(ge=2)], ...], ...] | None = None
+    spending: Literal["hsd", "obf", "pocock"] = "hsd"
+    spending_gamma: StrictFloat = 0.0
+    futility: StrictBool = True
+    durations_in_order_of_cost: StrictBool | None = None  # unset: on in the sequential design only
     warmups_per_block: Annotated[StrictInt, Field(ge=1)] = 1
-    requests_per_block: Annotated[StrictInt, Field(ge=3)] = 3
+    requests_per_block: Annotated[StrictInt, Field(ge=2)] = 3
     request_timeout_s: _Positive
     startup_budget_s: _Positive
     shutdown_budget_s: _Positive
     audit: StrictBool = True
     audit_seed: Annotated[StrictInt, Field(ge=0)] = 1
-    audit_latency_tolerance: _Positive = 0.25
+    audit_counts: StrictBool = False
+    audit_cache_ratio: Annotated[StrictFloat, Field(gt=1)] = 2 ** 0.5
+    first_request_level: Annotated[StrictFloat, Field(gt=0, lt=1)] | None = 0.10
+    lossless_per_candidate: Annotated[StrictFloat, Field(gt=0, lt=1)] = 0.05
     request_api: Literal["sync", "async"] = "sync"
     telemetry_interval_s: _Positive = 10.0
     lossless_baseline_blocks: Annotated[StrictInt, Field(ge=0)] | None = None
@@ -155,6 +187,24 @@ class Protocol(Frozen):
                 "such as ABBA or ABBAABBA"
             )
         return value
+
+    @field_validator("looks")
+    @classmethod
+    def _increasing(cls, value: tuple[tuple[int, ...], ...] | None) -> tuple[tuple[int, ...], ...] | None:
+        for looks in value or ():
+            if not looks or any(b <= a for a, b in itertools.pairwise(looks)):
+                raise ValueError(f"looks {list(looks)} must be pair counts in increasing order, such as [2, 4, 6, 8]")
+        return value
+
+    @model_validator(mode="after")
+    def _block_budget(self) -> Protocol:
+        counted = self.requests_per_block + int(self.audit and self.audit_counts)
+        if self.audit_counts and not self.audit:
+            raise ValueError("audit_counts needs audit = true")
+        if counted < 3:
+            raise ValueError(f"a block's median needs at least three counted requests, got {counted}: "
+                             "requests_per_block = 3, or 2 with audit_counts = true")
+        return self
 
     @field_validator("anchored_order")
     @classmethod
@@ -225,12 +275,20 @@ class Hints(Frozen):
     ``e2e_s`` gives, per arm, the seconds of one request per duration
     (``{"5": 745.43, "15": 5887.24}``); ``startup_s`` one server start (weight
     load), ``compile_s`` what the first request adds (regional compilation),
-    ``shutdown_s`` one stop. ``source`` says where the figures come from.
+    ``shutdown_s`` one stop: each one figure for every arm, or a table by arm
+    (an arm it does not name gets the baseline's). ``source`` says where the
+    figures come from, and what a figure that was not measured was scaled from.
     """
 
     source: Annotated[StrictStr, Field(min_length=1)]
     e2e_s: dict[StrictStr, dict[StrictStr, _Positive]] = Field(default_factory=dict)
-    startup_s: Annotated[StrictFloat, Field(ge=0)] = 0.0
-    compile_s: Annotated[StrictFloat, Field(ge=0)] = 0.0
-    shutdown_s: Annotated[StrictFloat, Field(ge=0)] = 0.0
+    startup_s: Annotated[StrictFloat, Field(ge=0)] | dict[StrictStr, Annotated[StrictFloat, Field(ge=0)]] = 0.0
+    compile_s: Annotated[StrictFloat, Field(ge=0)] | dict[StrictStr, Annotated[StrictFloat, Field(ge=0)]] = 0.0
+    shutdown_s: Annotated[StrictFloat, Field(ge=0)] | dict[StrictStr, Annotated[StrictFloat, Field(ge=0)]] = 0.0
 
+    def of(self, name: Literal["startup_s", "compile_s", "shutdown_s"], arm: str) -> float:
+        """One arm's figure: its own, else the baseline's, else 0."""
+        value = getattr(self, name)
+        if isinstance(value, dict):
+            return float(value.get(arm, value.get("baseline", 0.0)) or 0.0)
+        return float(value)

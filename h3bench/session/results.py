@@ -26,21 +26,38 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from h3bench import __version__
+from h3bench import __version__, quality
 from h3bench.errors import EvidenceError, UsageError
 from h3bench.evidence import Bundle, require_verified
 from h3bench.host import telemetry
 from h3bench.outcome import Outcome, combine
 from h3bench.plan.design import design_warnings
 from h3bench.plan.preflight import diagnostic_reasons, is_diagnostic
-from h3bench.quality import VALIDATOR_VERSION
+from h3bench.quality import lossless_design
 from h3bench.run.records import BlockFailed, BlockResult, CandidateStopped, Sample, Stop, load_results
 from h3bench.runspec import BASELINE, RunSpec, parse_runspec, require_same_spec
-from h3bench.runspec.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule, series_of
+from h3bench.runspec.schedule import (
+    Block,
+    CandidateWorkload,
+    MatchedPair,
+    OutputRef,
+    Schedule,
+    control_blocks,
+    design_text,
+    in_order_of_cost,
+    interleaved_controls,
+    looks_of,
+    lossless_level,
+    run_order,
+    series_of,
+)
 from h3bench.session.settings import Settings
-from h3bench.stats import intervals, speed
+from h3bench.stats import intervals, sequential, speed
+from h3bench.stats.sequential import LookDecision
+from h3bench.stats.speed import RatioEstimate
 from h3bench.stats.stages import stage_median_values
 from h3bench.stats.warmup import warmup_checks
+from h3bench.verdict import looks
 from h3bench.verdict.judge import Judge, LosslessOutcome
 from h3bench.verdict.verdicts import (
     Acceptance,
@@ -48,8 +65,10 @@ from h3bench.verdict.verdicts import (
     BaselineLevel,
     BlockRecord,
     CandidateVerdict,
+    DeviceTime,
     DurationVerdict,
     HeldoutVerdict,
+    LookRecord,
     LosslessSummary,
     VerdictDocument,
     duration_key,
@@ -179,6 +198,9 @@ class Results:
             stop = self.stopped(block.candidate)
             if stop is not None:
                 raise CandidateStopped(f"candidate {block.candidate!r} was stopped: {stop.reason}")
+            why = self.not_needed(block)
+            if why is not None:
+                raise CandidateStopped(f"{block.id}: {why}")
             raise EvidenceError(f"{block.id}: the bundle holds no such block", path=str(self.bundle_path))
         if result.failure is not None:
             raise BlockFailed(result)
@@ -252,7 +274,8 @@ class Results:
             if e2e:
                 stages, negative = stage_median_values((s.e2e_s, s.stage_durations) for s in samples)
                 found.append(ArmStats(arm[0], len(e2e), statistics.median(e2e),
-                                      tuple(speed.percentile(e2e, q) for q in speed.PERCENTILES), stages, negative))
+                                      tuple(speed.percentile(e2e, q) for q in speed.PERCENTILES),
+                                      tuple(stages.items()), negative))
         return tuple(found)
 
     # -- the verdict ---------------------------------------------------------------------
@@ -265,6 +288,131 @@ class Results:
                                int(found.result.get("baseline_processes", 0)),
                                int(found.result.get("candidate_processes", 0)))
 
+    @property
+    def lossless_on(self) -> bool:
+        return self.judge.lossless_enabled
+
+    def decision(self, duration: float, series: str) -> LookDecision | None:
+        """The series' look decision from its blocks so far (None in a candidate-only run, or before a pair)."""
+        if self.schedule.anchored:
+            return None
+        return looks.decision(self.spec, duration, self.series(duration, series), lossless_on=self.lossless_on)
+
+    def not_needed(self, block: Block) -> str | None:
+        """Why a scheduled block need not run: its series stopped at a look, or did not pass a cheaper duration.
+
+        None when it must run. A lossless control block between the pairs is
+        needed while a series at its duration still runs; one after the last
+        pair, while a series that passed is short of the baseline processes
+        its lossless test needs.
+        """
+        if block.design == "anchored":
+            return None
+        order = run_order(self.spec)
+        earlier = order[: order.index(block.duration)] if in_order_of_cost(self.spec) else ()
+        if block.design == "controls":
+            return self._control_not_needed(block, earlier)
+        gate = next((why for d in earlier if (why := self._not_passed(d, block.candidate)) is not None), None)
+        if gate is not None:
+            return f"not run: {gate}"
+        found = self.decision(block.duration, block.candidate)
+        if found is not None and found.stop:
+            return (f"not run: {block.candidate} stopped at {block.duration:g} s, look {found.look} ({found.pairs} "
+                    f"pairs): {sequential.REASONS[found.reason_code]}")
+        return None
+
+    def _control_not_needed(self, block: Block, earlier: tuple[float, ...]) -> str | None:
+        if self.spec.protocol.design != "sequential":
+            return None
+        running, passed = [], []
+        for series in series_of(self.spec):
+            if any(self._not_passed(d, series.name) is not None for d in earlier):
+                continue
+            found = self.decision(block.duration, series.name)
+            if found is None or not found.stop:
+                running.append(series.name)
+            elif found.outcome is Outcome.PASS:
+                passed.append(found.pairs)
+        if block.position <= interleaved_controls(self.spec, block.duration, self.lossless_on):
+            return None if running else "not run: no series at this duration still runs"
+        baseline = sum(1 for r in self.ran.values() if r.block.duration == block.duration and r.block.letter == "A"
+                       and r.block.arm == BASELINE and r.ok)
+        alpha = lossless_level(self.spec, block.duration)
+        if any(baseline < lossless_design.baseline_needed(pairs, alpha) for pairs in passed):
+            return None
+        return "not run: every series that passed has the baseline processes its lossless test needs"
+
+    def _not_passed(self, duration: float, series: str) -> str | None:
+        found = self.decision(duration, series)
+        if found is not None and found.stop and found.outcome is Outcome.PASS:
+            return None
+        state = f"{found.outcome} at look {found.look}" if found is not None and found.stop else "no decision"
+        return f"{series} did not pass {duration:g} s ({state}), and a dearer duration runs only after a PASS"
+
+    def _speed(self, duration: float, candidate: str) -> tuple[Outcome, tuple[str, ...], RatioEstimate | None,
+                                                               LookDecision | None]:
+        """The duration's speed outcome, reasons and estimate: the look decision's, with the estimate's notes."""
+        report = self.speed(duration, candidate)
+        found = self.decision(duration, candidate)
+        if found is None or found.look is None or report is None:
+            if report is None:
+                return Outcome.INCONCLUSIVE, ("no complete AB/BA pair was measured",), None, found
+            return report.verdict.outcome, tuple(report.verdict.reasons), report.estimate, found
+        levels = dataclasses.replace(report.estimate.levels, pass_level=found.pass_level or 0.0,
+                                     fail_level=found.fail_level or 0.0)
+        estimate = dataclasses.replace(report.estimate, geomean=found.ratio, ci_low=found.lower,
+                                       ci_high=found.upper, levels=levels)
+        plain = (len(found.looks) == 1 and not found.first_requests_left_out
+                 and found.reason_code in (sequential.PASSED, sequential.FAILED, sequential.LAST_LOOK))
+        reasons = tuple(report.verdict.reasons) if plain else (found.reason, *report.estimate.notes)
+        return found.outcome, (*reasons, *found.notes), estimate, found
+
+    def _block_seconds(self, result: BlockResult) -> float:
+        """A block's wall time on its devices: start, warmup, the timed requests, stop."""
+        life = result.lifecycle
+        timed = sum(s.e2e_s for s in result.samples if s.phase != "heldout" and s.kind in ("measured", "audit")
+                    and s.e2e_s is not None)
+        return sum(v or 0.0 for v in (life.startup_s, life.warmup_s, life.shutdown_s)) + timed
+
+    def _devices(self, arm: str) -> int:
+        return max(1, len(getattr(self.spec.arms[arm], "device_ids", ()) or self.spec.hardware.device_ids))
+
+    def _fixed_s(self, ran: list[BlockResult], letters: str) -> float | None:
+        """What the fixed design's ``letters`` blocks would cost at the seconds these blocks took, on their devices."""
+        cost = {}
+        for letter in set(letters):
+            mine = [r for r in ran if r.block.letter == letter]
+            if not mine:
+                return None
+            cost[letter] = statistics.fmean(self._block_seconds(r) * self._devices(r.block.arm) for r in mine)
+        return sum(cost[letter] for letter in letters)
+
+    def _look_record(self, duration: float, candidate: str, found: LookDecision | None) -> LookRecord:
+        planned = self.schedule.series(duration, candidate)
+        ran = [r for b in planned if (r := self.ran.get(b.id)) is not None]
+        device = sum(self._block_seconds(r) * self._devices(r.block.arm) for r in ran)
+        p = self.spec.protocol
+        return LookRecord(
+            p.design, looks_of(self.spec, duration), found.look if found else None, found.pairs if found else 0,
+            bool(found and found.stop), sequential.REASONS[found.reason_code] if found else "continue",
+            bool(found and found.first_requests_left_out), tuple(r.block.id for r in ran),
+            tuple(b.id for b in planned if b.id not in self.ran), device, self._fixed_s(ran, p.order))
+
+    def device_time(self) -> dict[str, DeviceTime]:
+        """Per duration: the blocks that ran and did not, their wall and device time, and the fixed design's."""
+        out = {}
+        for duration in self.spec.workload.durations:
+            planned = [b for b in self.schedule.blocks if b.duration == duration]
+            ran = [r for b in planned if (r := self.ran.get(b.id)) is not None]
+            fixed = [self._fixed_s([r for r in ran if r.block.candidate == s.name], self.spec.protocol.order)
+                     for s in series_of(self.spec)]
+            controls = self._fixed_s([r for r in ran if r.block.letter == "A"], "A" * control_blocks(self.spec))
+            total = None if None in fixed or controls is None else sum(f for f in fixed if f) + controls
+            out[duration_key(duration)] = DeviceTime(
+                len(ran), len(planned) - len(ran), sum(self._block_seconds(r) for r in ran),
+                sum(self._block_seconds(r) * self._devices(r.block.arm) for r in ran), total)
+        return out
+
     def verdicts(self) -> dict[str, CandidateVerdict]:
         """Per candidate: speed, quality and lossless at each duration, and the stop rule that fired."""
         out = {}
@@ -272,18 +420,15 @@ class Results:
             candidate = series.name
             durations = {}
             for d in self.spec.workload.durations:
-                report = self.speed(d, candidate)
-                reasons: tuple[str, ...] = ("no complete AB/BA pair was measured",)
-                outcome, estimate = Outcome.INCONCLUSIVE, None
-                if report is not None:
-                    outcome, reasons, estimate = report.verdict.outcome, report.verdict.reasons, report.estimate
+                outcome, reasons, estimate, found = self._speed(d, candidate)
                 pairs = self.judge.pairs_of(candidate, d)
                 durations[duration_key(d)] = DurationVerdict(
-                    series.control, outcome, tuple(reasons), estimate,
+                    series.control, outcome, reasons, estimate,
                     self.judge.quality_outcome(pairs), len(pairs), self.judge.lossless_enabled,
                     self._lossless(candidate, d) if self.judge.lossless_enabled else None,
                     tuple(self.block_records(d, candidate)), self.arm_stats(self.series(d, candidate)),
-                    self.judge.worst_values(pairs))
+                    self.judge.worst_values(pairs),
+                    None if self.schedule.anchored else self._look_record(d, candidate, found))
             out[candidate] = CandidateVerdict(durations, self.stopped(candidate), self.telemetry_notes(candidate))
         return out
 
@@ -326,7 +471,8 @@ class Results:
             interrupted=interrupted, candidates=dict(verdicts if verdicts is not None else self.verdicts()),
             run_notes=self.run_notes(), heldout=dict(heldout or {}), accepted=accepted,
             baseline_evidence=str(self.stored_baseline.bundle_path) if self.stored_baseline else None,
-            lpips_required=self.spec.gates.lpips_required, baseline=self.baseline_levels())
+            lpips_required=self.spec.gates.lpips_required, baseline=self.baseline_levels(),
+            design=design_text(self.spec, anchored=self.schedule.anchored), device=self.device_time())
 
     def baseline_levels(self) -> dict[str, BaselineLevel]:
         """Per duration, the median of every successful baseline block's median (controls and anchors included)."""
@@ -362,7 +508,7 @@ class Results:
         """Record every quality result under this validator's version, beside any older one."""
         if not self.judge.pairs and not self.judge.lossless_results:
             return None
-        return self.bundle.write_quality(VALIDATOR_VERSION, self.judge.quality_document())
+        return self.bundle.write_quality(quality.VALIDATOR_VERSION, self.judge.quality_document())
 
     def judge_all(self) -> None:
         """Every matched pair whose outputs can be had, then the lossless judgement of every candidate workload."""
@@ -377,9 +523,9 @@ class Results:
 
     def validate(self) -> Outcome:
         """Run every quality comparison (and the lossless judgement) over stored outputs; the overall outcome."""
-        if VALIDATOR_VERSION in self.bundle.quality_versions():
+        if quality.VALIDATOR_VERSION in self.bundle.quality_versions():
             raise UsageError(
-                f"{self.bundle.path} is already validated with {VALIDATOR_VERSION}; its result is frozen, "
+                f"{self.bundle.path} is already validated with {quality.VALIDATOR_VERSION}; its result is frozen, "
                 "and only a newer validator version writes a new one beside it"
             )
         pairs = [p for p in self.schedule.cases("matched_pair")

@@ -82,6 +82,7 @@ class Runner:
         self._profiled = profiled_blocks(self.schedule.blocks) if spec.protocol.profile else set()
         self.interrupted: str | None = None  # why the session did not run to its end (set by finish)
         self.document: VerdictDocument | None = None  # what finish() wrote to verdict.json
+        pace.status = self.status
 
     @property
     def schedule(self) -> Any:
@@ -125,6 +126,19 @@ class Runner:
     def wrote_anything(self) -> bool:
         return self._bundle is not None
 
+    def status(self, block: Block) -> str:
+        """Where the block's series stands (its latest look and interval) and the device time spent so far."""
+        results = self.results
+        parts = []
+        found = results.decision(block.duration, block.candidate) if block.design == "paired" else None
+        if found is not None and found.look is not None and found.ratio is not None:
+            parts.append(f"look {found.look}/{len(found.looks)}: {found.ratio:.3f} [{found.lower:.3f}, "
+                         f"{found.upper:.3f}]")
+        spent = sum(d.device_s for d in results.device_time().values())
+        if spent:
+            parts.append(f"{spent / 3600:.2f} device-h spent")
+        return " · ".join(parts)
+
     # -- which blocks run ----------------------------------------------------------
 
     def select(self, cases: Iterable[Case]) -> None:
@@ -138,8 +152,13 @@ class Runner:
     @property
     def unfinished(self) -> list[Block]:
         """Selected blocks that neither ran nor were skipped by a stop rule."""
-        return [b for b in self.schedule.blocks
-                if self._needed(b) and b.id not in self.results.ran and self.results.stopped(b.candidate) is None]
+        return [b for b in self.schedule.blocks if self._needed(b) and self._to_run(b)]
+
+    def _to_run(self, block: Block) -> bool:
+        """Not run yet, its candidate not stopped, and not made unnecessary by a look."""
+        results = self.results
+        return (block.id not in results.ran and results.stopped(block.candidate) is None
+                and results.not_needed(block) is None)
 
     # -- running blocks --------------------------------------------------------------
 
@@ -155,6 +174,10 @@ class Runner:
             stop = results.stopped(block.candidate)
             if stop is not None:
                 raise CandidateStopped(f"candidate {block.candidate!r} was stopped: {stop.reason}")
+            why = results.not_needed(block)
+            if why is not None:
+                self.pace.finished(block)  # the campaign's ETA no longer counts it
+                raise CandidateStopped(f"{block.id}: {why}")
             measure = measure or PlainMeasure()
             result = run_block(self.spec, block, bundle=self.bundle, inputs=self.inputs, scratch=self.scratch,
                                measure=measure, campaign_id=self.session, pace=self.pace,
@@ -167,8 +190,7 @@ class Runner:
     def _run_earlier(self, block: Block) -> None:
         """Blocks run in schedule order: every selected block before this one that has not run, runs first."""
         for earlier in self.schedule.blocks[: self.schedule.index(block)]:
-            if (self._needed(earlier) and earlier.id not in self.results.ran
-                    and self.results.stopped(earlier.candidate) is None):
+            if self._needed(earlier) and self._to_run(earlier):
                 try:
                     self.run_block(earlier)
                 except BlockFailed:
@@ -176,8 +198,9 @@ class Runner:
 
     def run_selected(self, progress: Callable[[str], None]) -> None:
         """Run every selected block, in order (the xdist controller and ``h3bench run`` do this first)."""
+        announced: set[tuple[float, str]] = set()
         for block in self.schedule.blocks:
-            if not self._needed(block) or block.id in self.results.ran:
+            if not self._needed(block) or block.id in self.results.ran or self.results.not_needed(block):
                 continue
             progress(f"h3bench: block {block.id} ...")
             try:
@@ -188,6 +211,11 @@ class Runner:
                 progress(f"h3bench: block {block.id}: {exc.result.failure.headline}")
             except CandidateStopped as exc:
                 progress(f"h3bench: block {block.id}: {exc}")
+            key = (block.duration, block.candidate)
+            found = self.results.decision(*key) if block.design == "paired" else None
+            if found is not None and found.stop and key not in announced:
+                announced.add(key)
+                progress(f"h3bench: {block.candidate} at {block.duration:g} s: {found.reason}")
 
     # -- the end -----------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ in the fixed design (:func:`h3bench.stats.intervals.t_bounds`), but at the look'
 2. the lower bound lies above ``1 + margin`` (FAIL, "slower");
 3. the upper bound lies below ``1 - margin`` (PASS, "faster"), unless PASS is
    not yet allowed at that look (a lossless campaign whose lossless test
-   cannot reach a verdict yet, :mod:`h3bench.plan.lossless_design`);
+   cannot reach a verdict yet, :mod:`h3bench.quality.lossless_design`);
 4. futility: the estimate is at or above ``futility_ratio`` (by default
    ``1 - margin``) and a later look remains: INCONCLUSIVE, "can no longer
    reach PASS";
@@ -129,6 +129,8 @@ __all__ = [
 ]
 
 SPENDING = ("obf", "pocock", "hsd")
+FIRST_LOOKS = (2, 3, 4, 5, 6, 7, 8)  # the cheapest duration: a look after every pair, up to 8
+DEARER_LOOKS = (3, 4, 5)  # every dearer duration: its first look at 3 pairs (2 degrees of freedom), up to 5
 CALIBRATION_PATHS = 1 << 20  # Monte-Carlo error of a calibrated level: about 0.6 % of it at 0.025
 CALIBRATION_SEED = 2026_26
 # Why a series stopped (or did not): codes of SeriesOutcomes.reason.
@@ -271,7 +273,7 @@ def boundaries(
 
     ``futility_ratio`` ``"margin"`` means ``1 - margin``; ``pass_from`` is
     the fewest pairs at which PASS may be declared (a lossless campaign's
-    first feasible look, :func:`h3bench.plan.lossless_design.pass_from_pairs`).
+    first feasible look, :func:`h3bench.quality.lossless_design.pass_from_pairs`).
     """
     found = tuple(int(n) for n in looks)
     _check_looks(found)

@@ -29,7 +29,7 @@ from h3bench.quality.gates import LpipsSettings
 from h3bench.run.progress import Progress
 from h3bench.run.records import Stop
 from h3bench.runspec import RunSpec
-from h3bench.runspec.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule
+from h3bench.runspec.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule, lossless_level
 from h3bench.verdict.verdicts import GateValue
 
 if TYPE_CHECKING:  # torch loads only when LPIPS is measured
@@ -293,7 +293,8 @@ class Judge:
             bitwise = {f"candidate:{p.id}": self._digests_equal(p.baseline, p.candidate) for p in pairs}
             caveats = [_CROSS_DAY] if self.schedule.anchored else []
             verdict = lossless.judge(matrices, len(baseline), exact=bool(bitwise) and all(bitwise.values()),
-                                     metrics=metrics, alpha=lossless.ALPHA, caveats=caveats)
+                                     metrics=metrics, alpha=lossless_level(self.spec, case.duration),
+                                     caveats=caveats)
             self._verdicts[case.id] = verdict
             medians = {m: np.median(matrices[m], axis=0).tolist() for m in metrics} if processes else {}
             self._record({"kind": "lossless", "id": case.id, "candidate": case.candidate, "duration": case.duration,

@@ -37,9 +37,11 @@ __all__ = [
     "BlockRecord",
     "CandidateAcceptance",
     "CandidateVerdict",
+    "DeviceTime",
     "DurationVerdict",
     "GateValue",
     "HeldoutVerdict",
+    "LookRecord",
     "LosslessSummary",
     "VerdictDocument",
     "duration_key",
@@ -71,7 +73,7 @@ class ArmStats:
     n: int
     median_e2e_s: float
     percentiles: tuple[Percentile, ...]
-    stages: dict[str, float]  # median seconds per top-level stage, and the derived remainder
+    stages: tuple[tuple[str, float], ...]  # median seconds per top-level stage in pipeline order, the remainder last
     negative_remainders: int = 0  # requests whose E2E is shorter than their stages: a data error
 
 
@@ -101,6 +103,50 @@ class LosslessSummary:
 
 
 @dataclass(frozen=True)
+class LookRecord:
+    """Where a series stood when the run ended: its look, why it stopped, what ran, and the device time it cost.
+
+    ``fixed_device_s`` is what the fixed design's blocks (``order`` at every
+    duration) would have cost at the seconds these blocks took; None when an
+    arm ran no block to price it from.
+    """
+
+    design: str  # "fixed" or "sequential"
+    looks: tuple[int, ...]
+    look: int | None  # 1-based look of the decision; None before the first
+    pairs: int
+    stopped: bool
+    reason: str  # faster, slower, futility, last look, audit, continue
+    first_requests_left_out: bool
+    blocks_run: tuple[str, ...]
+    blocks_not_run: tuple[str, ...]
+    device_s: float
+    fixed_device_s: float | None = None
+
+    def describe(self) -> str:
+        where = (f"look {self.look} of {len(self.looks)} ({self.pairs} pairs)" if self.look is not None
+                 else f"before the first look ({self.pairs} pairs)")
+        state = f"stopped at {where}: {self.reason}" if self.stopped else f"ran to {where}"
+        saved = ""
+        if self.fixed_device_s:
+            saved = (f"; the fixed design: {self.fixed_device_s / 3600:.2f} device-h "
+                     f"({1 - self.device_s / self.fixed_device_s:+.0%} saved)")
+        return (f"{self.design} design, {state}; {len(self.blocks_run)} blocks run, {len(self.blocks_not_run)} not "
+                f"run; {self.device_s / 3600:.2f} device-h{saved}")
+
+
+@dataclass(frozen=True)
+class DeviceTime:
+    """One duration's blocks, every series and control together: what they cost, and what the fixed design would."""
+
+    blocks_run: int
+    blocks_not_run: int
+    wall_s: float
+    device_s: float
+    fixed_device_s: float | None
+
+
+@dataclass(frozen=True)
 class DurationVerdict:
     """One candidate at one duration."""
 
@@ -115,6 +161,7 @@ class DurationVerdict:
     blocks: tuple[BlockRecord, ...] = ()
     arms: tuple[ArmStats, ...] = ()
     worst: tuple[GateValue, ...] = ()
+    looks: LookRecord | None = None  # None: a candidate-only run's anchored design
 
     @property
     def outcomes(self) -> list[Outcome]:
@@ -210,6 +257,8 @@ class VerdictDocument:
     accepted: Acceptance | None = None
     baseline_evidence: str | None = None  # a candidate-only run: the stored bundle it is anchored to
     baseline: dict[str, BaselineLevel] = field(default_factory=dict)  # per duration, every baseline block
+    design: str = ""  # how the blocks were run and judged
+    device: dict[str, DeviceTime] = field(default_factory=dict)  # per duration
     lpips_required: bool = True
 
     @property
