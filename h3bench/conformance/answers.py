@@ -124,6 +124,7 @@ class Answer:
                 text += " " + json.dumps(body, sort_keys=True)
         elif body not in (None, ""):
             text += f" {body!r}"
+        text = " ".join(text.split())  # validation messages span lines
         return text if len(text) <= width else text[: width - 1] + "…"
 
     def to_dict(self) -> dict[str, Any]:

@@ -165,7 +165,7 @@ def parse_deliberate(data: Mapping[str, Any], *, source: str, probes: Collection
             raise UsageError(f"{where} ({probe}/{step}): fields must be a non-empty list of path patterns")
         if not (isinstance(why, str) and why.strip()):
             raise UsageError(f"{where} ({probe}/{step}): every deliberate difference says why")
-        out.append(Deliberate(probe, step, tuple(fields), why.strip()))
+        out.append(Deliberate(probe, step, tuple(fields), " ".join(why.split())))
     return tuple(out)
 
 
@@ -234,8 +234,15 @@ def render_table(comparison: Comparison, *, width: int = 58) -> str:
             lines.append(f"\n{row.probe} / {row.step}:")
             for difference in row.unexplained:
                 lines.append(f"  UNEXPLAINED {difference.describe()}")
+            by_entry: dict[Deliberate, list[FieldDifference]] = {}
             for difference, entry in row.deliberate:
-                lines.append(f"  deliberate  {difference.describe()}\n              why: {entry.why}")
+                by_entry.setdefault(entry, []).append(difference)
+            for entry, differences in by_entry.items():
+                shown = differences[:4]
+                lines += [f"  deliberate  {difference.describe()}" for difference in shown]
+                if len(differences) > len(shown):
+                    lines.append(f"  deliberate  ... and {len(differences) - len(shown)} more field(s)")
+                lines.append(f"    why: {' '.join(entry.why.split())}")
     for entry in comparison.stale:
         lines.append(f"\nSTALE deliberate entry {entry.probe} / {entry.step} {list(entry.fields)}: it matches no "
                      f"difference any more; remove it (why it was there: {entry.why})")

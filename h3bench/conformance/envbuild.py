@@ -24,7 +24,7 @@ dependencies is added to it.
 
 What a build measures (:class:`BuildReport`): bytes downloaded (the sizes
 pip prints for the files it downloads), the install's wall time, the
-environment's size on disk, and the import check's time.
+environment's size on disk, and the import check's time (made after a build only).
 """
 
 from __future__ import annotations
@@ -128,8 +128,8 @@ class BuildReport:
                  if self.reused else
                  f"built: {(self.download_bytes or 0) / gb:.2f} GB downloaded, installed in {self.install_s or 0:.0f} s")
         return (f"conformance environment {self.root} ({self.engine}{', derived recipe' if self.derived else ''}): "
-                f"{built}; {self.disk_bytes / gb:.1f} GB on disk; imports checked in {self.check_s:.1f} s "
-                f"({self.versions})")
+                f"{built}; {self.disk_bytes / gb:.1f} GB on disk"
+                + (f"; imports checked in {self.check_s:.1f} s" if not self.reused else "") + f" ({self.versions})")
 
 
 def environment_root(engine: str) -> Path:
@@ -257,9 +257,10 @@ def ensure_environment(engine: str = DEFAULT_ENGINE, *, root: Path | None = None
     except (OSError, ValueError):
         stamp = {}
     if stamp.get("digest") == want and venv_python.exists():
-        check_s, versions = _check(venv_python, log_path)
+        # Reused as the build's check left it (importing vLLM takes 20-40 s; the servers' start is the next check).
         return BuildReport(engine, str(root), py_version, True, recipe.requirements, recipe.derived,
-                           stamp.get("download_bytes"), stamp.get("install_s"), check_s, _disk_bytes(venv), versions)
+                           stamp.get("download_bytes"), stamp.get("install_s"), 0.0, _disk_bytes(venv),
+                           stamp.get("versions", ""))
 
     log_path.write_text(f"h3bench conformance environment {engine}: {' '.join(recipe.requirements)}\n", encoding="utf-8")
     if venv.exists():
@@ -284,7 +285,7 @@ def ensure_environment(engine: str = DEFAULT_ENGINE, *, root: Path | None = None
                 step=exc.step, exit_code=exc.exit_code, log_tail=exc.log_tail, log_path=exc.log_path) from None
         raise
     stamp_path.write_text(json.dumps({"digest": want, "engine": engine, "requirements": list(recipe.requirements),
-                                      "download_bytes": download, "install_s": install_s,
+                                      "download_bytes": download, "install_s": install_s, "versions": versions,
                                       "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}, indent=1),
                           encoding="utf-8")
     return BuildReport(engine, str(root), py_version, False, recipe.requirements, recipe.derived, download, install_s,
