@@ -123,10 +123,10 @@ class BuildReport:
 
     def describe(self) -> str:
         gb = 1e9
-        built = ("reused (built earlier" + (f": {self.download_bytes / gb:.2f} GB downloaded, installed in "
-                                             f"{self.install_s:.0f} s)" if self.install_s is not None else ")")
-                 if self.reused else
-                 f"built: {(self.download_bytes or 0) / gb:.2f} GB downloaded, installed in {self.install_s or 0:.0f} s")
+        figures = (f"{(self.download_bytes or 0) / gb:.2f} GB downloaded, installed in {self.install_s:.0f} s"
+                   if self.install_s is not None else "")
+        built = f"reused (built earlier: {figures})" if self.reused and figures else "reused" if self.reused else \
+            f"built: {figures}"
         return (f"conformance environment {self.root} ({self.engine}{', derived recipe' if self.derived else ''}): "
                 f"{built}; {self.disk_bytes / gb:.1f} GB on disk"
                 + (f"; imports checked in {self.check_s:.1f} s" if not self.reused else "") + f" ({self.versions})")
@@ -185,16 +185,16 @@ def _run(step: str, argv: Sequence[str], log_path: Path, *, env: Mapping[str, st
     with log_path.open("a", encoding="utf-8") as log:
         log.write(f"\n$ {' '.join(argv)}\n")
         log.flush()
-        process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   env=None if env is None else dict(env))
-        assert process.stdout is not None
         chunks = []
-        for line in process.stdout:
-            chunks.append(line)
-            log.write(line)
-            if echo and line.startswith(("Collecting", "Downloading", "Installing", "Successfully", "ERROR")):
-                print(f"  {line.rstrip()[:160]}", file=sys.stderr, flush=True)
-        code = process.wait()
+        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=None if env is None else dict(env)) as process:
+            assert process.stdout is not None
+            for line in process.stdout:
+                chunks.append(line)
+                log.write(line)
+                if echo and line.startswith(("Collecting", "Downloading", "Installing", "Successfully", "ERROR")):
+                    print(f"  {line.rstrip()[:160]}", file=sys.stderr, flush=True)
+            code = process.wait()
     output = "".join(chunks)
     if code != 0:
         raise EnvironmentBuildError(f"building the conformance environment failed at {step} (exit code {code}); "

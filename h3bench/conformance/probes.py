@@ -139,10 +139,10 @@ def _async_lifecycle(side: Side, inputs: ProbeInputs, data: dict[str, str], file
     side.call("content-after-delete", "GET", f"/v1/videos/{job}/content", target=target)
 
 
-def _form(inputs: ProbeInputs, **fields: str) -> dict[str, str]:
+def _form(inputs: ProbeInputs, **fields: str | None) -> dict[str, str]:
     """A minimal valid form with the canvas and a 4 s duration; ``fields`` override it (None removes a field)."""
-    data = {"prompt": inputs.prompt, "size": inputs.size, "seed": "0",
-            "extra_params": json.dumps({"task": "ref2va", "duration": 4.0})}
+    data: dict[str, str | None] = {"prompt": inputs.prompt, "size": inputs.size, "seed": "0",
+                                   "extra_params": json.dumps({"task": "ref2va", "duration": 4.0})}
     data.update(fields)
     return {k: v for k, v in data.items() if v is not None}
 
@@ -199,7 +199,7 @@ def _list_queries(side: Side, inputs: ProbeInputs) -> None:
 
 def _form_probe(**fields: str | None) -> Callable[[Side, ProbeInputs], None]:
     def run(side: Side, inputs: ProbeInputs) -> None:
-        side.call("post", "POST", "/v1/videos/sync", data=_form(inputs, **fields), files=inputs.references())  # type: ignore[arg-type]
+        side.call("post", "POST", "/v1/videos/sync", data=_form(inputs, **fields), files=inputs.references())
 
     return run
 

@@ -127,7 +127,7 @@ def _servers(engine: str, work: Path) -> Iterator[dict[str, tuple[ServerProcess,
 def _probe_phase(engine: str, work: Path) -> tuple[Comparison, list[ServerFacts], dict[str, Any]]:
     deliberate = load_deliberate(probes=probe_names())
     with _servers(engine, work) as servers:
-        upstream, upstream_url = servers["upstream"]
+        upstream_url = servers["upstream"][1]
         peak = {name: _rss_mb(server.pid) for name, (server, _) in servers.items()}
         sides = (
             Side("upstream", {"main": upstream_url, "fail-sync": upstream_url, "fail-async": upstream_url}),
