@@ -280,26 +280,9 @@ def main(argv: list[str] | None = None) -> int:
             _note(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}")
             sock.close()
             return 1
-        code = _serve(sock, settings, args)
+        return _serve(sock, settings, args)
     finally:
         shutil.rmtree(storage, ignore_errors=True)
-    _exit_now(code)
-    return code
-
-
-def _exit_now(code: int) -> None:
-    """Exit without the interpreter's teardown of vLLM and torch (5-15 s on 2 busy cores), when nothing is left to wait for.
-
-    Everything of ours is closed by now; only a child process would need the
-    normal exit, and the app starts none (then the normal exit runs).
-    """
-    import psutil
-
-    if psutil.Process().children():
-        return
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
 
 
 def _serve(sock: socket.socket, settings: StandInSettings, args: argparse.Namespace) -> int:
