@@ -192,7 +192,7 @@ def _run(step: str, argv: Sequence[str], log_path: Path, *, env: Mapping[str, st
             for line in process.stdout:
                 chunks.append(line)
                 log.write(line)
-                if echo and line.startswith(("Collecting", "Downloading", "Installing", "Successfully", "ERROR")):
+                if echo and line.startswith(("Installing", "Successfully", "ERROR")):
                     print(f"  {line.rstrip()[:160]}", file=sys.stderr, flush=True)
             code = process.wait()
     output = "".join(chunks)
