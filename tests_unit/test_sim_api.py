@@ -54,7 +54,8 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_health_and_models(client: httpx.Client) -> None:
     health = client.get("/health")
-    assert health.status_code == 200
+    # Upstream's body (vllm_omni api_server.health), which the conformance suite compares.
+    assert health.status_code == 200 and health.json() == {"status": "healthy"}
     models = client.get("/v1/models").json()
     assert models["object"] == "list"
     assert [card["id"] for card in models["data"]] == ["MiniMaxAI/MiniMax-H3"]
@@ -159,12 +160,22 @@ def big_upload(name: str, size: int, mime: str) -> list:
         pytest.param({"image_reference": "{"}, None, "Invalid JSON in form field.", id="bad-json-ref"),
         pytest.param({"audio_reference": json.dumps({"url": "x"})}, None, "needs one of audio_url", id="ref-keys"),
         pytest.param({"model": "other/model"}, None, "Model mismatch: request specifies 'other/model'", id="model"),
-        pytest.param({"seconds": "5.0"}, None, "seconds: String should match pattern", id="seconds-pattern"),
-        pytest.param({"size": "250 x 160"}, None, "size: String should match pattern", id="size-pattern"),
-        pytest.param({"fps": "0.5"}, None, "fps: Input should be greater than or equal to 1", id="fps-below-1"),
-        pytest.param({"prompt": None}, None, "prompt: Field required", id="no-prompt"),
-        pytest.param({"prompt": ""}, None, "prompt: Field required", id="empty-prompt"),
-        pytest.param({"num_inference_steps": "0"}, None, "num_inference_steps", id="steps"),
+        # FastAPI's layer, in vLLM's validation format (param asserted below).
+        pytest.param({"seconds": "5.0"}, None, "'loc': 'body.seconds', 'msg': \"String should match pattern",
+                     id="seconds-pattern"),
+        pytest.param({"size": "250 x 160"}, None, "'loc': 'body.size', 'msg': \"String should match pattern",
+                     id="size-pattern"),
+        pytest.param({"fps": "0.5"}, None, "'loc': 'body.fps', 'msg': 'Input should be greater than or equal to 1'",
+                     id="fps-below-1"),
+        pytest.param({"prompt": None}, None, "{'type': 'missing', 'loc': 'body.prompt', 'msg': 'Field required'",
+                     id="no-prompt"),
+        pytest.param({"prompt": ""}, None, "{'type': 'missing', 'loc': 'body.prompt', 'msg': 'Field required'",
+                     id="empty-prompt"),
+        # The request model's layer: pydantic's own message.
+        pytest.param({"num_inference_steps": "0"}, None, "1 validation error for VideoGenerationRequest\nnum_inference_steps",
+                     id="steps"),
+        pytest.param({"quality": "ultra"}, None, "quality must be one of ['lossless', 'high'], got 'ultra'",
+                     id="quality"),
         pytest.param(None, big_upload("ref.avi", 10, "video/x-msvideo"), "MP4 or MOV file.", id="video-suffix"),
         pytest.param(None, big_upload("ref.ogg", 10, "audio/ogg"), "WAV or MP3 file.", id="audio-suffix"),
         pytest.param(None, big_upload("ref.mp4", 50 * 2**20 + 1, "video/mp4"), "exceeds the 50 MiB", id="video-limit"),
@@ -186,11 +197,20 @@ def test_bad_requests_get_400_with_a_message(
         response = client.post(endpoint, data=data, files=uploads or big_upload("r.mp4", 1, "video/mp4"))
         assert response.status_code == 400, response.text
         assert message in error_message(response)
+        error = response.json()["error"]
+        if "'loc': 'body." in message:  # vLLM names the first failing form field
+            assert error["param"] == "body." + message.split("'loc': 'body.")[1].split("'")[0]
+            assert error["type"] == "Bad Request"
+        elif "VideoGenerationRequest" in message or "quality" in message:
+            assert error["type"] == "BadRequestError" and error["param"] is None
 
 
 def test_json_bodies_and_sdk_spread_dicts_are_refused(client: httpx.Client) -> None:
+    # A JSON body has no form fields, so no prompt, as upstream answers it (it used to be the simulator's own
+    # "takes multipart/form-data"; the conformance suite holds the simulator to upstream's answer).
     as_json = client.post("/v1/videos", json={"prompt": "x"})
-    assert as_json.status_code == 400 and "multipart/form-data" in error_message(as_json)
+    assert as_json.status_code == 400 and as_json.json()["error"]["param"] == "body.prompt"
+    assert "Field required" in error_message(as_json)
     spread = client.post("/v1/videos", data={"prompt": "x", "extra_params[task]": "ref2va"})
     assert spread.status_code == 400 and "json.dumps" in error_message(spread)
 
@@ -379,10 +399,15 @@ def test_worker_crash_fails_the_request_and_the_engine(sim_logs: Path, reference
         assert response.status_code == 500
         assert f"worker rank 1 (pid {crashed_pid}) died (killed by SIGKILL)" in error_message(response)
         assert not psutil.pid_exists(crashed_pid)  # dead and reaped by the API process
+        # Upstream's 503 body, {"status": "unhealthy"}, with the simulator's reason beside it.
         health = http.get("/health")
-        assert health.status_code == 503 and "engine is dead" in error_message(health)
+        assert health.status_code == 503 and health.json()["status"] == "unhealthy"
+        assert "engine is dead" in health.json()["reason"]
         again = http.post("/v1/videos/sync", data=form(), files=files(reference))
         assert again.status_code == 500 and "engine is dead" in error_message(again)
+        # An engine failure at the sync endpoint names the request, as vLLM-Omni's engine-error answer does.
+        assert again.json()["error"]["request_id"].startswith("video_sync-")
+        assert again.json()["error"]["type"] == "InternalServerError"
     assert "crashing in the middle of request" in server.log
 
 

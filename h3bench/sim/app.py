@@ -4,7 +4,12 @@
 :class:`~h3bench.sim.jobs.Simulator`; :func:`serve` binds, spawns the workers
 (:mod:`h3bench.sim.pool`) and serves until SIGTERM or SIGINT. Errors use
 vLLM's ``ErrorResponse`` body, ``{"error": {"message", "type", "param",
-"code"}}``, and request validation errors are 400, as in vLLM's ``build_app``.
+"code"}}``, and request validation errors are 400 in vLLM's format
+(``vllm/entrypoints/serve/exception_handling/handlers/validation.py``: the
+errors listed in the message, the first one's location as ``param``), as in
+vLLM's ``build_app``. Like vLLM, only FastAPI's ``HTTPException`` gets that
+body: a route that does not exist, or a method it does not take, keeps
+FastAPI's ``{"detail": ...}``.
 
 Differences from upstream, on purpose:
 
@@ -37,10 +42,9 @@ from pathlib import Path
 from typing import Any
 
 import uvicorn
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException
 
 from h3bench.errors import ServerStartError
 from h3bench.sim.jobs import Simulator
@@ -61,15 +65,54 @@ _SYNC_TIMEOUT_DEFAULT_S = 600.0
 _GRACEFUL_SHUTDOWN_S = 5  # uvicorn's wait for in-flight responses after SIGTERM
 
 
+_MAX_REPORTED_ERRORS = 10  # vLLM's bounds on what a validation error echoes
+_MAX_INPUT_CHARS = 200
+_MAX_ERROR_CHARS = 1000
+
+
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
-    return JSONResponse(error_body(exc.status_code, str(exc.detail)), status_code=exc.status_code, headers=exc.headers)
+    body = error_body(exc.status_code, str(exc.detail), error_type=getattr(exc, "error_type", None))
+    return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
+def _error_input(value: object) -> object:
+    """vLLM's size-bounded ``input`` of one validation error: text as is (cut at 200), containers described."""
+    if isinstance(value, (bytes, bytearray)):
+        return f"<{type(value).__name__} of {len(value)} bytes>"
+    if isinstance(value, (list, tuple, set, frozenset, dict)):
+        return f"<{type(value).__name__} of {len(value)} items>"
+    text = value if isinstance(value, str) else str(value)
+    return text[:_MAX_INPUT_CHARS] + "...[truncated]" if len(text) > _MAX_INPUT_CHARS else text
+
+
+def _format_error(error: dict[str, object]) -> str:
+    shown = dict(error)
+    if "input" in shown:
+        shown["input"] = _error_input(shown["input"])
+    loc = shown.get("loc")
+    if isinstance(loc, (tuple, list)):
+        shown["loc"] = ".".join(map(str, loc))
+    text = str(shown)
+    return text[:_MAX_ERROR_CHARS] + "...[truncated]" if len(text) > _MAX_ERROR_CHARS else text
 
 
 async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+    """vLLM's answer to a request that FastAPI refused: every error in the message, the first one's location as param."""
     assert isinstance(exc, RequestValidationError)
-    problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-    return JSONResponse(error_body(HTTPStatus.BAD_REQUEST, problems), status_code=HTTPStatus.BAD_REQUEST)
+    errors = list(exc.errors())
+    if errors:
+        label = "error" if len(errors) == 1 else "errors"
+        shown = errors[:_MAX_REPORTED_ERRORS]
+        message = f"{len(errors)} validation {label}:\n" + "".join(f"  {_format_error(e)}\n" for e in shown)
+        if len(errors) > len(shown):
+            message += f"  ...and {len(errors) - len(shown)} more {label}\n"
+        message = message.rstrip()
+    else:
+        message = "Validation error"
+    loc = errors[0].get("loc") if errors else None
+    param = ".".join(map(str, loc)) if loc else None
+    return JSONResponse(error_body(HTTPStatus.BAD_REQUEST, message, param=param), status_code=HTTPStatus.BAD_REQUEST)
 
 
 def create_app(

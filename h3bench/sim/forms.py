@@ -6,6 +6,13 @@ JSON fields, the model, how references combine, and H3's upload rules (at
 most 12 uploaded references, video ≤ 50 MiB as .mp4/.mov, audio ≤ 15 MiB as
 .wav/.mp3, image ≤ 30 MiB). A bad field is a 400 with vLLM's
 ``ErrorResponse`` body; an empty field counts as absent, as in FastAPI.
+Scalar fields are checked in upstream's two layers, each answered in its
+format: first the form parameters' types and ``Form(...)`` constraints,
+which FastAPI checks (:class:`FormFields`; a ``RequestValidationError``,
+answered by vLLM's validation handler with ``param: "body.fps"``), then the
+request model's (:class:`VideoGenerationRequest`: ranges, the quality
+levels; a pydantic ``ValidationError``, answered as ``BadRequestError`` with
+pydantic's message). A body that is not a form (JSON) has no prompt field.
 What H3 checks later, in its worker (task, reference counts, fps, duration,
 canvas), is :mod:`h3bench.sim.shape`.
 
@@ -27,12 +34,13 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import Request
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from fastapi import HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 from starlette.datastructures import FormData, UploadFile
-from starlette.exceptions import HTTPException
 
-__all__ = ["Form", "References", "SimRequest", "bad_request", "parse_request"]
+__all__ = ["Form", "FormFields", "References", "RequestModelError", "SimRequest", "VideoGenerationRequest",
+           "bad_request", "parse_request"]
 
 _MIB = 1024 * 1024
 _MAX_UPLOADS = 12
@@ -50,29 +58,105 @@ _URL_REFERENCES = {
 _JSON_FIELDS = (*_URL_REFERENCES, "lora", "extra_params")
 
 
-class Form(BaseModel):
-    """The scalar form fields of upstream's ``_parse_video_form``, with its constraints."""
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_QUALITY_LEVELS = ("lossless", "high")  # vllm_omni.inputs.data.DIFFUSION_QUALITY_LEVELS
+_SecondStr = Annotated[str, StringConstraints(pattern=r"^[1-9]\d*$")]
+_SizeStr = Annotated[str, StringConstraints(pattern=r"^\d+x\d+$")]
+
+
+class FormFields(BaseModel):
+    """The scalar parameters of upstream's ``_parse_video_form`` as FastAPI checks them: types and ``Form(...)`` constraints."""
 
     model_config = ConfigDict(extra="ignore")
 
     prompt: str
     model: str | None = None
-    seconds: Annotated[str, StringConstraints(pattern=r"^[1-9]\d*$")] | None = None
-    size: Annotated[str, StringConstraints(pattern=r"^\d+x\d+$")] | None = None
+    seconds: _SecondStr | None = None
+    size: _SizeStr | None = None
     user: str | None = None
-    width: Annotated[int, Field(ge=1)] | None = None
-    height: Annotated[int, Field(ge=1)] | None = None
-    num_frames: Annotated[int, Field(ge=1)] | None = None
+    width: int | None = None
+    height: int | None = None
+    num_frames: int | None = None
     fps: Annotated[float, Field(ge=1, allow_inf_nan=False)] | None = None
     aspect_ratio: str | None = None
     short_edge: Annotated[int, Field(ge=1)] | None = None
+    num_outputs_per_prompt: Annotated[int, Field(ge=1, le=10)] = 1
+    start_time_seconds: Annotated[float, Field(ge=0.0)] | None = None
     quality: str | None = None
-    num_inference_steps: Annotated[int, Field(ge=1, le=200)] | None = None
-    guidance_scale: Annotated[float, Field(ge=0, le=20)] | None = None
+    num_inference_steps: int | None = None
+    guidance_scale: float | None = None
+    guidance_scale_2: float | None = None
+    boundary_ratio: float | None = None
     flow_shift: float | None = None
+    true_cfg_scale: float | None = None
     seed: int | None = None
+    generate_sound: bool | None = None
+    sound_duration: Annotated[float, Field(gt=0.0)] | None = None
     negative_prompt: str | None = None
+    enable_frame_interpolation: bool | None = None
+    frame_interpolation_exp: Annotated[int, Field(ge=1)] | None = None
+    frame_interpolation_scale: Annotated[float, Field(gt=0.0)] | None = None
+    frame_interpolation_model_path: str | None = None
     return_stage_metrics: bool | None = None
+
+
+class VideoGenerationRequest(BaseModel):
+    """The request model's own constraints (upstream's ``protocol/videos.py``), which it checks after FastAPI.
+
+    Named as upstream's, so that pydantic's message names it the same way.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    prompt: str
+    model: str | None = None
+    seconds: _SecondStr | None = None
+    size: _SizeStr | None = None
+    user: str | None = None
+    width: Annotated[int, Field(ge=1, le=_INT64_MAX)] | None = None
+    height: Annotated[int, Field(ge=1, le=_INT64_MAX)] | None = None
+    fps: Annotated[float, Field(ge=1, le=_INT64_MAX, allow_inf_nan=False)] | None = None
+    num_frames: Annotated[int, Field(ge=1, le=_INT64_MAX)] | None = None
+    aspect_ratio: str | None = None
+    short_edge: Annotated[int, Field(ge=1, le=_INT64_MAX)] | None = None
+    num_outputs_per_prompt: Annotated[int, Field(ge=1, le=10)] = 1
+    start_time_seconds: Annotated[float, Field(ge=0.0)] | None = None
+    quality: str | None = None
+    negative_prompt: str | None = None
+    num_inference_steps: Annotated[int, Field(ge=1, le=200)] | None = None
+    guidance_scale: Annotated[float, Field(ge=0.0, le=20.0)] | None = None
+    guidance_scale_2: Annotated[float, Field(ge=0.0, le=20.0)] | None = None
+    boundary_ratio: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    flow_shift: float | None = None
+    true_cfg_scale: Annotated[float, Field(ge=0.0, le=20.0)] | None = None
+    seed: Annotated[int, Field(ge=_INT64_MIN, le=_INT64_MAX)] | None = None
+    generate_sound: bool = False
+    sound_duration: Annotated[float, Field(gt=0.0)] | None = None
+    enable_frame_interpolation: bool = False
+    frame_interpolation_exp: Annotated[int, Field(ge=1, le=_INT64_MAX)] = 1
+    frame_interpolation_scale: Annotated[float, Field(gt=0.0)] = 1.0
+    frame_interpolation_model_path: str | None = None
+    return_stage_metrics: bool | None = None
+
+    @field_validator("quality")
+    @classmethod
+    def _quality(cls, value: str | None) -> str | None:
+        if value is not None and value not in _QUALITY_LEVELS:
+            raise ValueError(f"quality must be one of {list(_QUALITY_LEVELS)}, got {value!r}")
+        return value
+
+
+# What the rest of the simulator reads of a request's scalar fields.
+Form = VideoGenerationRequest
+
+
+class RequestModelError(HTTPException):
+    """The request model refused the form (a pydantic ``ValidationError``): vLLM answers it as ``BadRequestError``."""
+
+    error_type = "BadRequestError"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(status_code=HTTPStatus.BAD_REQUEST, detail=message)
 
 
 @dataclass(frozen=True)
@@ -167,10 +251,11 @@ async def _reference_digest(upload: UploadFile, kind: str, *, check_suffix: bool
 
 
 async def parse_request(request: Request, served_model: str) -> SimRequest:
-    """Validate the multipart form of POST /v1/videos[/sync] the way upstream's ``_parse_video_form`` does."""
-    content_type = request.headers.get("content-type", "")
-    if not content_type.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
-        raise bad_request(f"POST {request.url.path} takes multipart/form-data; got content type {content_type or 'none'!r}")
+    """Validate the multipart form of POST /v1/videos[/sync] the way upstream's ``_parse_video_form`` does.
+
+    A body that is not a form (JSON, say) reads as an empty form, as in
+    FastAPI: it is answered "prompt: Field required".
+    """
     # Starlette answers a malformed multipart body with its own 400.
     form = await request.form(max_files=64, max_fields=256)
     try:
@@ -180,6 +265,7 @@ async def parse_request(request: Request, served_model: str) -> SimRequest:
 
 
 async def _parse_form(form: FormData, served_model: str) -> SimRequest:
+    raw = _form_fields(form)  # FastAPI's layer comes first, before any of the route's own code
     spread = sorted({key for key in form.keys() if "[" in key and key.split("[", 1)[0] in _JSON_FIELDS})
     if spread:
         raise bad_request(
@@ -192,7 +278,7 @@ async def _parse_form(form: FormData, served_model: str) -> SimRequest:
         value = json_values[name]
         if value is not None and not isinstance(value, dict):
             raise bad_request(f"Invalid JSON in form field: expected dict, got {type(value).__name__}.")
-    fields = _scalar_fields(form)
+    fields = _request_model(raw)
     if fields.model is not None and fields.model != served_model:
         raise bad_request(f"Model mismatch: request specifies '{fields.model}' but server is running '{served_model}'.")
     references = await _references(form, json_values)
@@ -201,9 +287,10 @@ async def _parse_form(form: FormData, served_model: str) -> SimRequest:
     return SimRequest(fields, json_values["extra_params"] or {}, references, seed)
 
 
-def _scalar_fields(form: FormData) -> Form:
+def _form_fields(form: FormData) -> FormFields:
+    """FastAPI's check of the form parameters: every failing field as one ``RequestValidationError``."""
     values = {}
-    for name in Form.model_fields:
+    for name in FormFields.model_fields:
         value = form.get(name)
         if value is None or value == "":
             continue
@@ -211,13 +298,20 @@ def _scalar_fields(form: FormData) -> Form:
             raise bad_request(f"{name} must be a text form field, not a file")
         values[name] = value
     try:
-        return Form.model_validate(values)
+        return FormFields.model_validate(values)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(map(str, e['loc']))}: {e['msg']}" + ("" if e["type"] == "missing" else f" (got {e['input']!r})")
-            for e in exc.errors()
-        )
-        raise bad_request(f"Invalid form field(s): {problems}") from exc
+        # FastAPI's shape: the location under "body", and no input for a missing field.
+        errors = [{**error, "loc": ("body", *error["loc"]), **({"input": None} if error["type"] == "missing" else {})}
+                  for error in exc.errors(include_url=False)]
+        raise RequestValidationError(errors) from None
+
+
+def _request_model(fields: FormFields) -> VideoGenerationRequest:
+    """The request model over the fields that were sent, as upstream builds it: pydantic's message on a refusal."""
+    try:
+        return VideoGenerationRequest.model_validate(fields.model_dump(exclude_unset=True))
+    except ValidationError as exc:
+        raise RequestModelError(str(exc)) from None
 
 
 def _url_items(name: str, value: Any) -> list[Any]:

@@ -30,7 +30,7 @@ import shutil
 import time
 import uuid
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -74,11 +74,13 @@ class VideoJob(BaseModel):
     expires_at: int | None = None
     file_name: str | None = None
     inference_time_s: float | None = None
-    stage_durations: dict[str, float] = Field(default_factory=dict)
-    peak_memory_mb: float = 0.0
     fps: float | None = None
     num_frames: int | None = None
     duration_s: float | None = None
+    metrics: dict[str, Any] | None = None  # with return_stage_metrics, upstream's profiler metrics; none here
+    stage_durations: dict[str, float] = Field(default_factory=dict)
+    peak_memory_mb: float = 0.0
+    action: dict[str, Any] | None = None  # action-capable models only
 
 
 def queued_job(model: str, request: SimRequest) -> VideoJob:

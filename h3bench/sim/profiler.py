@@ -24,7 +24,7 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse
 
 __all__ = ["TRACE_NAME", "Profiler", "parse_profiler_config", "profiler_router", "stage_spans"]
@@ -99,8 +99,8 @@ def _answer(request: Request, action: str) -> JSONResponse:
     try:
         profiler.start() if action == "start" else profiler.stop()
     except (RuntimeError, OSError) as exc:
-        detail = f"Failed to {action} profiler: {exc}"
-        return JSONResponse({"detail": detail}, status_code=HTTPStatus.INTERNAL_SERVER_ERROR)
+        # Upstream raises HTTPException, which vLLM's handler answers with its ErrorResponse.
+        raise HTTPException(HTTPStatus.INTERNAL_SERVER_ERROR, f"Failed to {action} profiler: {exc}") from exc
     return JSONResponse({"status": "SUCCESS"})
 
 

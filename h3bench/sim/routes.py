@@ -26,15 +26,14 @@ import uuid
 from http import HTTPStatus
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import FileResponse, JSONResponse, Response
-from starlette.exceptions import HTTPException
 
 from h3bench.sim.forms import parse_request
 from h3bench.sim.jobs import Simulator, VideoJob, log_completed, queued_job
 from h3bench.sim.worker import GenerationError
 
-__all__ = ["SYNC_TIMEOUT_ENV", "error_body", "router"]
+__all__ = ["SYNC_TIMEOUT_ENV", "engine_error_body", "error_body", "random_uuid", "router"]
 
 SYNC_TIMEOUT_ENV = "VLLM_OMNI_VIDEO_SYNC_TIMEOUT"
 
@@ -50,9 +49,22 @@ def _simulator(request: Request) -> Simulator:
 Sim = Annotated[Simulator, Depends(_simulator)]
 
 
-def error_body(status: int, message: str) -> dict[str, Any]:
-    """vLLM's ErrorResponse."""
-    return {"error": {"message": message, "type": HTTPStatus(status).phrase, "param": None, "code": status}}
+def error_body(status: int, message: str, *, error_type: str | None = None, param: str | None = None) -> dict[str, Any]:
+    """vLLM's ErrorResponse; ``type`` is the status's phrase unless given."""
+    return {"error": {"message": message, "type": error_type or HTTPStatus(status).phrase, "param": param,
+                      "code": status}}
+
+
+def engine_error_body(message: str, request_id: str) -> dict[str, Any]:
+    """vLLM-Omni's answer to a request its engine failed (``EngineGenerateError``; ``serve/utils/errors.py``)."""
+    body = error_body(HTTPStatus.INTERNAL_SERVER_ERROR, message, error_type="InternalServerError")
+    body["error"].update(request_id=request_id, error_stage_id=None)
+    return body
+
+
+def random_uuid() -> str:
+    """vLLM's ``random_uuid``: 16 hex digits (64 random bits), as in sync request ids and model permissions."""
+    return f"{uuid.uuid4().int & (2**64 - 1):016x}"
 
 
 def _lookup(sim: Simulator, video_id: str) -> VideoJob:
@@ -63,16 +75,18 @@ def _lookup(sim: Simulator, video_id: str) -> VideoJob:
 
 
 @router.get("/health")
-async def health(sim: Sim) -> Response:
+async def health(sim: Sim) -> JSONResponse:
+    """Upstream's answers, ``{"status": "healthy"}`` or 503 ``{"status": "unhealthy"}``; the simulator adds why."""
     if sim.pool.dead_reason is not None:
-        return JSONResponse(error_body(503, f"engine is dead: {sim.pool.dead_reason}"), status_code=503)
-    return Response(status_code=200)
+        body = {"status": "unhealthy", "reason": f"engine is dead: {sim.pool.dead_reason}"}
+        return JSONResponse(body, status_code=HTTPStatus.SERVICE_UNAVAILABLE)
+    return JSONResponse({"status": "healthy"})
 
 
 @router.get("/v1/models")
 async def models(sim: Sim) -> dict[str, Any]:
     permission = {
-        "id": f"modelperm-{uuid.uuid4().hex}",
+        "id": f"modelperm-{random_uuid()}",
         "object": "model_permission",
         "created": sim.started,
         "allow_create_engine": False,
@@ -110,7 +124,7 @@ async def create_video(raw: Request, sim: Sim) -> VideoJob:
 @router.post("/v1/videos/sync")
 async def create_video_sync(raw: Request, sim: Sim) -> Response:
     request = await parse_request(raw, sim.profile.model)
-    request_id = f"video_sync-{uuid.uuid4().hex}"
+    request_id = f"video_sync-{random_uuid()}"
     log.info("request %s: accepted (%s)", request_id, request.describe())
     output = sim.storage / f"{request_id}.mp4"
     start = time.perf_counter()
@@ -122,9 +136,11 @@ async def create_video_sync(raw: Request, sim: Sim) -> Response:
         raise HTTPException(HTTPStatus.GATEWAY_TIMEOUT, f"Video generation timed out after {timeout}s.") from None
     except GenerationError as exc:
         log.error("request %s: failed (%d): %s", request_id, exc.status_code, exc)
-        # Upstream: a client error (OmniClientError) keeps its message; anything else is prefixed.
-        message = str(exc) if exc.status_code < 500 else f"Video generation failed: {exc}"
-        raise HTTPException(exc.status_code, message) from exc
+        if exc.status_code >= 500:
+            # A failure in the engine: upstream's engine client raises EngineGenerateError, answered with the
+            # request id (vLLM-Omni's _create_engine_error_json_response).
+            return JSONResponse(engine_error_body(str(exc), request_id), status_code=exc.status_code)
+        raise HTTPException(exc.status_code, str(exc)) from exc  # a client error of H3's (OmniClientError)
     inference_s = time.perf_counter() - start
     body = output.read_bytes()
     output.unlink()

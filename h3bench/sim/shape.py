@@ -42,7 +42,7 @@ from h3bench.h3 import FPS, MAX_SECONDS, MIN_SECONDS, frame_count
 from h3bench.sim.forms import SimRequest
 from h3bench.sim.worker import GenerationError
 
-__all__ = ["Shape", "resolve_shape"]
+__all__ = ["Shape", "resolve_engine_shape", "resolve_shape"]
 
 _PARTITION = "ref2va"
 _DEFAULT_FRAMES = 124  # Ref2VA's length when no duration and no num_frames > 1 is given
@@ -74,17 +74,41 @@ def resolve_shape(request: SimRequest) -> Shape:
     GenerationError
         With ``status_code`` 400 and upstream's message.
     """
-    args = request.engine_args()
+    form, refs = request.form, request.references
+    width, height = form.width, form.height
+    if form.size is not None:
+        width, height = (int(side) for side in form.size.split("x"))
+    return resolve_engine_shape(
+        request.engine_args(), fps=form.fps, num_frames=form.num_frames, width=width, height=height,
+        images=refs.images, videos=refs.videos, audios=refs.audios,
+    )
+
+
+def resolve_engine_shape(
+    args: Mapping[str, Any], *, fps: float | None, num_frames: int | None, width: int | None, height: int | None,
+    images: int, videos: int, audios: int,
+) -> Shape:
+    """The same checks on what the pipeline receives: its ``extra_args``, fps, frame count, canvas and references.
+
+    ``width`` and ``height`` are the request's, ``size`` already applied. The
+    conformance suite's stand-in engine (:mod:`h3bench.conformance.standin`)
+    calls this with the values upstream's serving layer hands the engine.
+
+    Raises
+    ------
+    GenerationError
+        With ``status_code`` 400 and upstream's message.
+    """
     task = str(args.get("task") or _PARTITION).lower()
     if task != _PARTITION:
         raise _rejected(f"checkpoint partition {_PARTITION!r} supports [{_PARTITION!r}], got task={task!r}")
-    _check_reference_counts(request.references.images, request.references.videos, request.references.audios)
+    _check_reference_counts(images, videos, audios)
     target = args.get("target")
     if target is not None and not isinstance(target, Mapping):
         raise _rejected("MiniMax H3 extra_args['target'] must be an object")
     target = target or {}
-    frames = _frames(args, target, request.form.fps, request.form.num_frames)
-    width, height = _canvas(args, target, request)
+    frames = _frames(args, target, fps, num_frames)
+    width, height = _canvas(args, target, width, height)
     return Shape(width, height, frames)
 
 
@@ -128,15 +152,11 @@ def _frames(args: Mapping[str, Any], target: Mapping[str, Any], fps_sent: float 
     return frame_count(requested / fps)  # round(requested / 24 * 24) is requested, snapped up to 17n + 5
 
 
-def _canvas(args: Mapping[str, Any], target: Mapping[str, Any], request: SimRequest) -> tuple[int, int]:
+def _canvas(args: Mapping[str, Any], target: Mapping[str, Any], width: int | None, height: int | None) -> tuple[int, int]:
     ratio = _aspect_ratio(target.get("aspect_ratio", args.get("aspect_ratio")))
     short_edge = target.get("short_edge", args.get("short_edge", _SHORT_EDGE))
     if isinstance(short_edge, bool) or not isinstance(short_edge, int):
         raise _rejected(f"MiniMax H3 target.short_edge must be {_SHORT_EDGE}, got {short_edge!r}")
-    form = request.form
-    width, height = form.width, form.height
-    if form.size is not None:
-        width, height = (int(side) for side in form.size.split("x"))
     if width is None or height is None:
         if short_edge != _SHORT_EDGE:
             raise _rejected(f"MiniMax H3 target.short_edge must be {_SHORT_EDGE}, got {short_edge}")
