@@ -45,6 +45,7 @@ from starlette.exceptions import HTTPException
 from h3bench.errors import ServerStartError
 from h3bench.sim import BLOCK_ID_ENV
 from h3bench.sim.jobs import Simulator
+from h3bench.sim.metrics import metrics_router
 from h3bench.sim.pool import WorkerPool
 from h3bench.sim.profile import SimProfile
 from h3bench.sim.profiler import Profiler, profiler_router
@@ -95,6 +96,8 @@ def create_app(
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.include_router(router)
+    if profile.metrics_endpoint:  # upstream always mounts it (vLLM's build_app); off: a server without /metrics
+        app.include_router(metrics_router)
     if simulator.engine.profiler is not None:
         log.warning("Profiler endpoints are enabled (traces in %s)", profiler_dir)
         app.state.profiler = simulator.engine.profiler
