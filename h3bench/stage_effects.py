@@ -78,6 +78,7 @@ __all__ = [
     "paired_bounds",
     "part_source",
     "request_parts",
+    "request_parts_from_record",
     "stage_effects",
 ]
 
@@ -144,6 +145,19 @@ def request_parts(*, e2e_s: float, stage_durations: Mapping[str, float], metrics
             if value is not None:
                 parts[f"client:{key.removesuffix('_s')}"] = float(value)
     return parts
+
+
+def request_parts_from_record(record: Mapping[str, Any], *, requested_steps: int | None) -> dict[str, float]:
+    """:func:`request_parts` of a samples.jsonl line: ``e2e_s``, ``stage_durations``, ``inference_time_s``, and
+    ``server_metrics`` (:meth:`RequestMetrics.to_dict`) and ``phases`` (:meth:`RequestPhases.to_dict`) when present.
+    """
+    if record.get("e2e_s") is None:
+        raise UsageError(f"sample {record.get('request_id')!r} has no E2E: only successful requests have parts")
+    metrics, phases = record.get("server_metrics"), record.get("phases")
+    return request_parts(e2e_s=float(record["e2e_s"]), stage_durations=record.get("stage_durations") or {},
+                         metrics=RequestMetrics.from_dict(metrics) if metrics else None,
+                         phases=RequestPhases.from_dict(phases) if phases else None,
+                         requested_steps=requested_steps, inference_time_s=record.get("inference_time_s"))
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from h3bench.stage_effects import (
     BlockParts,
     paired_bounds,
     request_parts,
+    request_parts_from_record,
     stage_effects,
 )
 from tests_unit.sim_server import FAST, SIZE, SimServer, make_reference
@@ -227,6 +228,24 @@ def test_parts_of_a_request() -> None:
     assert parts == {E2E: 745.0, "profiler:diffuse": 700.0, "profiler:decode": 5.0, DIT_PER_FORWARD: 700.0 / 49,
                      MUX: 40.0, "server:generation": 740.0, "client:upload": 0.5, "client:download": 0.5,
                      "client:server_wait": 744.0}
+
+
+def test_parts_of_a_samples_record() -> None:
+    """The samples.jsonl shape proposed for the runner: the Sample's fields plus server_metrics and phases."""
+    metrics = RequestMetrics(True, "", {sm.DIFFUSION_EXEC_S: HistogramDelta(730.0, 1),
+                                        sm.VAE_DECODE_S: HistogramDelta(0.0, 0)})
+    phases = RequestPhases(0.5, 744.0, 0.5, 0.2, 1.0)
+    record = {"block_id": "5s-c-1A-baseline", "kind": "measured", "e2e_s": 745.0, "inference_time_s": 744.0,
+              "stage_durations": {P + "diffuse": 700.0}, "server_metrics": metrics.to_dict(),
+              "phases": phases.to_dict()}
+    parts = request_parts_from_record(record, requested_steps=50)
+    assert parts == request_parts(e2e_s=745.0, stage_durations={P + "diffuse": 700.0}, metrics=metrics,
+                                  phases=phases, requested_steps=50, inference_time_s=744.0)
+    assert parts[sm.DIFFUSION_EXEC_S] == 730.0 and sm.VAE_DECODE_S not in parts and parts["client:queue"] == 0.2
+    bare = request_parts_from_record({"e2e_s": 2.0, "stage_durations": {}}, requested_steps=50)
+    assert bare == {E2E: 2.0}  # a sample from before /metrics was scraped
+    with pytest.raises(UsageError, match="no E2E"):
+        request_parts_from_record({"request_id": "x", "e2e_s": None}, requested_steps=50)
 
 
 # -- real simulator servers -------------------------------------------------------------------
