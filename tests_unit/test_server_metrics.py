@@ -28,6 +28,7 @@ from h3bench.client import GenerationRequest, Reference, VideoClient
 from h3bench.h3 import STAGE_PREFIX
 from h3bench.ports import find_free_port
 from h3bench.server_metrics import HistogramDelta, RequestMetrics, Scrape
+from h3bench.sim.metrics import RequestTiming, observations
 from tests_unit.sim_server import FAST, SIZE, SimServer, make_reference
 
 MODEL = "MiniMaxAI/MiniMax-H3"
@@ -109,6 +110,19 @@ def test_request_metrics_round_trip(hist: dict, counters: dict, available: bool)
     original = RequestMetrics(available, "" if available else "why",
                               {k: HistogramDelta(s, float(c)) for k, (s, c) in hist.items()}, counters)
     assert RequestMetrics.from_dict(original.to_dict()) == original
+
+
+def test_the_simulator_derives_its_values_as_upstream_does() -> None:
+    """exec to the end of the VAE decode, forward and vae from profiler keys by upstream's suffixes."""
+    durations = {STAGE_PREFIX + "diffuse": 6.0, STAGE_PREFIX + "video_vae.decode_latent": 1.0,
+                 STAGE_PREFIX + "decode": 1.2, "Other.diffuse_extra": 5.0}
+    values = observations(RequestTiming(entered=10.0, started=10.5, decoded=18.5, post_decoded=18.75,
+                                        stage_durations=durations, steps=50))
+    assert values == {sm.DIFFUSION_EXEC_S: 8.0, sm.DIFFUSION_EXEC_PER_STEP_S: 8.0 / 50,
+                      sm.DIFFUSION_PREPROCESS_S: 0.0, sm.DIFFUSION_POSTPROCESS_S: 0.25, sm.STAGE_GEN_TIME_S: 8.25,
+                      sm.E2E_REQUEST_LATENCY_S: 8.75, sm.REQUEST_QUEUE_WAIT_S: 0.5, sm.DIFFUSION_FORWARD_S: 6.0}
+    other = observations(RequestTiming(0.0, 0.0, 1.0, 1.0, {"Pipe.vae.decode": 0.5}, 0))
+    assert other[sm.VAE_DECODE_S] == 0.5 and sm.DIFFUSION_EXEC_PER_STEP_S not in other
 
 
 # -- servers that have no /metrics, or a broken one -------------------------------------------

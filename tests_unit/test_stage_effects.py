@@ -146,6 +146,10 @@ def test_the_changed_stage_is_where_the_candidate_says(name: str) -> None:
     effect = effects.part(stage)
     assert effect.ratio_low is not None and effect.ratio_high is not None
     assert effect.ratio_low < target < effect.ratio_high < 1.0
+    # The difference is candidate minus baseline, in seconds: the pairs' mean of block-median differences.
+    paired = [b.median(stage) for b in campaign(CANDIDATES[name], 0)]
+    expected = np.mean([paired[i + (ORDER[i] == "A")] - paired[i + (ORDER[i] == "B")] for i in range(0, 8, 2)])
+    assert effect.difference_s == pytest.approx(expected) and effect.difference_high_s < 0
     assert all(effects.part(part).moved for part in changed)
     assert not any(effects.part(part).moved for part in unchanged), [
         (p, effects.part(p).ratio_low, effects.part(p).ratio_high) for p in unchanged if effects.part(p).moved]

@@ -16,6 +16,9 @@ Differences from upstream, on purpose:
   (:mod:`h3bench.sim.shape`).
 - Every request is served from the Ref2VA partition; the profiler's stage
   keys are always reported, as with ``--enable-diffusion-pipeline-profiler``.
+- ``GET /metrics`` carries vLLM-Omni's ``vllm_omni:`` families and the
+  process collectors (:mod:`h3bench.sim.metrics`), not vLLM's own ``vllm:*``
+  nor the HTTP instrumentator's; a profile can turn it off (404).
 """
 
 from __future__ import annotations
