@@ -208,3 +208,14 @@ def test_a_simulator_that_under_reports_forward_is_named(logs: Path, reference: 
     for result in live(logs, reference, tmp_path, "--underreport-stage", "vllm_omni:diffusion_forward_s"):
         assert names(result) == {"forward is diffuse"}, result.findings
         assert "falls" in result.findings[0] and "short of the profiler's diffuse" in result.findings[0]
+
+
+def test_the_simulator_refuses_an_unknown_stage_to_under_report() -> None:
+    from h3bench.errors import RunSpecError
+    from h3bench.sim.profile import parse_profile
+
+    with pytest.raises(RunSpecError, match="underreport_stage must be one of encode_prompt, _encode_local_media"):
+        parse_profile({"underreport_stage": "vae"}, source="test")
+    assert parse_profile({"underreport_stage": "decode", "underreport_factor": 0.0}, source="t").underreport_factor == 0
+    with pytest.raises(RunSpecError, match="underreport_factor"):
+        parse_profile({"underreport_stage": "decode", "underreport_factor": 1.0}, source="test")

@@ -118,7 +118,6 @@ def campaign(candidate: SimProfile, seed: int, *, order: str = ORDER, requests: 
 VIDEO_S = expected_shape(DURATION).video_duration_s
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CANDIDATES))
 def test_one_stage_moves_and_the_others_stay(name: str) -> None:
     changed, unchanged = MOVES[name]
