@@ -28,6 +28,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Literal
 
 from h3bench.errors import UsageError
 
@@ -36,13 +37,32 @@ __all__ = [
     "AUDIO_LATENTS_PER_SECOND",
     "AUDIO_SAMPLES_PER_LATENT",
     "AUDIO_SAMPLE_RATE",
+    "DENOISE_STEP_LATENCY_S",
+    "DIFFUSION_EXEC_PER_STEP_S",
+    "DIFFUSION_EXEC_S",
+    "DIFFUSION_FORWARD_S",
+    "DIFFUSION_POSTPROCESS_S",
+    "DIFFUSION_PREPROCESS_S",
+    "E2E_REQUEST_LATENCY_S",
     "FPS",
     "MAX_SECONDS",
+    "METRICS_PATH",
     "MIN_SECONDS",
+    "NUM_INFERENCE_STEPS",
+    "PREFIX",
+    "REQUESTS_FAILED",
+    "REQUESTS_SUCCESS",
+    "REQUEST_QUEUE_WAIT_S",
+    "SECONDS_BUCKETS",
+    "SECONDS_FAST_BUCKETS",
+    "STAGE_GEN_TIME_S",
     "STAGE_KEYS",
     "STAGE_PREFIX",
     "TOP_LEVEL_STAGES",
+    "UPSTREAM_METRICS",
+    "VAE_DECODE_S",
     "ExpectedShape",
+    "MetricSpec",
     "audio_sample_count",
     "expected_shape",
     "frame_count",
@@ -152,3 +172,90 @@ def mux_and_transfer_s(e2e_s: float, stage_durations: Mapping[str, float]) -> fl
 def workload_marker(seconds: float) -> str:
     """The pytest marker of a workload: ``ref2va_5s``, ``ref2va_15s``."""
     return f"ref2va_{seconds:g}s"
+
+
+# -- what vLLM-Omni 0.30.0 exports at GET /metrics for a diffusion model -------------------------------
+# vllm_omni/metrics/definitions.py declares the names, labels and buckets, modality.py and prometheus.py
+# register them, metrics/utils.py observe_diffusion_finalize fills them per request. The harness scrapes
+# them (h3bench.run.server_metrics) and the simulator exports them (h3bench.sim.metrics): both read them here.
+
+METRICS_PATH = "/metrics"
+PREFIX = "vllm_omni:"
+
+DIFFUSION_EXEC_S = PREFIX + "diffusion_exec_s"
+DIFFUSION_EXEC_PER_STEP_S = PREFIX + "diffusion_exec_per_step_s"
+DIFFUSION_PREPROCESS_S = PREFIX + "diffusion_preprocess_s"
+DIFFUSION_POSTPROCESS_S = PREFIX + "diffusion_postprocess_s"
+DIFFUSION_FORWARD_S = PREFIX + "diffusion_forward_s"
+VAE_DECODE_S = PREFIX + "vae_decode_s"
+DENOISE_STEP_LATENCY_S = PREFIX + "denoise_step_latency_s"
+NUM_INFERENCE_STEPS = PREFIX + "num_inference_steps"
+STAGE_GEN_TIME_S = PREFIX + "stage_gen_time_s"
+E2E_REQUEST_LATENCY_S = PREFIX + "e2e_request_latency_s"
+REQUEST_QUEUE_WAIT_S = PREFIX + "request_queue_wait_s"
+REQUESTS_SUCCESS = PREFIX + "requests_success"  # a counter: exposed as ..._total
+REQUESTS_FAILED = PREFIX + "requests_failed"
+
+# SECONDS_BUCKETS and SECONDS_FAST_BUCKETS of definitions.py
+SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0)
+SECONDS_FAST_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 60.0)
+_STAGE = ("model_name", "stage", "replica")
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One upstream family as vLLM-Omni 0.30.0 declares it; ``buckets`` None: prometheus_client's defaults."""
+
+    name: str
+    kind: Literal["histogram", "counter"]
+    unit: str
+    labels: tuple[str, ...]
+    buckets: tuple[float, ...] | None
+    help: str  # upstream's help text
+    h3: str  # what an H3 server observes in it, per request
+
+
+UPSTREAM_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec(DIFFUSION_EXEC_S, "histogram", "s", _STAGE, SECONDS_BUCKETS,
+               "DiT forward pass execution time per request in seconds.",
+               "engine add-request to output: the pipeline call (encode, DiT loop, VAE decode) and scheduler wait"),
+    MetricSpec(DIFFUSION_EXEC_PER_STEP_S, "histogram", "s", _STAGE, SECONDS_FAST_BUCKETS,
+               "DiT forward pass execution time per denoising step in seconds.",
+               "diffusion_exec_s / num_inference_steps (the configured 50, not the 49 DiT forwards)"),
+    MetricSpec(DIFFUSION_PREPROCESS_S, "histogram", "s", _STAGE, SECONDS_FAST_BUCKETS,
+               "Diffusion input preprocessing time per request in seconds.",
+               "0.0: H3 registers no pre_process_func"),
+    MetricSpec(DIFFUSION_POSTPROCESS_S, "histogram", "s", _STAGE, SECONDS_FAST_BUCKETS,
+               "Diffusion output postprocessing (VAE decode) time per request in seconds.",
+               "the engine's postprocess_output with H3's post-process func (layout to uint8), not the VAE"),
+    MetricSpec(DIFFUSION_FORWARD_S, "histogram", "s", _STAGE, SECONDS_BUCKETS,
+               "Diffusion forward-only latency in seconds (denoise loop; excludes preprocess / postprocess / VAE "
+               "decode / KV load). Absent when the pipeline profiler is off.",
+               "the profiler's MiniMaxH3Pipeline.diffuse"),
+    MetricSpec(VAE_DECODE_S, "histogram", "s", _STAGE, SECONDS_BUCKETS,
+               "VAE decode latency in seconds (latents -> pixels/audio/video).",
+               "never: no H3 profiler key ends with .vae.decode"),
+    MetricSpec(DENOISE_STEP_LATENCY_S, "histogram", "s", _STAGE, SECONDS_FAST_BUCKETS,
+               "Mean per-step denoise forward latency in seconds (forward_time / num_inference_steps).",
+               "never: observed for image outputs only"),
+    MetricSpec(NUM_INFERENCE_STEPS, "histogram", "steps", ("model_name",), None,
+               "Diffusion step count distribution per request.",
+               "the configured num_inference_steps (50; H3 runs 49 DiT forwards)"),
+    MetricSpec(STAGE_GEN_TIME_S, "histogram", "s", ("model_name", "stage", "stage_type"), SECONDS_BUCKETS,
+               "Per-stage generation time in seconds for diffusion / image stages.",
+               "stage submit to its output: preprocess, exec, postprocess and the engine's IPC"),
+    MetricSpec(E2E_REQUEST_LATENCY_S, "histogram", "s", ("model_name",), SECONDS_BUCKETS,
+               "Pipeline-global end-to-end request latency in seconds (user arrival to complete response).",
+               "pipeline arrival to finalize, before the API muxes the MP4 and sends it"),
+    MetricSpec(REQUEST_QUEUE_WAIT_S, "histogram", "s", ("model_name",), SECONDS_BUCKETS,
+               "Per-request queue wait between submit arrival and stage submit, in seconds.",
+               "the orchestrator's queue wait"),
+    MetricSpec(REQUESTS_SUCCESS, "counter", "requests", ("model_name", "finished_reason"), None,
+               "Total requests by completion reason (stop / length / abort / ...).",
+               "+1 per completed request"),
+    MetricSpec(REQUESTS_FAILED, "counter", "requests", ("model_name", "reason"), None,
+               "Total requests by failure reason.",
+               "+1 per failed request"),
+)
+
+

@@ -29,10 +29,10 @@ from typing import Any
 
 import httpx
 
-from h3bench.client import GenerationRequest, Reference
 from h3bench.conformance.answers import Answer, normalize_response
 from h3bench.conformance.standin import FAIL_KEY
 from h3bench.errors import RequestError
+from h3bench.run.client import GenerationRequest, Reference
 
 __all__ = ["PROBES", "Probe", "ProbeInputs", "Side", "probe_names", "run_probes"]
 

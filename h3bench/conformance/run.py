@@ -11,7 +11,7 @@ Four phases, each of which fails the step with its reason:
    ``h3bench/data/conformance_deliberate.toml`` does not list (or an entry
    there that no longer matches) fails the step. Upstream's ready time and
    RSS are measured here.
-3. **Client**: h3bench's own client (:class:`h3bench.client.VideoClient`)
+3. **Client**: h3bench's own client (:class:`h3bench.run.client.VideoClient`)
    generates once in each request mode against upstream's app, and each
    output passes H3's expected-duration checks.
 4. **Campaign**: ``h3bench run --runspec fixtures/runspecs/conformance.toml``
@@ -45,7 +45,7 @@ from h3bench.conformance.envbuild import DEFAULT_ENGINE, REPO_ROOT, ensure_envir
 from h3bench.conformance.probes import ProbeInputs, Side, probe_names, run_probes
 from h3bench.conformance.serve import ENGINE_ENV
 from h3bench.errors import H3BenchError
-from h3bench.server import ServerProcess
+from h3bench.server.process import ServerProcess
 
 __all__ = ["CAMPAIGN_SPEC", "ServerFacts", "main"]
 
@@ -151,8 +151,8 @@ def _probe_phase(engine: str, work: Path) -> tuple[Comparison, list[ServerFacts]
 
 def _client_phase(url: str, work: Path) -> dict[str, Any]:
     """h3bench's client in both request modes against upstream's app; each output must have H3's shape."""
-    from h3bench.client import GenerationRequest, Reference, VideoClient
     from h3bench.quality.expected import expected_duration_checks
+    from h3bench.run.client import GenerationRequest, Reference, VideoClient
 
     request = GenerationRequest(prompt=INPUTS.prompt, duration_s=4.0, size=INPUTS.size, num_inference_steps=4,
                                 references=(Reference.from_path(INPUTS.video), Reference.from_path(INPUTS.audio)))

@@ -39,6 +39,7 @@ import httpx
 
 from h3bench.errors import RequestError, UsageError
 from h3bench.h3 import mux_and_transfer_s
+from h3bench.run.phases import PhaseClock, RequestPhases, job_queue_s
 
 __all__ = [
     "GenerationRequest",
@@ -136,6 +137,7 @@ class GenerationResult:
     output_path: Path
     sha256: str
     size_bytes: int
+    phases: RequestPhases | None = None  # upload, server wait, download (h3bench.run.phases)
 
     @property
     def mux_and_transfer_s(self) -> float | None:
@@ -156,6 +158,7 @@ class GenerationResult:
             "sha256": self.sha256,
             "size_bytes": self.size_bytes,
             "derived": {"mux_and_transfer_s": self.mux_and_transfer_s},
+            "phases": self.phases.to_dict() if self.phases is not None else None,
         }
 
 
@@ -240,12 +243,15 @@ class VideoClient:
         output = Path(output_path)
         with self._translate("POST /v1/videos/sync"), _open_references(request) as files:
             t0 = time.perf_counter()
+            clock = PhaseClock(t0)
             with self._http.stream(
-                "POST", "/v1/videos/sync", data=request.form_fields(self.model), files=files
+                "POST", "/v1/videos/sync", data=request.form_fields(self.model), files=files,
+                extensions={"trace": clock.trace("upload")},
             ) as response:
                 _raise_for_status(response)
                 sha, size = _save(response, output)
-                e2e = time.perf_counter() - t0
+                end = time.perf_counter()
+                e2e = end - t0
         headers = response.headers
         return GenerationResult(
             mode="sync",
@@ -259,6 +265,7 @@ class VideoClient:
             output_path=output,
             sha256=sha,
             size_bytes=size,
+            phases=clock.phases(end, download="upload"),
         )
 
     def generate_async(
@@ -274,16 +281,20 @@ class VideoClient:
         output = Path(output_path)
         with self._translate("POST /v1/videos"), _open_references(request) as files:
             t0 = time.perf_counter()
-            response = self._http.post("/v1/videos", data=request.form_fields(self.model), files=files)
+            clock = PhaseClock(t0)
+            response = self._http.post("/v1/videos", data=request.form_fields(self.model), files=files,
+                                       extensions={"trace": clock.trace("upload")})
             _raise_for_status(response)
             job_id = str(response.json()["id"])
         with self._translate(f"GET /v1/videos/{job_id}"):
             job = self._wait_for_job(job_id, deadline=t0 + self.timeout, on_poll=on_poll)
         with self._translate(f"GET /v1/videos/{job_id}/content"):
-            with self._http.stream("GET", f"/v1/videos/{job_id}/content") as response:
+            with self._http.stream("GET", f"/v1/videos/{job_id}/content",
+                                   extensions={"trace": clock.trace("download")}) as response:
                 _raise_for_status(response)
                 sha, size = _save(response, output)
-                e2e = time.perf_counter() - t0
+                end = time.perf_counter()
+                e2e = end - t0
         metrics = job.get("metrics") or {}
         return GenerationResult(
             mode="async",
@@ -297,6 +308,7 @@ class VideoClient:
             output_path=output,
             sha256=sha,
             size_bytes=size,
+            phases=clock.phases(end, queue=job_queue_s(job)),
         )
 
     # -- helpers -------------------------------------------------------------

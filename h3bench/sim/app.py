@@ -21,6 +21,9 @@ Differences from upstream, on purpose:
   (:mod:`h3bench.sim.shape`).
 - Every request is served from the Ref2VA partition; the profiler's stage
   keys are always reported, as with ``--enable-diffusion-pipeline-profiler``.
+- ``GET /metrics`` carries vLLM-Omni's ``vllm_omni:`` families and the
+  process collectors (:mod:`h3bench.sim.metrics`), not vLLM's own ``vllm:*``
+  nor the HTTP instrumentator's; a profile can turn it off (404).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from fastapi.responses import JSONResponse
 
 from h3bench.errors import ServerStartError
 from h3bench.sim.jobs import Simulator
+from h3bench.sim.metrics import metrics_router
 from h3bench.sim.pool import WorkerPool
 from h3bench.sim.profile import SimProfile
 from h3bench.sim.profiler import Profiler, profiler_router
@@ -140,6 +144,8 @@ def create_app(
     app.add_exception_handler(HTTPException, _http_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.include_router(router)
+    if profile.metrics_endpoint:  # upstream always mounts it (vLLM's build_app); off: a server without /metrics
+        app.include_router(metrics_router)
     if simulator.engine.profiler is not None:
         log.warning("Profiler endpoints are enabled (traces in %s)", profiler_dir)
         app.state.profiler = simulator.engine.profiler

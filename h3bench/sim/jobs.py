@@ -25,6 +25,7 @@ async jobs.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import shutil
 import time
@@ -38,6 +39,7 @@ from pydantic import BaseModel, Field
 from h3bench.h3 import FPS, STAGE_PREFIX, audio_sample_count
 from h3bench.sim.content import ContentSpec, content_key
 from h3bench.sim.forms import SimRequest
+from h3bench.sim.metrics import RequestTiming, SimMetrics, underreport_stages
 from h3bench.sim.pool import WorkerPool
 from h3bench.sim.profile import SimProfile
 from h3bench.sim.profiler import Profiler
@@ -137,6 +139,10 @@ class Engine:
         self._count = 0
         self._cache: dict[bytes, tuple[Path, WorkerResult]] = {}
         self.profiler: Profiler | None = None  # with --profiler-config (h3bench.sim.profiler)
+        stage, factor = profile.underreport_stage, profile.underreport_factor
+        # A profiler method is under-reported in the stage durations, a vllm_omni: family in /metrics only.
+        self._misreported_method = stage if stage is not None and ":" not in stage else None
+        self.metrics = SimMetrics(profile.model, (stage, factor) if stage is not None and ":" in stage else None)
 
     async def generate(self, request: SimRequest, request_id: str, output: Path) -> WorkerResult:
         spec = content_of(request)
@@ -146,6 +152,7 @@ class Engine:
             log.warning("request %s: answered from the output cache (cache_outputs)", request_id)
             return cached[1]
         started = time.time()
+        entered = now()
         async with self._lock:
             if self.pool.dead_reason is not None:
                 raise GenerationError(f"engine is dead: {self.pool.dead_reason}")
@@ -177,12 +184,26 @@ class Engine:
                 # The workers finish anyway; nobody will fetch the file.
                 future.add_done_callback(lambda _: output.unlink(missing_ok=True))
                 raise
+            except GenerationError:
+                self.metrics.failed()
+                raise
+        result = self._observe(result, entered, job.started, len(plan.step_s) + 1)
         if self.profiler is not None:
             self.profiler.record(request_id, started, result.stage_durations)
         if profile.cache_outputs:
             kept = self.storage / f"cache-{spec.key.hex()}.mp4"
             shutil.copyfile(output, kept)
             self._cache[spec.key] = (kept, result)
+        return result
+
+    def _observe(self, result: WorkerResult, entered: float, started: float, steps: int) -> WorkerResult:
+        """The result as the server reports it (a misreported stage), observed once in /metrics."""
+        if self._misreported_method is not None:
+            durations = underreport_stages(result.stage_durations, self._misreported_method,
+                                           self.profile.underreport_factor)
+            result = dataclasses.replace(result, stage_durations=durations)
+        self.metrics.observe(RequestTiming(entered, started, result.marks["decoded"], result.marks["post_decoded"],
+                                           result.stage_durations, steps))
         return result
 
 

@@ -117,6 +117,14 @@ class SimProfile(BaseModel):
         default_factory=list, description="request seeds whose output gets degrade_video_noise")
     degrade_video_noise: _NonNegative = Field(12.0, description="Gaussian sigma added at the degrade_seeds")
 
+    # /metrics: vLLM-Omni's Prometheus histograms (h3bench.sim.metrics), and a server that misreports one stage.
+    metrics_endpoint: StrictBool = Field(True, description="serve GET /metrics; off: 404, as a server without it")
+    underreport_stage: StrictStr | None = Field(
+        None, description="a profiler method (decode, diffuse, ...) or a vllm_omni: histogram the server "
+                          "under-reports: its reported seconds are multiplied by underreport_factor")
+    underreport_factor: Annotated[StrictFloat, Field(ge=0, lt=1)] = Field(
+        0.5, description="factor on the under-reported stage's seconds; 0 leaves it out (a profiler that misses it)")
+
     # Failure injection.
     startup_error: StrictStr | None = Field(None, description="worker 0 fails at startup with this message")
     # n counts the requests that reach the engine, warmup included (cached answers are not counted).
@@ -130,6 +138,16 @@ class SimProfile(BaseModel):
     def _one_seed_source(self) -> SimProfile:
         if self.process_seed is not None and self.block_seed is not None:
             raise ValueError("give process_seed (one seed for every process) or block_seed (one per block), not both")
+        return self
+
+    @model_validator(mode="after")
+    def _known_stage(self) -> SimProfile:
+        if self.underreport_stage is not None:
+            from h3bench.sim.metrics import UNDERREPORTABLE
+
+            if self.underreport_stage not in UNDERREPORTABLE:
+                raise ValueError(f"underreport_stage must be one of {', '.join(UNDERREPORTABLE)}; "
+                                 f"got {self.underreport_stage!r}")
         return self
 
     def seed_for_block(self, block_id: str) -> int | None:

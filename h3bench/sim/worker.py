@@ -127,6 +127,8 @@ class WorkerResult:
     size_bytes: int
     render_s: float  # wall time of content generation and muxing (or of the copy), overlapped with the stages
     reused: bool  # a copy of the render of an identical earlier request
+    # now() when the engine part ended (after the VAE decode) and after post-processing: the /metrics clock
+    marks: dict[str, float] = field(default_factory=dict)
 
 
 # -- the worker process -------------------------------------------------------
@@ -289,7 +291,9 @@ def _run(job: WorkerJob, config: WorkerConfig, renders: _Renders) -> WorkerResul
         with stages.stage("decode"):
             stages.sleep("video_vae.decode_latent", plan.video_decode_s)
             stages.sleep("audio_vae.decode_latent", plan.audio_decode_s)
+        decoded = now()
         stages.sleep(None, plan.post_decode_s)
+        post_decoded = now()
         stages.sleep(None, plan.mux_s)  # the MP4 is due when this deadline passes
     except BaseException:
         if renderer is not None:
@@ -313,6 +317,7 @@ def _run(job: WorkerJob, config: WorkerConfig, renders: _Renders) -> WorkerResul
         size_bytes=info.size_bytes,
         render_s=renderer.seconds,
         reused=renderer.earlier is not None,
+        marks={"decoded": decoded, "post_decoded": post_decoded},
     )
 
 
