@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from h3bench.errors import UsageError
+from h3bench.runspec.shards import Shard
 from h3bench.session.settings import ARMS, LPIPS_DIR_ENV, Settings
 
 __all__ = ["CAMPAIGN", "LPIPS", "RUNSPEC_ENV", "Option", "add_options", "reader", "resolve"]
@@ -38,6 +40,13 @@ def _seconds(value: str) -> float:
     if not seconds > 0:
         raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
     return seconds
+
+
+def _shard(value: str) -> Shard:
+    try:
+        return Shard.parse(value)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _existing_path(value: str) -> Path:
@@ -86,6 +95,10 @@ CAMPAIGN = (
            "marked DIAGNOSTIC", {"action": "store_true", "default": False}),
     Option("--resume", "continue this interrupted evidence bundle: finished blocks are kept, the rest run again",
            {"type": _existing_path, "metavar": "BUNDLE"}),
+    Option("--shard", "run shard I of N of a campaign over N hosts: whole AB/BA units, its own sealed bundle "
+           "(pool the N bundles with h3bench pool)", {"type": _shard, "metavar": "I/N"}),
+    Option("--looks", "with --shard: the look file of the previous round (h3bench pool --look); the round runs "
+           "only the pairs that look left to run", {"type": _existing_path, "metavar": "FILE"}),
     Option("--progress-interval", "without a terminal, print a progress line every SECONDS while a long step runs "
            "(default: 60)", {"type": _seconds, "default": 60.0, "metavar": "SECONDS"}),
 )
@@ -134,4 +147,6 @@ def resolve(get: Callable[[str], Any], *, here: Path, default_runspec: Path | No
         allow_unpinned=get("h3_allow_unpinned"),
         allow_underpowered=get("h3_allow_underpowered"),
         progress_interval_s=get("h3_progress_interval"),
+        shard=get("h3_shard"),
+        looks=get("h3_looks"),
     )

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from h3bench.metrics.lpips_weights import DIR_ENV as LPIPS_DIR_ENV
+from h3bench.runspec.shards import Shard
 
 __all__ = ["ARMS", "LPIPS_DIR_ENV", "Settings"]
 
@@ -28,6 +29,8 @@ class Settings:
     allow_unpinned: bool = False  # run a spec with UNPINNED or TODO fields, as a DIAGNOSTIC run
     allow_underpowered: bool = False  # run a spec whose design cannot reach its verdict, as a DIAGNOSTIC run
     progress_interval_s: float = 60.0  # without a terminal, a progress line this often during a long step
+    shard: Shard | None = None  # one shard of a campaign over several hosts (h3bench.runspec.shards)
+    looks: Path | None = None  # the look file of the previous round (h3bench pool --look)
 
     @classmethod
     def for_bundle(cls, bundle: Path, *, lossless: bool, lpips_dir: str | None, lpips_device: str) -> Settings:
