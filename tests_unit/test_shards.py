@@ -72,9 +72,9 @@ def test_the_shards_of_a_round_are_disjoint_whole_units_and_together_the_round()
 
 def test_more_shards_than_units_are_refused() -> None:
     spec = load_runspec(SIM)
-    check_shards(spec, 3)  # 15 s: 5 pairs, 3 units
-    with pytest.raises(UsageError, match="at most 3 shards"):
-        check_shards(spec, 4)
+    check_shards(spec, 4)  # 5 s: 8 pairs, 4 units (15 s has 3: a fourth shard runs 5 s only)
+    with pytest.raises(UsageError, match="at most 4 shards"):
+        check_shards(spec, 5)
 
 
 def test_a_look_file_of_another_spec_or_shard_count_is_refused(tmp_path: Path) -> None:

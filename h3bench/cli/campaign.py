@@ -78,6 +78,8 @@ def configure_plan(parser: argparse.ArgumentParser) -> None:
                         help="only the workloads that this pytest marker expression selects, e.g. ref2va_15s")
     parser.add_argument("--history", type=Path, action="append", default=[], metavar="DIR",
                         help="more directories of earlier bundles to estimate from (the evidence dir always counts)")
+    parser.add_argument("--shards", type=int, default=None, metavar="N",
+                        help="the campaign over N hosts: each host's wall time and the campaign's device-hours")
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -103,5 +105,10 @@ def run_plan(args: argparse.Namespace) -> int:
                      lpips_dir=settings.lpips_dir, anchored=settings.baseline_evidence is not None)
     for line in plan_lines(plan):
         print(line)
+    if args.shards:
+        from h3bench.plan.estimate import shard_lines
+
+        for line in shard_lines(spec, args.shards, [settings.evidence_root, *args.history]):
+            print(line)
     return 1 if plan.problems else 0
 

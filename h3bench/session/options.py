@@ -15,11 +15,13 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from h3bench.errors import UsageError
-from h3bench.runspec.shards import Shard
 from h3bench.session.settings import ARMS, LPIPS_DIR_ENV, Settings
+
+if TYPE_CHECKING:  # the runspec package loads pydantic: parsed only when --shard is given
+    from h3bench.runspec.shards import Shard
 
 __all__ = ["CAMPAIGN", "LPIPS", "RUNSPEC_ENV", "Option", "add_options", "reader", "resolve"]
 
@@ -43,6 +45,8 @@ def _seconds(value: str) -> float:
 
 
 def _shard(value: str) -> Shard:
+    from h3bench.runspec.shards import Shard
+
     try:
         return Shard.parse(value)
     except UsageError as exc:

@@ -5,9 +5,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from h3bench.metrics.lpips_weights import DIR_ENV as LPIPS_DIR_ENV
-from h3bench.runspec.shards import Shard
+
+if TYPE_CHECKING:  # the runspec package loads pydantic; a Settings without a shard never needs it
+    from h3bench.runspec.shards import Shard
 
 __all__ = ["ARMS", "LPIPS_DIR_ENV", "Settings"]
 
