@@ -13,6 +13,8 @@
                                      a whole campaign without pytest (see h3bench.cli.campaign)
     h3bench report BUNDLE [--out DIR] [--lpips-dir DIR] [--lpips-device DEV]
                                      report.html and summary.md of a bundle that verifies
+    h3bench pool BUNDLE... --out DIR [--look]
+                                     the fan-in of a campaign over several hosts (see h3bench.cli.pool)
     h3bench ledger add BUNDLE | show | verify [--bundles DIR] [--ledger FILE]
                                      the hash-chained ledger of candidates (see h3bench.ledger.chain)
     h3bench history DIR... [--html FILE] [--json]
@@ -76,6 +78,7 @@ _numpy_without_blas_workers()
 from h3bench import __version__, media, quality  # noqa: E402
 from h3bench.cli import campaign as cli_campaign  # noqa: E402
 from h3bench.cli import ledger as cli_ledger  # noqa: E402
+from h3bench.cli import pool as cli_pool  # noqa: E402
 from h3bench.errors import H3BenchError, RunSpecError, UsageError, WeightIntegrityError  # noqa: E402
 from h3bench.h3 import expected_shape  # noqa: E402
 from h3bench.outcome import Outcome  # noqa: E402
@@ -345,6 +348,8 @@ SUBCOMMANDS: dict[str, Subcommand | Passthrough] = {
                        cli_campaign.configure_plan, cli_campaign.run_plan),
     "run": Subcommand("run a whole campaign without pytest: blocks, quality, verdict, sealed bundle",
                       cli_campaign.configure_run, cli_campaign.run_campaign),
+    "pool": Subcommand("pool the shard bundles of a campaign over several hosts into one sealed bundle and verdict",
+                       cli_pool.configure_pool, cli_pool.run_pool),
     "ledger": Subcommand("the append-only, hash-chained ledger of candidates: add a bundle, show, verify",
                          cli_ledger.configure_ledger, cli_ledger.run_ledger),
     "history": Subcommand("the baseline's E2E medians across campaigns, with flagged step changes",

@@ -105,6 +105,8 @@ def configure_plan(parser: argparse.ArgumentParser) -> None:
     _add_markexpr(parser)
     parser.add_argument("--history", type=Path, action="append", default=[], metavar="DIR",
                         help="more directories of earlier bundles to estimate from (the evidence dir always counts)")
+    parser.add_argument("--shards", type=int, default=None, metavar="N",
+                        help="the campaign over N hosts: each host's wall time and the campaign's device-hours")
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -115,10 +117,15 @@ def run_plan(args: argparse.Namespace) -> int:
     settings = settings_from(args)
     assert settings.runspec is not None
     spec = load_runspec(settings.runspec)
-    plan = make_plan(spec, arms=settings.arm, selects=_selects(args.markexpr), history=[settings.evidence_root, *args.history],
-                     lpips_dir=settings.lpips_dir, lock_path=settings.device_lock,
-                     anchored=settings.baseline_evidence is not None)
+    plan = make_plan(spec, arms=settings.arm, selects=_selects(args.markexpr),
+                     history=[settings.evidence_root, *args.history], lpips_dir=settings.lpips_dir,
+                     lock_path=settings.device_lock, anchored=settings.baseline_evidence is not None)
     for line in plan_lines(plan):
         print(line)
+    if args.shards:
+        from h3bench.plan.estimate import shard_lines
+
+        for line in shard_lines(spec, args.shards, [settings.evidence_root, *args.history]):
+            print(line)
     return 1 if plan.problems else 0
 

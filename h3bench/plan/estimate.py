@@ -33,12 +33,13 @@ from h3bench.h3 import expected_shape, workload_marker
 from h3bench.host.devices import DeviceLock
 from h3bench.plan.design import design_problems, design_warnings
 from h3bench.plan.designsim import design_of, fixed_design, simulate_campaigns
-from h3bench.plan.devicetime import ArmCost, CampaignCosts, DeviceTimeSummary, device_time
+from h3bench.plan.devicetime import ArmCost, CampaignCosts, DeviceTimeSummary, device_time, sharded_time
 from h3bench.quality import lossless_design
 from h3bench.run.records import load_results
 from h3bench.runspec import BASELINE, UNPINNED, RunSpec
 from h3bench.runspec.schedule import (
     Block,
+    check_shards,
     control_blocks,
     design_text,
     lossless_level,
@@ -229,6 +230,39 @@ def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 20
         estimates.append(DeviceEstimate(name, device_time(run, costs).summary(),
                                         device_time(baseline, costs).summary(), _extra_h(spec, costs), passed))
     return tuple(estimates)
+
+
+def shard_estimates(spec: RunSpec, shards: int, history: Iterable[Path] = (), *, n: int = 2000
+                    ) -> tuple[tuple[str, DeviceTimeSummary], ...]:
+    """Per scenario (no effect, a true 10 %): one host's wall hours and every host's device-hours over ``shards`` hosts.
+
+    The same simulated campaigns as :func:`device_estimates`, priced as a
+    sharded campaign runs them (:func:`h3bench.plan.devicetime.sharded_time`).
+    """
+    found = _campaign_costs(spec, history)
+    if found is None or not spec.candidates:
+        return ()
+    costs, _ = found
+    check_shards(spec, shards)
+    n_candidates = len(series_of(spec))
+    out = []
+    for name, ratio in (("no effect", 1.0), ("a true 10 % speedup", 0.9)):
+        run = simulate_campaigns(design_of(spec), [[ratio] * len(costs.durations)] * n_candidates, n=n,
+                                 lossless=spec.gates.lossless)
+        out.append((name, sharded_time(run, costs, shards).summary()))
+    return tuple(out)
+
+
+def shard_lines(spec: RunSpec, shards: int, history: Iterable[Path] = ()) -> list[str]:
+    """What ``h3bench plan --shards N`` adds: each host's wall time and the campaign's device-hours."""
+    found = shard_estimates(spec, shards, history)
+    if not found:
+        return [f"over {shards} hosts: unknown (no cost for some arm or duration)"]
+    lines = [f"over {shards} hosts (shards of whole AB/BA units; mean / p90 / max over 2000 simulated campaigns):"]
+    for name, summary in found:
+        lines.append(f"  {name}: each host {_three(summary.wall_h, 'wall')}, the campaign "
+                     f"{_three(summary.device_h, 'device')}")
+    return lines
 
 
 def _extra_h(spec: RunSpec, costs: CampaignCosts) -> float:

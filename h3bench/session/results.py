@@ -42,6 +42,7 @@ from h3bench.runspec.schedule import (
     MatchedPair,
     OutputRef,
     Schedule,
+    check_shards,
     control_blocks,
     design_text,
     in_order_of_cost,
@@ -51,6 +52,7 @@ from h3bench.runspec.schedule import (
     run_order,
     series_of,
 )
+from h3bench.runspec.shards import Window, read_window
 from h3bench.session.settings import Settings
 from h3bench.stats import intervals, sequential, speed
 from h3bench.stats.sequential import LookDecision
@@ -80,6 +82,18 @@ __all__ = ["Results", "Supply"]
 Supply = Callable[[Block], object]
 
 
+def _window(spec: RunSpec, settings: Settings) -> Window | None:
+    """A shard's round from the look file of the previous round (round 1 without one)."""
+    if settings.shard is None:
+        if settings.looks is not None:
+            raise UsageError("--looks gives a round of a campaign over several hosts: add --shard I/N")
+        return None
+    check_shards(spec, settings.shard.count)
+    if settings.looks is None:
+        return None
+    return read_window(settings.looks, spec_id=spec.spec_id, shards=settings.shard.count)
+
+
 class Results:
     """The blocks of one campaign that ran, the stop rules that fired, and the judgement of the outputs."""
 
@@ -90,7 +104,8 @@ class Results:
         self.spec = spec
         self.settings = settings
         # A candidate-only run runs the anchored orders; the rest of its schedule is the stored bundle's.
-        self.schedule = Schedule(spec, settings.arm, anchored=settings.baseline_evidence is not None)
+        self.schedule = Schedule(spec, settings.arm, anchored=settings.baseline_evidence is not None,
+                                 shard=settings.shard, window=_window(spec, settings))
         self.stored_baseline: Results | None = None  # set for a candidate-only run
         self._supply = supply
         self._bundle_path = bundle_path
@@ -297,7 +312,7 @@ class Results:
 
     def decision(self, duration: float, series: str) -> LookDecision | None:
         """The series' look decision from its blocks so far (None in a candidate-only run, or before a pair)."""
-        if self.schedule.anchored:
+        if self.schedule.anchored or self.schedule.shard is not None:  # a shard's looks are the pooled ones
             return None
         ran = []
         for block in self.schedule.campaign_series(duration, series):  # up to the first that did not run (-k, --arm)
@@ -314,7 +329,7 @@ class Results:
         pair, while a series that passed is short of the baseline processes
         its lossless test needs.
         """
-        if block.design == "anchored":
+        if block.design == "anchored" or self.schedule.shard is not None:  # a shard's round is its window
             return None
         order = run_order(self.spec)
         earlier = order[: order.index(block.duration)] if in_order_of_cost(self.spec) else ()
@@ -480,6 +495,10 @@ class Results:
         lines = [f"DIAGNOSTIC run: not a campaign result; {reason}" for reason in diagnostic_reasons(manifest)]
         lines += [f"  underpowered: {problem}" for problem in run.get("underpowered", ())]
         lines += [f"design: {warning}" for warning in design_warnings(self.spec)]
+        if shard := manifest.get("shard"):
+            lines.append(f"shard {shard['index']}/{shard['count']}, round {shard['round']}, on host "
+                         f"{shard['host']['name']}: this verdict covers this host's pairs only; the campaign's "
+                         "verdict is h3bench pool's over every shard")
         return tuple(lines + [f"not verified: {item}" for item in run.get("unverified", ())])
 
     def document(self, *, interrupted: str | None = None,

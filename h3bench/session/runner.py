@@ -33,6 +33,7 @@ from typing import Any
 from h3bench.evidence import Bundle
 from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
+from h3bench.host.inventory import host_identity
 from h3bench.plan.preflight import DIAGNOSTIC, Preflight
 from h3bench.run.block import interrupt_name, run_block
 from h3bench.run.heldout import heldout_cases, run_heldout
@@ -103,13 +104,22 @@ class Runner:
                 model=spec.model.model_dump(mode="json"),
                 started_at=self.started_at,
                 session=self.session,
-                extra=self.preflight.manifest(),
+                extra={**self.preflight.manifest(), **self._shard_record()},
                 arms={name: _launch_record(arm) for name, arm in spec.arms.items()},
                 lpips_weights=self.results.judge.weights_record(),
                 environment=environment(),
             )
             self.results.attach(self._bundle)
         return self._bundle
+
+    def _shard_record(self) -> dict[str, Any]:
+        """A shard of a campaign over several hosts: which shard and round, and the host that ran it."""
+        shard, window = self.schedule.shard, self.schedule.window
+        if shard is None:
+            return {}
+        return {"shard": {"index": shard.index, "count": shard.count, "round": window.round if window else 1,
+                          "looks_sha256": window.sha256 if window and window.sha256 else None,
+                          "blocks": [b.id for b in self.schedule.blocks], "host": host_identity()}}
 
     @property
     def device_lock(self) -> Path | None:

@@ -26,6 +26,7 @@ from h3bench.evidence.codec import from_json, to_json
 from h3bench.h3 import workload_marker
 from h3bench.outcome import Outcome, combine
 from h3bench.run.records import Stop
+from h3bench.stats.hosts import BaselineOutlier, HostEffect, Interaction
 from h3bench.stats.speed import Percentile, RatioEstimate
 from h3bench.stats.warmup import WarmupCheck
 
@@ -44,6 +45,9 @@ __all__ = [
     "HeldoutVerdict",
     "LookRecord",
     "LosslessSummary",
+    "PoolRecord",
+    "PooledSeries",
+    "ShardRecord",
     "VerdictDocument",
     "duration_key",
     "key_marker",
@@ -257,6 +261,41 @@ class Acceptance:
 
 
 @dataclass(frozen=True)
+class ShardRecord:
+    """One shard bundle of a pooled campaign, named by its seal (the last segment's final.json SHA-256)."""
+
+    index: int
+    count: int
+    round: int
+    host: str
+    bundle: str  # its directory name
+    final_sha256: str
+    blocks: int  # blocks it ran
+
+
+@dataclass(frozen=True)
+class PooledSeries:
+    """One series at one duration over the hosts: each host's ratio, the interaction check, the hosts' interval."""
+
+    hosts: tuple[HostEffect, ...]
+    interaction: Interaction
+    pooled_outcome: Outcome  # what the pooled look decided over every pair, before the interaction check
+    hosts_ratio: float | None = None  # the hosts' interval (where the hosts disagree): h3bench.stats.hosts
+    hosts_lower: float | None = None
+    hosts_upper: float | None = None
+
+
+@dataclass(frozen=True)
+class PoolRecord:
+    """What ``h3bench pool`` pooled: the shards by seal, those missing, and per series and duration the hosts."""
+
+    shards: tuple[ShardRecord, ...]
+    missing: tuple[str, ...]  # "shard 3/3 of round 1", each named
+    series: dict[str, dict[str, PooledSeries]] = field(default_factory=dict)  # candidate → duration key →
+    baseline_outliers: dict[str, tuple[BaselineOutlier, ...]] = field(default_factory=dict)  # duration key →
+
+
+@dataclass(frozen=True)
 class VerdictDocument:
     """``verdict.json``: everything a campaign concluded, computed once and read by every presentation."""
 
@@ -277,6 +316,7 @@ class VerdictDocument:
     # A selection (-m, -k, --arm): per candidate, the durations none of its blocks was selected at; the
     # verdict covers the rest, and a candidate with nothing selected has no entry in ``candidates``.
     not_selected: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    pool: PoolRecord | None = None  # a campaign over several hosts, pooled by h3bench pool
 
     @property
     def diagnostic(self) -> bool:
