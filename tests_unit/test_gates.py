@@ -88,7 +88,8 @@ def test_a_comparison_reports_the_frames_it_walked_as_it_goes(clip, tmp_path, we
     base = clip()
     seen: list[tuple[int, int | None]] = []
 
-    quality.compare(base, _copy(base, tmp_path), lpips_weights=weights, on_frames=lambda done, total: seen.append((done, total)))
+    quality.compare(base, _copy(base, tmp_path), lpips_weights=weights,
+                    on_frames=lambda done, total: seen.append((done, total)))
 
     dones = [done for done, _ in seen]
     assert dones == sorted(dones) and dones[-1] == FRAMES, seen
