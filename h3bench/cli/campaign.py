@@ -49,11 +49,16 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
 def run_campaign(args: argparse.Namespace) -> int:
     """Run, judge, seal and summarise one campaign; the exit code is its verdict (130 if interrupted)."""
     from h3bench import interrupts
+    from h3bench.errors import NothingToResume
     from h3bench.run.block import interrupt_name
     from h3bench.session.campaign import start_campaign
 
     with interrupts.installed():
-        campaign = start_campaign(settings_from(args))
+        try:
+            campaign = start_campaign(settings_from(args))
+        except NothingToResume as exc:
+            print(f"h3bench: {exc}")
+            return 0
         for line in campaign.header():
             print(line, flush=True)
         interrupted = None

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from h3bench import interrupts
-from h3bench.errors import H3BenchError
+from h3bench.errors import H3BenchError, NothingToResume
 from h3bench.h3 import expected_shape, workload_marker
 from h3bench.plugin.paths import repair_rootdir
 from h3bench.run.progress import Progress
@@ -149,6 +149,8 @@ def campaign_for(config: pytest.Config) -> Campaign:
                 raise H3BenchError("the xdist controller could not load the RunSpec, so no campaign runs")
             else:
                 campaign = read_campaign(settings, Path(workerinput[_BUNDLE_INPUT]), workerinput[_SESSION_INPUT])
+        except NothingToResume as exc:  # not an error: the session ends having done nothing
+            pytest.exit(f"h3bench: {exc}", returncode=0)
         except H3BenchError as exc:
             raise pytest.UsageError(f"h3bench: {exc}") from exc
         _register_markers(config, campaign.spec.workload.durations)
