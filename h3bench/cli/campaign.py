@@ -105,7 +105,8 @@ def run_plan(args: argparse.Namespace) -> int:
         return expression is None or any(expression.evaluate(carries(c)) for c in CATEGORIES)
 
     plan = make_plan(spec, arms=settings.arm, selects=selects, history=[settings.evidence_root, *args.history],
-                     lpips_dir=settings.lpips_dir, anchored=settings.baseline_evidence is not None)
+                     lpips_dir=settings.lpips_dir, anchored=settings.baseline_evidence is not None,
+                     evidence_root=settings.evidence_root)
     for line in plan_lines(plan):
         print(line)
     return 1 if plan.problems else 0
