@@ -189,8 +189,11 @@ def append_line(path: Path, line: bytes) -> None:
             write_all(fd, line)
             os.fsync(fd)
         except OSError as exc:
-            # Drop only our own partial bytes, so the file still ends on a complete line.
+            # Drop only our own partial bytes, so the file still ends on a complete line (and a file this
+            # append made, which holds nothing, goes again).
             os.ftruncate(fd, end)
+            if created:
+                path.unlink(missing_ok=True)
             raise write_error(exc, path, "append failed, line not written") from exc
     finally:
         os.close(fd)
