@@ -69,10 +69,9 @@ def run_campaign(args: argparse.Namespace) -> int:
             interrupted = f"interrupted by {interrupt_name(exc)}"
         finally:
             document = campaign.finish(interrupted)
-        for line in campaign.summary():
+        for line in [*campaign.summary(), *campaign.ending()]:
             print(line)
-        if interrupted:
-            print(f"the bundle is sealed as INTERRUPTED: {interrupted}")
+        if campaign.interrupted:
             return EXIT_INTERRUPTED
         return _EXIT[document.outcome] if document is not None else _EXIT[Outcome.INCONCLUSIVE]
 

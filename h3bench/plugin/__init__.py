@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from h3bench import interrupts
-from h3bench.errors import H3BenchError, NothingToResume
+from h3bench.errors import DiskFullError, H3BenchError, NothingToResume
 from h3bench.h3 import expected_shape, workload_marker
 from h3bench.plugin.paths import repair_rootdir
 from h3bench.run.progress import Progress
@@ -348,6 +348,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         skip, message = True, str(exc)
     except BlockFailed as exc:
         skip, message = False, str(exc)
+    except DiskFullError as exc:  # no evidence can be kept: no later test runs
+        item.session.shouldstop = f"h3bench: {exc}"
+        skip, message = False, f"{type(exc).__name__}: {exc}"
     except H3BenchError as exc:
         skip, message = False, f"{type(exc).__name__}: {exc}"
     finally:
@@ -406,10 +409,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if campaign is None or not campaign.wrote_anything:
         return
     terminalreporter.section("h3bench campaign summary")
-    for line in campaign.summary():
+    for line in [*campaign.summary(), *campaign.ending()]:
         terminalreporter.write_line(line)
-    if campaign.interrupted:
-        terminalreporter.write_line(f"the bundle is sealed as INTERRUPTED: {campaign.interrupted}")
     anchor = campaign.anchor()
     if anchor is not None:
         terminalreporter.write_line(f"final.json SHA-256 {anchor} (h3bench verify BUNDLE --expect {anchor})")
