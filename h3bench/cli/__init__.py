@@ -80,6 +80,7 @@ from h3bench.errors import H3BenchError, RunSpecError, UsageError, WeightIntegri
 from h3bench.h3 import expected_shape  # noqa: E402
 from h3bench.outcome import Outcome  # noqa: E402
 from h3bench.quality import QualityReport, compare, format_value, json_safe, require_readable  # noqa: E402
+from h3bench.quality.checks import FIELD_DESCRIPTIONS  # noqa: E402
 
 __all__ = ["EXIT_CODES", "SUBCOMMANDS", "Passthrough", "Subcommand", "build_parser", "exit_code", "main"]
 
@@ -202,19 +203,28 @@ def _print_report(report: QualityReport) -> None:
         "failing": [c.name for c in report.failing()],
         "not measured": [c.name for c in report.not_measured()],
     }
+    for check in report.checks:  # a cosine above 1 looks like a bug; it is float32 rounding, as upstream's
+        if check.name in FIELD_DESCRIPTIONS and isinstance(check.value, float) and check.value > 1:
+            print(f"note: {check.name} {format_value(check.value)} is above 1: {FIELD_DESCRIPTIONS[check.name]}")
     reasons = "; ".join(f"{label}: {', '.join(found)}" for label, found in names.items() if found)
     print(f"verdict: {report.verdict}" + (f" ({reasons})" if reasons else ""))
 
 
 def _run_compare(args: argparse.Namespace) -> int:
-    report = compare(
-        args.baseline,
-        args.candidate,
-        expect_seconds=args.expect_seconds,
-        lpips_dir=args.h3_lpips_dir,
-        lpips_device=args.h3_lpips_device,
-        measure_lpips=args.measure_lpips,
-    )
+    from h3bench.run.progress import Progress
+
+    # A 15 s pair with LPIPS takes minutes on a busy CPU: frames done on stderr, stdout stays the report.
+    progress = Progress.on(sys.stderr, interval_s=10.0)
+    with progress.step("compare", unit="frames") as step:
+        report = compare(
+            args.baseline,
+            args.candidate,
+            expect_seconds=args.expect_seconds,
+            lpips_dir=args.h3_lpips_dir,
+            lpips_device=args.h3_lpips_device,
+            measure_lpips=args.measure_lpips,
+            on_frames=step.advance,
+        )
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, allow_nan=False))
     else:

@@ -30,20 +30,17 @@ from pathlib import Path
 from h3bench.errors import H3BenchError
 from h3bench.evidence import Bundle, files
 from h3bench.h3 import expected_shape, workload_marker
-from h3bench.host.devices import DEFAULT_LOCK_PATH, DeviceLock
+from h3bench.host.devices import DeviceLock
 from h3bench.plan.design import design_problems, design_warnings
-from h3bench.plan.designsim import Design, fixed_design, simulate_campaigns
+from h3bench.plan.designsim import design_of, fixed_design, simulate_campaigns
 from h3bench.plan.devicetime import ArmCost, CampaignCosts, DeviceTimeSummary, device_time
 from h3bench.quality import lossless_design
 from h3bench.run.records import load_results
 from h3bench.runspec import BASELINE, UNPINNED, RunSpec
 from h3bench.runspec.schedule import (
     Block,
-    budget_of,
     control_blocks,
     design_text,
-    in_order_of_cost,
-    looks_of,
     lossless_level,
     run_order,
     series_of,
@@ -179,18 +176,6 @@ def cost_of(spec: RunSpec, duration: float, arm: str, history: Iterable[Path] = 
     return found
 
 
-def design_of(spec: RunSpec) -> Design:
-    """The spec's design, as the campaign simulation takes it (durations in the order they run)."""
-    p = spec.protocol
-    order = run_order(spec)
-    sequential = p.design == "sequential"
-    return Design(p.design, tuple(looks_of(spec, d) for d in order), budget_of(spec), p.spending, p.spending_gamma,
-                  futility=sequential and p.futility, in_order_of_cost=in_order_of_cost(spec),
-                  leak_level=p.first_request_level, cache_ratio=p.audit_cache_ratio if p.audit else None,
-                  lossless_levels=tuple(lossless_level(spec, d) for d in order) if sequential else None,
-                  fixed_controls=0 if sequential else control_blocks(spec), margin=spec.gates.speed_margin)
-
-
 def _campaign_costs(spec: RunSpec, history: Iterable[Path]) -> tuple[CampaignCosts, dict[str, list[float]]] | None:
     """Each duration's baseline block costs and each candidate's, from the best source; None when one is unknown."""
     order = run_order(spec)
@@ -264,7 +249,7 @@ def _extra_h(spec: RunSpec, costs: CampaignCosts) -> float:
     return seconds / 3600
 
 
-def _problems(spec: RunSpec, lpips_dir: Path | None, lock_path: str | Path, evidence: tuple[Path, float] | None = None,
+def _problems(spec: RunSpec, lpips_dir: Path | None, lock_path: Path | None, evidence: tuple[Path, float] | None = None,
               ) -> list[str]:
     problems = [f"{path} is {UNPINNED}: a formal campaign needs it pinned" for path in spec.unpinned]
     if evidence is not None:  # what the campaign itself refuses before any server starts
@@ -283,10 +268,11 @@ def _problems(spec: RunSpec, lpips_dir: Path | None, lock_path: str | Path, evid
             authenticate_weights(lpips_dir)
         except H3BenchError as exc:
             problems.append(f"LPIPS weights: {exc}")
-    holder = DeviceLock(lock_path).holder()
-    if holder is not None:
-        problems.append(f"the device lock {lock_path} is held by {holder}: another campaign is running on this host")
     if spec.hardware.kind != "sim":
+        holder = DeviceLock(lock_path).holder() if lock_path is not None else None
+        if holder is not None:
+            problems.append(f"the device lock {lock_path} is held by {holder}: another campaign is running on this "
+                            "host")
         problems += _device_problems(spec)
     return problems + design_problems(spec, lossless_on=spec.gates.lossless) + design_warnings(spec)
 
@@ -315,13 +301,15 @@ def make_plan(
     selects: Callable[[Block], bool] = lambda block: True,
     history: Iterable[Path] = (),
     lpips_dir: Path | None = None,
-    lock_path: str | Path = DEFAULT_LOCK_PATH,
+    lock_path: Path | None = None,
     anchored: bool = False,
     evidence_root: Path | None = None,
 ) -> Plan:
     """The plan of the blocks that ``arms`` and ``selects`` keep, with costs from the best source at hand.
 
     ``anchored``: a candidate-only run, which runs the spec's anchored order.
+    ``lock_path``: the device lock the campaign would take (:class:`h3bench.session.settings.Settings`);
+    a spec with device checks cannot start while another campaign holds it.
     ``evidence_root``: where the bundle would go; a directory that cannot hold it is a problem, as it is
     for the campaign.
     """

@@ -25,7 +25,6 @@ FAIL.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -43,7 +42,7 @@ from h3bench.errors import (
 from h3bench.evidence import Bundle
 from h3bench.evidence.files import now
 from h3bench.evidence.scrub import Scrubber
-from h3bench.host.devices import DEFAULT_LOCK_PATH, DeviceLock, device_checks
+from h3bench.host.devices import DeviceLock, device_checks
 from h3bench.outcome import Outcome
 from h3bench.run.client import GenerationRequest, GenerationResult, Reference, VideoClient
 from h3bench.run.measure import Measure, PlainMeasure
@@ -59,11 +58,9 @@ from h3bench.server.process import ExitReport, ServerProcess
 from h3bench.server.proctree import CAMPAIGN_ID_ENV
 from h3bench.stats.cache_audit import output_problem
 
-__all__ = ["BLOCK_ID_ENV", "DEVICE_LOCK_ENV", "Recorder", "Script", "audit_problem", "interrupt_name",
+__all__ = ["BLOCK_ID_ENV", "Recorder", "Script", "audit_problem", "interrupt_name",
            "run_block", "warmups"]
 
-# Perf blocks on one host never overlap: every campaign takes this file lock (its path can be moved).
-DEVICE_LOCK_ENV = "H3BENCH_DEVICE_LOCK"
 # Every server learns the block it serves (the simulator names the same variable; a test holds both).
 BLOCK_ID_ENV = "H3BENCH_BLOCK_ID"
 
@@ -324,6 +321,7 @@ def run_block(
     profile: bool = False,
     script: Script | None = None,
     phase: str = "formal",
+    device_lock: Path | None = None,
 ) -> BlockResult:
     """Run one block and record everything it produced; a failure is in the result, not raised.
 
@@ -337,6 +335,9 @@ def run_block(
     ``profile``: this block also runs the profiled request (after the audit).
     ``script`` replaces the formal requests (warmups, measured, audit) with
     other ones, recorded under ``phase`` (the held-out phase, :mod:`h3bench.run.heldout`).
+    ``device_lock``: a file lock held while the server lives, so that the
+    blocks of two campaigns on one host's devices never overlap (None: no
+    lock, the simulator's case).
     """
     measure = measure or PlainMeasure()
     pace = pace or Pace(spec, Progress())
@@ -348,7 +349,8 @@ def run_block(
     failure: tuple[FailureKind, str] | None = None
     interruption: BaseException | None = None
     try:
-        with DeviceLock(os.environ.get(DEVICE_LOCK_ENV, DEFAULT_LOCK_PATH)), _started(server, pace, block):
+        lock = DeviceLock(device_lock) if device_lock is not None else contextlib.nullcontext()
+        with lock, _started(server, pace, block):
             # Before any request: a server on the wrong attention backend measures something else.
             require_attention_backend(spec.arms[block.arm].expected_attention_backend, log_path)
             with VideoClient(server.base_url, model=spec.model.path, timeout=protocol.request_timeout_s) as client:

@@ -199,9 +199,9 @@ def budget_of(spec: RunSpec) -> BlockBudget:
 def design_text(spec: RunSpec, *, anchored: bool = False) -> str:
     """How the blocks are run and judged, as the header, the plan and the verdict name it."""
     p = spec.protocol
-    if anchored:
-        return f"candidate-only run: anchored order {p.anchored_order} against a stored baseline"
     budget = budget_of(spec).describe()
+    if anchored:
+        return f"candidate-only run: anchored order {p.anchored_order} against a stored baseline, {budget} per block"
     if p.design == "fixed":
         return f"fixed design: order {p.order} at every duration, {budget} per block"
     looks = "; ".join(f"{d:g} s after {list(looks_of(spec, d))} pairs" for d in run_order(spec))
@@ -344,6 +344,7 @@ class Schedule:
                                      if b.letter == "A")
         self._controls = {series.name: series.control for series in series_of(spec)}
         self._order = {block.id: index for index, block in enumerate(self.blocks)}
+        self._campaign = self.blocks if anchored or arms == "all" else spec_blocks(spec)
 
     def index(self, block: Block) -> int:
         """The block's place in the order this session runs it (ValueError if it does not run it)."""
@@ -391,6 +392,10 @@ class Schedule:
     def series(self, duration: float, candidate: str) -> list[Block]:
         """The blocks a candidate's speed comparison uses: its series in this session's order."""
         return [b for b in self.blocks if b.duration == duration and b.candidate == candidate]
+
+    def campaign_series(self, duration: float, candidate: str) -> list[Block]:
+        """A series' blocks in the campaign's order, whichever of them this session runs (``--arm``)."""
+        return [b for b in self._campaign if b.duration == duration and b.candidate == candidate]
 
     def stored_series(self, duration: float, candidate: str) -> list[Block]:
         """A candidate-only run: the stored baseline blocks of the candidate's series (the shift report)."""

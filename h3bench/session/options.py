@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from h3bench.session.settings import ARMS, LPIPS_DIR_ENV, Settings
+from h3bench.session.settings import ARMS, DEFAULT_LOCK_PATH, DEVICE_LOCK_ENV, LPIPS_DIR_ENV, Settings
 
 __all__ = ["CAMPAIGN", "LPIPS", "RUNSPEC_ENV", "Option", "add_options", "reader", "resolve"]
 
@@ -111,12 +111,14 @@ def reader(values: object) -> Callable[[str], Any]:
     return lambda dest: getattr(values, dest, defaults.get(dest))
 
 
-def resolve(get: Callable[[str], Any], *, here: Path, default_runspec: Path | None = None) -> Settings:
+def resolve(get: Callable[[str], Any], *, here: Path, default_runspec: Path | None = None,
+            command: Sequence[str] = ()) -> Settings:
     """The settings of one session: each option, else its environment variable, else its default.
 
     ``get`` reads an option by its dest; paths given on the command line or in
     the environment are relative to ``here`` (where the command was started),
-    ``default_runspec`` is already absolute.
+    ``default_runspec`` is already absolute; ``command`` is the command line
+    as typed, for the refusals that name the one to run instead.
     """
     given = get("h3_runspec") or os.environ.get(RUNSPEC_ENV)
     runspec = here / given if given else default_runspec
@@ -134,4 +136,6 @@ def resolve(get: Callable[[str], Any], *, here: Path, default_runspec: Path | No
         allow_unpinned=get("h3_allow_unpinned"),
         allow_underpowered=get("h3_allow_underpowered"),
         progress_interval_s=get("h3_progress_interval"),
+        device_lock=here / os.environ[DEVICE_LOCK_ENV] if os.environ.get(DEVICE_LOCK_ENV) else DEFAULT_LOCK_PATH,
+        command=tuple(command),
     )

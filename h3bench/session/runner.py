@@ -119,6 +119,11 @@ class Runner:
         return self._bundle
 
     @property
+    def device_lock(self) -> Path | None:
+        """The host-wide lock around each block: only a spec with device checks takes it, never the simulator."""
+        return self.settings.device_lock if self.spec.hardware.kind != "sim" else None
+
+    @property
     def diagnostic(self) -> bool:
         return self.preflight.kind == DIAGNOSTIC
 
@@ -150,8 +155,15 @@ class Runner:
 
     def select(self, cases: Iterable[Case]) -> None:
         """Run only the blocks that these test cases read (the session's selection)."""
-        self._selected = {block.id for case in cases for block in self.schedule.blocks_of(case)}
-        self.pace.expect([b for b in self.schedule.blocks if self._needed(b)])
+        ids = {block.id for case in cases for block in self.schedule.blocks_of(case)}
+        self.select_blocks(lambda block: block.id in ids)
+
+    def select_blocks(self, selects: Callable[[Block], bool]) -> None:
+        """Run only the blocks that ``selects`` keeps; the verdict then covers what they can judge."""
+        self._selected = {block.id for block in self.schedule.blocks if selects(block)}
+        chosen = [b for b in self.schedule.blocks if self._needed(b)]
+        self.results.select(chosen)
+        self.pace.expect(chosen)
 
     def _needed(self, block: Block) -> bool:
         return self._selected is None or block.id in self._selected
@@ -191,7 +203,7 @@ class Runner:
             try:
                 result = run_block(self.spec, block, bundle=self.bundle, inputs=self.inputs, scratch=self.scratch,
                                    measure=measure, campaign_id=self.session, pace=self.pace,
-                                   profile=block.id in self._profiled)
+                                   profile=block.id in self._profiled, device_lock=self.device_lock)
             except DiskFullError as exc:
                 self.halted = exc
                 raise
@@ -247,7 +259,8 @@ class Runner:
         cases = heldout_cases(spec)
         for index, candidate in enumerate(heldout_candidates(spec, self.results.verdicts())):
             ran = run_heldout(spec, candidate, index * len(spec.workload.durations), cases, bundle=self.bundle,
-                              inputs=self.inputs, scratch=self.scratch, campaign_id=self.session, pace=self.pace)
+                              inputs=self.inputs, scratch=self.scratch, campaign_id=self.session, pace=self.pace,
+                              device_lock=self.device_lock)
             out[candidate] = {duration_key(d): judge_heldout(self.results.judge, candidate, d, blocks, cases,
                                                              self.bundle.output_path)
                               for d, blocks in ran.items()}
@@ -257,7 +270,8 @@ class Runner:
         """Write the quality results, run the held-out phase, write verdict.json and seal the bundle.
 
         The held-out phase runs for the candidates that passed, after an
-        uninterrupted session of every arm. Nothing is written if no block ran.
+        uninterrupted session of every arm and workload (a selection accepts
+        nothing, so it needs none). Nothing is written if no block ran.
         """
         if interrupted is None and self.halted is not None:
             interrupted = f"stopped: {self.halted}"
@@ -271,7 +285,8 @@ class Runner:
             self.halted = self.halted or exc
             return self._unsealed(interrupted or f"stopped: {exc}", exc)
         heldout: dict[str, dict[str, HeldoutVerdict]] = {}
-        if interrupted is None and self.spec.heldout is not None and self.settings.arm == "all":
+        full = self.settings.arm == "all" and not self.results.not_selected
+        if interrupted is None and self.spec.heldout is not None and full:
             try:
                 heldout = self._heldout()
             except BaseException as exc:  # Ctrl-C or a signal during the held-out phase: seal what was written
@@ -279,7 +294,8 @@ class Runner:
         self._remove_scratch()
         self.interrupted = interrupted
         verdicts = self.results.verdicts()
-        accepted = acceptance(self.spec, verdicts, heldout, diagnostic=self.diagnostic)
+        accepted = acceptance(self.spec, verdicts, heldout, diagnostic=self.diagnostic,
+                              not_selected=self.results.not_selected)
         self.document = self.results.document(interrupted=interrupted, heldout=heldout, accepted=accepted,
                                               verdicts=verdicts)
         try:
@@ -295,8 +311,9 @@ class Runner:
         self.interrupted = interrupted
         self.unsealed = f"the bundle could not be sealed ({exc}); it is left as it is for --resume"
         verdicts = self.results.verdicts()
-        self.document = self.results.document(interrupted=interrupted, verdicts=verdicts,
-                                              accepted=acceptance(self.spec, verdicts, {}, diagnostic=self.diagnostic))
+        accepted = acceptance(self.spec, verdicts, {}, diagnostic=self.diagnostic,
+                              not_selected=self.results.not_selected)
+        self.document = self.results.document(interrupted=interrupted, verdicts=verdicts, accepted=accepted)
         return self.document
 
     def _remove_scratch(self) -> None:

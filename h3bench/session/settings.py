@@ -8,7 +8,11 @@ from pathlib import Path
 
 from h3bench.metrics.lpips_weights import DIR_ENV as LPIPS_DIR_ENV
 
-__all__ = ["ARMS", "LPIPS_DIR_ENV", "Settings"]
+__all__ = ["ARMS", "DEFAULT_LOCK_PATH", "DEVICE_LOCK_ENV", "LPIPS_DIR_ENV", "Settings"]
+
+# Blocks of campaigns with device checks never overlap on one host: each takes this file lock.
+DEFAULT_LOCK_PATH = Path("/tmp/h3bench-devices.lock")
+DEVICE_LOCK_ENV = "H3BENCH_DEVICE_LOCK"  # moves it (a test, or two hosts' worth of devices on one machine)
 
 ARMS = ("baseline", "candidate", "all")
 
@@ -28,6 +32,8 @@ class Settings:
     allow_unpinned: bool = False  # run a spec with UNPINNED or TODO fields, as a DIAGNOSTIC run
     allow_underpowered: bool = False  # run a spec whose design cannot reach its verdict, as a DIAGNOSTIC run
     progress_interval_s: float = 60.0  # without a terminal, a progress line this often during a long step
+    device_lock: Path = DEFAULT_LOCK_PATH  # taken around each block of a spec with device checks (not the simulator)
+    command: tuple[str, ...] = ()  # the command as typed: a refusal names the one to run instead
 
     @classmethod
     def for_bundle(cls, bundle: Path, *, lossless: bool, lpips_dir: str | None, lpips_device: str) -> Settings:

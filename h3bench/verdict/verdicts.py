@@ -23,6 +23,7 @@ from typing import Any
 
 from h3bench.evidence import Bundle
 from h3bench.evidence.codec import from_json, to_json
+from h3bench.h3 import workload_marker
 from h3bench.outcome import Outcome, combine
 from h3bench.run.records import Stop
 from h3bench.stats.speed import Percentile, RatioEstimate
@@ -45,6 +46,8 @@ __all__ = [
     "LosslessSummary",
     "VerdictDocument",
     "duration_key",
+    "key_marker",
+    "saving",
 ]
 
 NOT_EVALUATED = "NOT_EVALUATED"
@@ -54,6 +57,17 @@ DIAGNOSTIC_VERDICT = "DIAGNOSTIC (not a campaign result)"
 def duration_key(duration: float) -> str:
     """``"5s"``: how a duration is named in verdict.json."""
     return f"{duration:g}s"
+
+
+def key_marker(key: str) -> str:
+    """``ref2va_5s`` for the key ``5s``: the marker that selects that duration (:func:`h3bench.h3.workload_marker`)."""
+    return workload_marker(float(key.removesuffix("s")))
+
+
+def saving(spent_s: float, fixed_s: float) -> str:
+    """What a run spent against the fixed design, as a user reads it: "42% saved" or "50% more"."""
+    change = 1 - spent_s / fixed_s
+    return f"{change:.0%} saved" if change >= 0 else f"{-change:.0%} more"
 
 
 @dataclass(frozen=True)
@@ -130,7 +144,7 @@ class LookRecord:
         saved = ""
         if self.fixed_device_s:
             saved = (f"; the fixed design: {self.fixed_device_s / 3600:.2f} device-h "
-                     f"({1 - self.device_s / self.fixed_device_s:+.0%} saved)")
+                     f"({saving(self.device_s, self.fixed_device_s)})")
         return (f"{self.design} design, {state}; {len(self.blocks_run)} blocks run, {len(self.blocks_not_run)} not "
                 f"run; {self.device_s / 3600:.2f} device-h{saved}")
 
@@ -260,10 +274,18 @@ class VerdictDocument:
     design: str = ""  # how the blocks were run and judged
     device: dict[str, DeviceTime] = field(default_factory=dict)  # per duration
     lpips_required: bool = True
+    # A selection (-m, -k, --arm): per candidate, the durations none of its blocks was selected at; the
+    # verdict covers the rest, and a candidate with nothing selected has no entry in ``candidates``.
+    not_selected: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def diagnostic(self) -> bool:
         return self.run == "DIAGNOSTIC"
+
+    @property
+    def partial(self) -> bool:
+        """Whether the run judged only a selection of the campaign."""
+        return bool(self.not_selected)
 
     @property
     def outcome(self) -> Outcome:
