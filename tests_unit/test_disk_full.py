@@ -31,7 +31,7 @@ pytest_args = [sys.executable, "-m", "pytest", "--runspec", ARGS["spec"], "--evi
                "-p", "no:cacheprovider", "-p", "no:randomly", "-v", "tests_perf", "--benchmark-disable"]
 
 def lifecycle():
-    return [json.loads(line) for p in evidence.glob("*/lifecycle.jsonl") for line in p.read_text().splitlines()
+    return [json.loads(line) for p in evidence.rglob("lifecycle.jsonl") for line in p.read_text().splitlines()
             if line.endswith("}")]
 
 with open(project / "first.txt", "wb") as out:
@@ -67,6 +67,7 @@ def test_a_full_disk_stops_the_campaign_cleanly_and_resume_completes_it(pytester
 
     stopped, resumed = found["stopped"], found["resumed"]
     output = stopped["output"]
+    print(output[output.find("h3bench campaign summary") - 200:])  # what a user saw, for the record
     assert stopped["code"] == pytest.ExitCode.INTERRUPTED, output  # pytest stopped at the failed write
     assert "Traceback" not in output, output
     # The first write that failed stopped the campaign, naming the file system.
