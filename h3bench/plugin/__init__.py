@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from h3bench import interrupts
-from h3bench.errors import H3BenchError
+from h3bench.errors import DiskFullError, H3BenchError, NothingToResume
 from h3bench.h3 import expected_shape, workload_marker
 from h3bench.plugin.paths import repair_rootdir
 from h3bench.run.progress import Progress
@@ -150,6 +150,8 @@ def campaign_for(config: pytest.Config) -> Campaign:
                 raise H3BenchError("the xdist controller could not load the RunSpec, so no campaign runs")
             else:
                 campaign = read_campaign(settings, Path(workerinput[_BUNDLE_INPUT]), workerinput[_SESSION_INPUT])
+        except NothingToResume as exc:  # not an error: the session ends having done nothing
+            pytest.exit(f"h3bench: {exc}", returncode=0)
         except H3BenchError as exc:
             raise pytest.UsageError(f"h3bench: {exc}") from exc
         _register_markers(config, campaign.spec.workload.durations)
@@ -349,6 +351,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         skip, message = True, str(exc)
     except BlockFailed as exc:
         skip, message = False, str(exc)
+    except DiskFullError as exc:  # no evidence can be kept: no later test runs
+        item.session.shouldstop = f"h3bench: {exc}"
+        skip, message = False, f"{type(exc).__name__}: {exc}"
     except H3BenchError as exc:
         skip, message = False, f"{type(exc).__name__}: {exc}"
     finally:
@@ -407,10 +412,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if campaign is None or not campaign.wrote_anything:
         return
     terminalreporter.section("h3bench campaign summary")
-    for line in campaign.summary():
+    for line in [*campaign.summary(), *campaign.ending()]:
         terminalreporter.write_line(line)
-    if campaign.interrupted:
-        terminalreporter.write_line(f"the bundle is sealed as INTERRUPTED: {campaign.interrupted}")
     anchor = campaign.anchor()
     if anchor is not None:
         terminalreporter.write_line(f"final.json SHA-256 {anchor} (h3bench verify BUNDLE --expect {anchor})")
