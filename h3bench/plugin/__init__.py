@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import warnings
 from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
@@ -165,31 +164,16 @@ def _progress(config: pytest.Config) -> Progress:
     terminal = os.fdopen(os.dup(1), "w", encoding="utf-8", errors="replace")
     config.add_cleanup(terminal.close)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    width = shutil.get_terminal_size().columns - 1
-    shown = [0]
 
-    def live(text: str) -> None:
-        text = text[:width]
-        terminal.write("\r" + text.ljust(shown[0]))
-        terminal.flush()
-        shown[0] = len(text)
-
-    def clear() -> None:
-        if shown[0]:
-            # Give the line back to pytest as it was: what it had written, its own progress.
-            current = getattr(getattr(reporter, "_tw", None), "_current_line", "")
-            terminal.write("\r" + " " * shown[0] + "\r" + current)
-            terminal.flush()
-            shown[0] = 0
+    def pytests_line() -> str:  # give the line back to pytest as it was: what it had written, its own progress
+        return getattr(getattr(reporter, "_tw", None), "_current_line", "")
 
     def line(text: str) -> None:
         terminal.write(f"\n{text}\n")
         terminal.flush()
 
-    interval = config.stash[_SETTINGS_KEY].progress_interval_s
-    if terminal.isatty():
-        return Progress(live=live, clear=clear, interval_s=interval)
-    return Progress(line=line, interval_s=interval)
+    return Progress.on(terminal, interval_s=config.stash[_SETTINGS_KEY].progress_interval_s, restore=pytests_line,
+                       line=line)
 
 
 def _names_campaign_tests(config: pytest.Config) -> bool:
