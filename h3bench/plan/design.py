@@ -141,6 +141,8 @@ def design_warnings(spec: RunSpec) -> list[str]:
     if spec.protocol.design == "sequential":
         if spec.gates.lossless and _sequential_lossless_problem(spec):
             return []  # no power to state: design_problems refuses it
+        if spec.protocol.requests_per_block > designsim.SIMULATED_REQUESTS:
+            return []  # not simulated (the plan says so); more requests per block only add power
         found = sequential_power(spec)
         if found >= REQUIRED_POWER:
             return []

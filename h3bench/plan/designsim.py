@@ -48,6 +48,7 @@ from h3bench.stats.sequential import DEARER_LOOKS, FIRST_LOOKS, Boundaries, boun
 
 __all__ = [
     "NOT_RUN",
+    "SIMULATED_REQUESTS",
     "CampaignRun",
     "Design",
     "LatencyModel",
@@ -59,6 +60,11 @@ __all__ = [
 ]
 
 NOT_RUN = -1  # reason code of a duration a candidate did not reach
+
+
+# The campaign simulation draws every request of every block (warmup rule, audits, outliers); beyond this many
+# measured requests per block it would need more memory than any plan is worth, and the plan says so instead.
+SIMULATED_REQUESTS = 1000
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from h3bench.evidence import Bundle, files
 from h3bench.h3 import expected_shape, workload_marker
 from h3bench.host.devices import DeviceLock
 from h3bench.plan.design import design_problems, design_warnings
-from h3bench.plan.designsim import design_of, fixed_design, simulate_campaigns
+from h3bench.plan.designsim import SIMULATED_REQUESTS, design_of, fixed_design, simulate_campaigns
 from h3bench.plan.devicetime import ArmCost, CampaignCosts, DeviceTimeSummary, device_time, sharded_time
 from h3bench.quality import lossless_design
 from h3bench.run.records import load_results
@@ -196,11 +196,6 @@ def _campaign_costs(spec: RunSpec, history: Iterable[Path]) -> tuple[CampaignCos
     ratios = {arm: [arm_cost(arm, d).request_s / baseline[i].request_s for i, d in enumerate(order)]
               for arm in spec.candidates}
     return CampaignCosts(order, baseline, candidates), ratios
-
-
-# The campaign simulation draws every request of every block (warmup rule, audits, outliers); beyond this many
-# measured requests per block it would need more memory than any plan is worth, and the plan says so instead.
-SIMULATED_REQUESTS = 1000
 
 
 def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 2000) -> tuple[DeviceEstimate, ...]:
