@@ -23,6 +23,7 @@ from typing import Any
 from h3bench import quality
 from h3bench.evidence import Bundle
 from h3bench.outcome import Outcome
+from h3bench.run.contract import ContractPart, ServerContract
 from h3bench.runspec import RunSpec, load_runspec, parse_runspec
 from h3bench.runspec.schedule import Block, Schedule
 from h3bench.session.results import Results
@@ -56,8 +57,14 @@ def write_bundle(root: Path, spec: RunSpec, latency: Callable[[Block, int], floa
                  heldout: Mapping[str, dict[str, HeldoutVerdict]] | None = None, accepted: Acceptance | None = None,
                  final: dict[str, Any] | None = None,
                  spec_extra: Mapping[str, Any] | None = None, run_kind: str = "FORMAL",
-                 engine_commit: str | None = None) -> Path:
-    """A sealed bundle whose measured requests took ``latency(block, index)`` seconds."""
+                 engine_commit: str | None = None,
+                 contract: Mapping[str, tuple[bytes, bytes | None]] | None = None) -> Path:
+    """A sealed bundle whose measured requests took ``latency(block, index)`` seconds.
+
+    ``contract`` gives, per arm, what its servers answered as ``/openapi.json``
+    and ``vllm serve --help=all`` (None: not a vllm arm); each block records it
+    as a real server start does (:mod:`h3bench.run.contract`).
+    """
     data = spec.model_dump(mode="json")
     for key, value in (spec_extra or {}).items():  # research fields: arms.<name>.<field> or a top-level key
         if key.startswith("arms."):
@@ -75,8 +82,16 @@ def write_bundle(root: Path, spec: RunSpec, latency: Callable[[Block, int], floa
             bundle.append_sample({"block_id": block.id, "kind": "measured", "index": index, "seed": 0, "ok": True,
                                   "e2e_s": latency(block, index), "arm": block.arm, "candidate": block.candidate,
                                   "duration": block.duration, "position": block.position})
+        recorded = None
+        if contract is not None and block.arm in contract:
+            openapi, engine_help = contract[block.arm]
+            files = [bundle.store_contract(data, suffix) if data is not None else None
+                     for data, suffix in ((openapi, "json"), (engine_help, "txt"))]
+            recorded = ServerContract(ContractPart(*files[0]) if files[0] else ContractPart(None, None, "none"),
+                                      ContractPart(*files[1]) if files[1] else None).to_dict()
         bundle.append_lifecycle({"block": block.id, "arm": block.arm, "duration": block.duration,
-                                 "position": block.position, "failure": None, "interrupted": None})
+                                 "position": block.position, "failure": None, "interrupted": None,
+                                 "contract": recorded})
     # What the run's validator judged (the pairs are not simulated): names the validator version in the bundle.
     bundle.write_quality(quality.VALIDATOR_VERSION, {"pairs": {}, "lossless": {}})
     results = Results(spec, Settings(None), bundle=bundle)
