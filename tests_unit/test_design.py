@@ -15,9 +15,30 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def sim_spec(order: str, **protocol):
+    """sim.toml in the fixed design with ``order``: the design these refusals are about."""
     data = load_runspec(REPO / "fixtures" / "runspecs" / "sim.toml").model_dump(mode="json")
-    data["protocol"].update(order=order, **protocol)
+    data["protocol"].update(design="fixed", requests_per_block=3, audit_counts=False, order=order, **protocol)
     return parse_runspec(data, source="test")
+
+
+def test_the_sequential_design_states_its_simulated_power_and_warns_below_the_target():
+    data = load_runspec(REPO / "fixtures" / "runspecs" / "sim.toml").model_dump(mode="json")
+    assert design_problems(parse_runspec(data, source="test"), lossless_on=True) == []
+    assert design_warnings(parse_runspec(data, source="test")) == []
+    data["gates"]["lossless"] = False  # with it on, PASS needs 4 pairs: a design problem (the next test)
+    data["protocol"]["looks"] = [[2], [2]]  # one look of two pairs per duration: far too little to find 10 %
+    (warning,) = design_warnings(parse_runspec(data, source="test"))
+    assert warning.startswith("underpowered: the sequential design calls a true 10% speedup of every candidate PASS")
+
+
+def test_a_sequential_design_whose_last_look_is_before_the_lossless_test_can_pass_is_refused():
+    data = load_runspec(REPO / "fixtures" / "runspecs" / "sim.toml").model_dump(mode="json")
+    data["protocol"]["looks"] = [[2], [3]]
+    spec = parse_runspec(data, source="test")
+
+    (problem,) = design_problems(spec, lossless_on=True)
+    assert problem.startswith("the lossless test at 5 s cannot reach PASS by the last look (2 pairs)")
+    assert design_problems(spec, lossless_on=False) == [] and design_warnings(spec) == []
 
 
 def test_the_default_design_can_reach_every_verdict_it_asks_for():

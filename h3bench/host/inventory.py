@@ -24,6 +24,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -33,10 +34,10 @@ import psutil
 
 from h3bench.errors import H3BenchError
 from h3bench.host.environment import cpu_model
-from h3bench.host.npusmi import read_npu_smi
+from h3bench.host.npusmi import board_serial, read_npu_smi
 
-__all__ = ["ASCEND_ROOT", "IMAGE_DIGEST_ENV", "cann_version", "driver_version", "engine", "host_evidence",
-           "server_interpreter"]
+__all__ = ["ASCEND_ROOT", "HOST_NAME_ENV", "IMAGE_DIGEST_ENV", "cann_version", "driver_version", "engine", "host_evidence",
+           "host_identity", "server_interpreter"]
 
 IMAGE_DIGEST_ENV = "H3BENCH_IMAGE_DIGEST"
 ASCEND_ROOT = Path("/usr/local/Ascend")
@@ -186,4 +187,41 @@ def host_evidence(env: Mapping[str, str]) -> dict[str, Any]:
         "cpu": {"model": cpu_model(), "count": os.cpu_count()},
         "memory_bytes": psutil.virtual_memory().total,
         "image_digest": os.environ.get(IMAGE_DIGEST_ENV) or None,
+    }
+
+
+HOST_NAME_ENV = "H3BENCH_HOST_NAME"  # the host's name as the engine knows it: a Job's node name, a runner's name
+
+
+def _machine_id() -> str | None:
+    for path in (Path("/etc/machine-id"), Path("/var/lib/dbus/machine-id")):
+        try:
+            text = path.read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            continue
+        if text:
+            return text
+    return None
+
+
+def host_identity() -> dict[str, Any]:
+    """Which host ran a shard: its name, its NPUs' board serials and bus ids, driver and CANN.
+
+    The name is ``$H3BENCH_HOST_NAME`` where the engine sets it (a pod's
+    hostname is the pod's, not the node's: the Job passes the node name), else
+    the hostname. The pool refuses two shards whose names or whose board
+    serials are the same: one host cannot pose as two.
+    """
+    inventory = _inventory()
+    chips = (inventory or {}).get("chips") or []
+    npus = sorted({int(c["npu_id"]) for c in chips})
+    serials = [s for n in npus if (s := board_serial(n)) is not None]
+    return {
+        "name": os.environ.get(HOST_NAME_ENV) or socket.gethostname(),
+        "hostname": socket.gethostname(),
+        "machine_id": _machine_id(),
+        "device_serials": serials,
+        "bus_ids": sorted(str(c["bus_id"]) for c in chips if c.get("bus_id")),
+        "driver": driver_version(),
+        "cann": cann_version(os.environ),
     }

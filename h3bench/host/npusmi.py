@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 from h3bench.errors import DeviceReportError, ServerError, UsageError
 
-__all__ = ["LAYOUTS", "NpuDevice", "NpuProcess", "NpuReport", "parse_npu_smi", "read_npu_smi"]
+__all__ = ["LAYOUTS", "NpuDevice", "NpuProcess", "NpuReport", "board_serial", "parse_npu_smi", "read_npu_smi"]
 
 LAYOUTS = {
     "single-die": "910B/A2 single-die (`NPU Name | Health` over `Chip | Bus-Id`)",
@@ -289,3 +289,25 @@ def read_npu_smi(executable: str = "npu-smi", *, timeout_s: float = 60.0) -> Npu
     if proc.returncode != 0:
         raise ServerError(f"{path} info failed with exit code {proc.returncode}: {proc.stderr.strip()[:500]}")
     return parse_npu_smi(proc.stdout)
+
+
+_SERIAL = re.compile(r"^\s*Serial\s*Number\s*:\s*(\S+)", re.IGNORECASE | re.MULTILINE)
+
+
+def board_serial(npu_id: int, executable: str = "npu-smi", *, timeout_s: float = 30.0) -> str | None:
+    """The board's serial number from ``npu-smi info -t board -i ID`` (its ``Serial Number`` line), or None.
+
+    What tells two hosts apart when their names do not (a pod's name, a
+    renamed runner): the pool refuses two shards on the same boards. None
+    where the tool, the line or the answer is missing.
+    """
+    path = shutil.which(executable)
+    if path is None:
+        return None
+    try:
+        proc = subprocess.run([path, "info", "-t", "board", "-i", str(npu_id)], capture_output=True, text=True,
+                              timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    found = _SERIAL.search(proc.stdout) if proc.returncode == 0 else None
+    return found.group(1) if found else None

@@ -16,6 +16,12 @@ Lossless
     and its power against a 3x degradation
     (:func:`h3bench.quality.lossless.lossless_feasibility`).
 
+In the sequential design (:mod:`h3bench.stats.sequential`) every look has at
+least two pairs and the control blocks its lossless test needs are part of
+the schedule, so nothing is refused; its power is simulated through the
+campaign's own decisions (:func:`h3bench.plan.designsim.simulate_campaigns`)
+and a design below 80 % is named in the plan and the report header.
+
 Each refusal names the smallest design that can, such as ``order = "ABBAABBA"``
 or ``protocol.lossless_baseline_blocks = 2``. ``--allow-underpowered`` runs the
 spec anyway, as a DIAGNOSTIC run.
@@ -28,9 +34,10 @@ import math
 
 import numpy as np
 
+from h3bench.plan import designsim
 from h3bench.quality import lossless
 from h3bench.runspec import RunSpec, parse_runspec
-from h3bench.runspec.schedule import CandidateWorkload, Schedule, control_blocks
+from h3bench.runspec.schedule import CandidateWorkload, Schedule, control_blocks, looks_of, lossless_level, pass_from, series_of
 from h3bench.stats import intervals
 
 __all__ = ["REFERENCE_NOISE", "TARGET_RATIO", "design_problems", "design_warnings", "speed_power"]
@@ -79,6 +86,8 @@ def _power(spec: RunSpec, order: str) -> float:
 
 
 def _speed_problem(spec: RunSpec) -> str | None:
+    if spec.protocol.design == "sequential":
+        return None  # every look has at least two pairs (the spec refuses fewer)
     order = spec.protocol.order
     if not intervals.is_paired_order(order) or len(order) >= 4:
         return None  # unpaired orders are refused by the spec itself; two pairs give an interval
@@ -88,8 +97,35 @@ def _speed_problem(spec: RunSpec) -> str | None:
             f'"{smallest}"')
 
 
+_SEQUENTIAL_POWER: dict[str, float] = {}  # by spec id: a simulation of a few seconds, once per spec
+
+
+def sequential_power(spec: RunSpec, ratio: float = TARGET_RATIO) -> float:
+    """P(every candidate PASS at every duration) for a true ``ratio``, simulated through the campaign's decisions."""
+    key = f"{spec.spec_id}:{ratio}"
+    if key not in _SEQUENTIAL_POWER:
+        n_series = len(series_of(spec))
+        request_cv, process_cv = REFERENCE_NOISE
+        run = designsim.simulate_campaigns(
+            designsim.design_of(spec), [[ratio] * len(spec.workload.durations)] * n_series,
+            model=designsim.LatencyModel(request_cv, process_cv), n=_CAMPAIGNS, seed=0,
+            lossless=spec.gates.lossless)
+        _SEQUENTIAL_POWER[key] = float((run.code == intervals.PASS).all(-1).all(-1).mean())
+    return _SEQUENTIAL_POWER[key]
+
+
 def design_warnings(spec: RunSpec) -> list[str]:
     """What a design that can reach a verdict still cannot show: the power figure, and the design that can."""
+    if spec.protocol.design == "sequential":
+        if spec.gates.lossless and _sequential_lossless_problem(spec):
+            return []  # no power to state: design_problems refuses it
+        found = sequential_power(spec)
+        if found >= REQUIRED_POWER:
+            return []
+        return [f"underpowered: the sequential design calls a true {1 - TARGET_RATIO:.0%} speedup of every candidate "
+                f"PASS in only {found:.0%} of campaigns (simulated at {REFERENCE_NOISE[0]:.0%} request and "
+                f"{REFERENCE_NOISE[1]:.0%} process noise; {REQUIRED_POWER:.0%} is the design target): add looks, "
+                "or fewer candidates per campaign"]
     order = spec.protocol.order
     if not intervals.is_paired_order(order) or len(order) < 4:
         return []
@@ -106,6 +142,8 @@ def design_warnings(spec: RunSpec) -> list[str]:
 def _lossless_problem(spec: RunSpec, lossless_on: bool) -> str | None:
     if not lossless_on or not spec.candidates:
         return None
+    if spec.protocol.design == "sequential":
+        return _sequential_lossless_problem(spec)
     schedule = Schedule(spec)
     baseline, candidate = schedule.lossless_processes(CandidateWorkload(spec.candidates[0],
                                                                         spec.workload.durations[0]))
@@ -117,6 +155,17 @@ def _lossless_problem(spec: RunSpec, lossless_on: bool) -> str | None:
             f"candidate processes per duration (power {feasibility.power:.0%} against a 3x degradation, "
             f"{lossless.REQUIRED_POWER:.0%} needed; smallest p {feasibility.min_p:.3g}); the smallest design that "
             f"can adds control blocks: protocol.lossless_baseline_blocks = {controls}")
+
+
+def _sequential_lossless_problem(spec: RunSpec) -> str | None:
+    """The sequential design runs the control blocks its lossless test needs, but PASS needs enough pairs too."""
+    for duration in spec.workload.durations:
+        needed, last = pass_from(spec, duration, True), looks_of(spec, duration)[-1]
+        if needed > last:
+            return (f"the lossless test at {duration:g} s cannot reach PASS by the last look ({last} pairs): at its "
+                    f"level ({lossless_level(spec, duration):.3g}) it needs {needed} AB/BA pairs; make the last look "
+                    f"of that duration at least {needed} pairs")
+    return None
 
 
 def design_problems(spec: RunSpec, *, lossless_on: bool) -> list[str]:

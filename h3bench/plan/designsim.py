@@ -31,6 +31,15 @@ import numpy as np
 
 from h3bench.errors import UsageError
 from h3bench.quality import lossless_design
+from h3bench.runspec import RunSpec
+from h3bench.runspec.schedule import (
+    budget_of,
+    control_blocks,
+    in_order_of_cost,
+    looks_of,
+    lossless_level,
+    run_order,
+)
 from h3bench.stats import intervals
 from h3bench.stats.blockstat import LEAK_LEVEL, BlockBudget
 from h3bench.stats.cache_audit import CACHE_RATIO
@@ -42,6 +51,7 @@ __all__ = [
     "CampaignRun",
     "Design",
     "LatencyModel",
+    "design_of",
     "draw_samples",
     "fixed_design",
     "sequential_design",
@@ -270,3 +280,15 @@ def _controls(design: Design, b: Boundaries, pairs: np.ndarray, passed: np.ndarr
             ctl += extra
             base += extra
     return ctl.astype(np.int16), base.astype(np.int16)
+
+
+def design_of(spec: RunSpec) -> Design:
+    """The spec's design, as the campaign simulation takes it (durations in the order they run)."""
+    p = spec.protocol
+    order = run_order(spec)
+    sequential = p.design == "sequential"
+    return Design(p.design, tuple(looks_of(spec, d) for d in order), budget_of(spec), p.spending, p.spending_gamma,
+                  futility=sequential and p.futility, in_order_of_cost=in_order_of_cost(spec),
+                  leak_level=p.first_request_level, cache_ratio=p.audit_cache_ratio if p.audit else None,
+                  lossless_levels=tuple(lossless_level(spec, d) for d in order) if sequential else None,
+                  fixed_controls=0 if sequential else control_blocks(spec), margin=spec.gates.speed_margin)

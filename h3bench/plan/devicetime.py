@@ -195,3 +195,34 @@ def fixed_seconds(costs: CampaignCosts, ratios: np.ndarray | list[list[float]], 
                              lossless=controls > 0)
     found = device_time(run, costs)
     return float(found.wall_s[0]), float(found.device_s[0])
+
+
+def sharded_time(run: CampaignRun, costs: CampaignCosts, shards: int) -> DeviceTime:
+    """Price the campaigns of ``run`` as ``shards`` hosts run them: wall seconds of one host, device seconds of all.
+
+    Each series' pairs at a duration are rounded up to whole AB/BA units on
+    every shard (:func:`h3bench.runspec.shards.round_up`: a round may run pairs
+    past a look inside it); the busiest host runs ``ceil(pairs / 2N)`` units,
+    and that is its wall time (a duration with fewer units than hosts leaves
+    the others idle). Control blocks are
+    spread over the hosts likewise. ``wall_s`` is one host's, ``device_s``
+    every host's devices together (the overrun included).
+    """
+    from h3bench.runspec.shards import round_up
+
+    design = run.design
+    n = run.pairs.shape[0]
+    wall = np.zeros(n)
+    device = np.zeros(n)
+    for d, base in enumerate(costs.baseline):
+        cap = design.looks[d][-1]
+        controls = run.controls[:, d].astype(float)
+        wall += np.ceil(controls / shards) * base.block_s(design.budget)
+        device += controls * base.block_s(design.budget) * base.devices
+        for c in range(run.ratios.shape[0]):
+            own = costs.candidate(c, d, float(run.ratios[c, d]))
+            pairs = np.array([round_up(int(p), shards, cap) for p in run.pairs[:, c, d]], dtype=float)
+            pair_s = base.block_s(design.budget) + own.block_s(design.budget)
+            wall += np.minimum(pairs, np.ceil(pairs / (2 * shards)) * 2) * pair_s  # the busiest host's units
+            device += pairs * (base.block_s(design.budget) * base.devices + own.block_s(design.budget) * own.devices)
+    return DeviceTime(wall, device, {})

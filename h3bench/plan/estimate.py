@@ -30,20 +30,18 @@ from pathlib import Path
 from h3bench.errors import H3BenchError
 from h3bench.evidence import Bundle
 from h3bench.h3 import expected_shape, workload_marker
-from h3bench.host.devices import DEFAULT_LOCK_PATH, DeviceLock
+from h3bench.host.devices import DeviceLock
 from h3bench.plan.design import design_problems, design_warnings
-from h3bench.plan.designsim import Design, fixed_design, simulate_campaigns
-from h3bench.plan.devicetime import ArmCost, CampaignCosts, DeviceTimeSummary, device_time
+from h3bench.plan.designsim import design_of, fixed_design, simulate_campaigns
+from h3bench.plan.devicetime import ArmCost, CampaignCosts, DeviceTimeSummary, device_time, sharded_time
 from h3bench.quality import lossless_design
 from h3bench.run.records import load_results
 from h3bench.runspec import BASELINE, UNPINNED, RunSpec
 from h3bench.runspec.schedule import (
     Block,
-    budget_of,
+    check_shards,
     control_blocks,
     design_text,
-    in_order_of_cost,
-    looks_of,
     lossless_level,
     run_order,
     series_of,
@@ -179,18 +177,6 @@ def cost_of(spec: RunSpec, duration: float, arm: str, history: Iterable[Path] = 
     return found
 
 
-def design_of(spec: RunSpec) -> Design:
-    """The spec's design, as the campaign simulation takes it (durations in the order they run)."""
-    p = spec.protocol
-    order = run_order(spec)
-    sequential = p.design == "sequential"
-    return Design(p.design, tuple(looks_of(spec, d) for d in order), budget_of(spec), p.spending, p.spending_gamma,
-                  futility=sequential and p.futility, in_order_of_cost=in_order_of_cost(spec),
-                  leak_level=p.first_request_level, cache_ratio=p.audit_cache_ratio if p.audit else None,
-                  lossless_levels=tuple(lossless_level(spec, d) for d in order) if sequential else None,
-                  fixed_controls=0 if sequential else control_blocks(spec), margin=spec.gates.speed_margin)
-
-
 def _campaign_costs(spec: RunSpec, history: Iterable[Path]) -> tuple[CampaignCosts, dict[str, list[float]]] | None:
     """Each duration's baseline block costs and each candidate's, from the best source; None when one is unknown."""
     order = run_order(spec)
@@ -246,6 +232,39 @@ def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 20
     return tuple(estimates)
 
 
+def shard_estimates(spec: RunSpec, shards: int, history: Iterable[Path] = (), *, n: int = 2000
+                    ) -> tuple[tuple[str, DeviceTimeSummary], ...]:
+    """Per scenario (no effect, a true 10 %): one host's wall hours and every host's device-hours over ``shards`` hosts.
+
+    The same simulated campaigns as :func:`device_estimates`, priced as a
+    sharded campaign runs them (:func:`h3bench.plan.devicetime.sharded_time`).
+    """
+    found = _campaign_costs(spec, history)
+    if found is None or not spec.candidates:
+        return ()
+    costs, _ = found
+    check_shards(spec, shards)
+    n_candidates = len(series_of(spec))
+    out = []
+    for name, ratio in (("no effect", 1.0), ("a true 10 % speedup", 0.9)):
+        run = simulate_campaigns(design_of(spec), [[ratio] * len(costs.durations)] * n_candidates, n=n,
+                                 lossless=spec.gates.lossless)
+        out.append((name, sharded_time(run, costs, shards).summary()))
+    return tuple(out)
+
+
+def shard_lines(spec: RunSpec, shards: int, history: Iterable[Path] = ()) -> list[str]:
+    """What ``h3bench plan --shards N`` adds: each host's wall time and the campaign's device-hours."""
+    found = shard_estimates(spec, shards, history)
+    if not found:
+        return [f"over {shards} hosts: unknown (no cost for some arm or duration)"]
+    lines = [f"over {shards} hosts (shards of whole AB/BA units; mean / p90 / max over 2000 simulated campaigns):"]
+    for name, summary in found:
+        lines.append(f"  {name}: each host {_three(summary.wall_h, 'wall')}, the campaign "
+                     f"{_three(summary.device_h, 'device')}")
+    return lines
+
+
 def _extra_h(spec: RunSpec, costs: CampaignCosts) -> float:
     """Wall hours of the held-out phase (every candidate, both arms) and of the profiled requests, at most."""
     seconds = 0.0
@@ -259,7 +278,7 @@ def _extra_h(spec: RunSpec, costs: CampaignCosts) -> float:
     return seconds / 3600
 
 
-def _problems(spec: RunSpec, lpips_dir: Path | None, lock_path: str | Path) -> list[str]:
+def _problems(spec: RunSpec, lpips_dir: Path | None, lock_path: Path | None) -> list[str]:
     problems = [f"{path} is {UNPINNED}: a formal campaign needs it pinned" for path in spec.unpinned]
     try:
         spec.verify_inputs()
@@ -272,10 +291,11 @@ def _problems(spec: RunSpec, lpips_dir: Path | None, lock_path: str | Path) -> l
             authenticate_weights(lpips_dir)
         except H3BenchError as exc:
             problems.append(f"LPIPS weights: {exc}")
-    holder = DeviceLock(lock_path).holder()
-    if holder is not None:
-        problems.append(f"the device lock {lock_path} is held by {holder}: another campaign is running on this host")
     if spec.hardware.kind != "sim":
+        holder = DeviceLock(lock_path).holder() if lock_path is not None else None
+        if holder is not None:
+            problems.append(f"the device lock {lock_path} is held by {holder}: another campaign is running on this "
+                            "host")
         problems += _device_problems(spec)
     return problems + design_problems(spec, lossless_on=spec.gates.lossless) + design_warnings(spec)
 
@@ -304,12 +324,14 @@ def make_plan(
     selects: Callable[[Block], bool] = lambda block: True,
     history: Iterable[Path] = (),
     lpips_dir: Path | None = None,
-    lock_path: str | Path = DEFAULT_LOCK_PATH,
+    lock_path: Path | None = None,
     anchored: bool = False,
 ) -> Plan:
     """The plan of the blocks that ``arms`` and ``selects`` keep, with costs from the best source at hand.
 
     ``anchored``: a candidate-only run, which runs the spec's anchored order.
+    ``lock_path``: the device lock the campaign would take (:class:`h3bench.session.settings.Settings`);
+    a spec with device checks cannot start while another campaign holds it.
     """
     protocol = spec.protocol
     counts = (protocol.warmups_per_block, protocol.requests_per_block, int(protocol.audit))

@@ -113,7 +113,8 @@ def _register_markers(config: pytest.Config, durations: tuple[float, ...] = (5.0
 
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SETTINGS_KEY] = options.resolve(config.getoption, here=config.invocation_params.dir,
-                                                  default_runspec=config.rootpath / DEFAULT_RUNSPEC)
+                                                  default_runspec=config.rootpath / DEFAULT_RUNSPEC,
+                                                  command=("pytest", *config.invocation_params.args))
     _register_markers(config)
     if _worker_input(config) is None:
         # SIGTERM and SIGHUP end the session as Ctrl-C does; a second one kills the servers at once.
@@ -273,8 +274,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 
 
 def _case_of(item: pytest.Item) -> Any:
+    """The item's schedule case; None outside the campaign, or for a fixture with no case in this run (``--arm``)."""
     callspec = getattr(item, "callspec", None)
-    return next((callspec.params[n] for n in _case_fixtures() if callspec and n in callspec.params), None)
+    found = next((callspec.params[n] for n in _case_fixtures() if callspec and n in callspec.params), None)
+    return found if hasattr(found, "id") else None  # an empty parametrization is pytest's NOTSET
 
 
 def _is_campaign_test(item: pytest.Item) -> bool:

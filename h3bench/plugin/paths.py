@@ -21,7 +21,7 @@ from _pytest.config.findpaths import determine_setup
 
 __all__ = ["PATH_OPTIONS", "repair_rootdir"]
 
-PATH_OPTIONS = ("--runspec", "--baseline-evidence", "--evidence-dir", "--lpips-dir", "--resume")
+PATH_OPTIONS = ("--runspec", "--baseline-evidence", "--evidence-dir", "--lpips-dir", "--resume", "--looks")
 
 
 def repair_rootdir(config: pytest.Config, args: list[str]) -> None:

@@ -11,6 +11,7 @@ measured, the SSIM kernel only when SSIM and PSNR are.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from h3bench.quality.checks import QualityReport, Thresholds
@@ -33,6 +34,7 @@ def compare(
     lpips_dir: str | os.PathLike[str] | None = None,
     lpips_device: str = "cpu",
     measure_lpips: bool = True,
+    on_frames: Callable[[int, int | None], None] | None = None,
 ) -> QualityReport:
     """Run every format check and quality gate of a candidate MP4 against its baseline.
 
@@ -56,6 +58,9 @@ def compare(
     measure_lpips
         False leaves the ``lpips`` check not measured, so the verdict is at
         best INCONCLUSIVE (and torch is not imported).
+    on_frames
+        Told ``(frames done, frames expected)`` as the comparison goes (the
+        total is None without ``expect_seconds``): for a progress line.
 
     Returns
     -------
@@ -64,6 +69,6 @@ def compare(
         ``ssim``, ``psnr_db``, ``lpips``, ``audio_spectral_cosine``, ``audio_rms_ratio``.
     """
     engine = Engine(thresholds=thresholds or Thresholds(),
-                    lpips=LpipsSettings(measure_lpips, lpips_weights, lpips_dir, lpips_device))
+                    lpips=LpipsSettings(measure_lpips, lpips_weights, lpips_dir, lpips_device), on_frames=on_frames)
     (report,) = engine.compare_many([Comparison(baseline, candidate, expect_seconds)])
     return report

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +38,7 @@ import numpy as np
 from h3bench import media
 from h3bench.errors import MediaDecodeError, MediaShapeError, WeightIntegrityError
 from h3bench.evidence.hashing import sha256_file
-from h3bench.h3 import expected_shape
+from h3bench.h3 import expected_shape, frame_count
 from h3bench.media.prefetch import prefetch
 from h3bench.quality.checks import QualityReport, Thresholds
 from h3bench.quality.files import Probed, require_readable
@@ -144,10 +144,14 @@ class Engine:
         (:meth:`digest`), for the exact-equality diagnostics.
     """
 
-    def __init__(self, *, thresholds: Thresholds, lpips: LpipsSettings, digests: bool = False) -> None:
+    def __init__(self, *, thresholds: Thresholds, lpips: LpipsSettings, digests: bool = False,
+                 on_frames: Callable[[int, int | None], None] | None = None) -> None:
         self.thresholds = thresholds
         self.lpips = lpips
         self.digests = digests
+        # Told (frames done, frames expected or None) after each frame index of a compare_many: its progress.
+        self.on_frames = on_frames
+        self._frames = (0, 0)  # frames done before the current group, and the call's expected total
         self._files: dict[str, _File] = {}  # by path
         self._reports: dict[tuple[Any, ...], QualityReport] = {}
         self._network: LpipsNetwork | None = None
@@ -166,9 +170,20 @@ class Engine:
         pairs = [self._pair(c) for c in comparisons]
         todo = {pair.key: pair for pair in pairs if pair.key not in self._reports}
         fresh = list(todo.values())
-        for group in components((p.base.sha256, p.cand.sha256) for p in fresh):
-            self._run_group([fresh[i] for i in group])
+        groups = [[fresh[i] for i in group] for group in components((p.base.sha256, p.cand.sha256) for p in fresh)]
+        expected = [_expected_frames(group) for group in groups]
+        total = sum(n for n in expected if n is not None) if None not in expected else 0
+        done = 0
+        for group, frames in zip(groups, expected, strict=True):
+            self._frames = (done, total)
+            walked = self._run_group(group)
+            done += frames if frames is not None else walked
+            self._tell_frames(done)
         return [self._reports[pair.key] for pair in pairs]
+
+    def _tell_frames(self, done: int) -> None:
+        if self.on_frames is not None:
+            self.on_frames(done, self._frames[1] or None)
 
     def pending(self, comparisons: Sequence[Comparison]) -> int:
         """How many distinct comparisons :meth:`compare_many` would still have to run."""
@@ -239,7 +254,8 @@ class Engine:
 
     # -- one group ------------------------------------------------------------------------
 
-    def _run_group(self, pairs: list[_Pair]) -> None:
+    def _run_group(self, pairs: list[_Pair]) -> int:
+        """Compare one group of pairs that share files; the number of frame indexes it walked."""
         files = list({id(f): f for p in pairs for f in (p.base, p.cand)}.values())
         weights, _ = self._lpips_weights()
         lpips_files = {id(f) for p in pairs for f in (p.base, p.cand)} if weights is not None else set()
@@ -252,7 +268,7 @@ class Engine:
         with contextlib.ExitStack() as stack:
             for stream in streams.values():
                 stack.enter_context(contextlib.closing(stream))
-            self._stream(pairs, files, streams, lpips=weights is not None)
+            walked = self._stream(pairs, files, streams, lpips=weights is not None)
         try:
             for pair in pairs:
                 self._reports[pair.key] = self._report(pair, weights)
@@ -260,6 +276,7 @@ class Engine:
             for f in files:
                 f.pcm = None
                 f.spectra.clear()
+        return walked
 
     def _decode(
         self, file: _File, *, rgb: bool, seconds: set[float | None], threads: int
@@ -282,8 +299,8 @@ class Engine:
         assert info is not None
         yield _End(info, None, reader.pcm, reader.sha256, _file_spectra(reader.pcm, info.audio, seconds))
 
-    def _stream(self, pairs: list[_Pair], files: list[_File], streams: dict[int, Any], *, lpips: bool) -> None:
-        """Read every file's frames in lockstep and feed them to every pair they belong to."""
+    def _stream(self, pairs: list[_Pair], files: list[_File], streams: dict[int, Any], *, lpips: bool) -> int:
+        """Read every file's frames in lockstep and feed them to every pair they belong to; the frame indexes read."""
         from h3bench.metrics.ssim_psnr import VideoComparison
 
         for pair in pairs:
@@ -310,6 +327,8 @@ class Engine:
             if lpips:
                 self._lpips_step([p for p in both if p.lpips_error is None], frames, index)
             index += 1
+            self._tell_frames(self._frames[0] + index)
+        return index
 
     def _finish(self, file: _File, end: _End) -> None:
         file.info, file.error, file.pcm = end.info, end.error, end.pcm
@@ -445,6 +464,12 @@ def _spectra_of(pcm: np.ndarray, count: int) -> tuple[int, Spectra] | None:
         return None
     trimmed = pcm[:, :count].astype(np.float32, copy=False)  # a view: each channel row stays contiguous
     return (count, audio.spectra(trimmed)) if np.isfinite(trimmed).all() else None
+
+
+def _expected_frames(pairs: Sequence[_Pair]) -> int | None:
+    """The frame indexes a group walks when every pair says its duration (the longest file's count)."""
+    seconds = [p.comparison.expect_seconds for p in pairs]
+    return None if None in seconds else max(frame_count(s) for s in seconds if s is not None)
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:

@@ -77,7 +77,8 @@ def write_report(
         A directory inside the bundle is refused.
     lpips_dir, lpips_device
         LPIPS weights for the worst pair's per-frame LPIPS curve (default
-        ``$H3BENCH_LPIPS_DIR``); without them that curve is left out, with a note.
+        ``$H3BENCH_LPIPS_DIR``, else the h3bench cache: the weights a run
+        resolves); without any, that curve is left out, with a note.
 
     Raises
     ------

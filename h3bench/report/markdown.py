@@ -16,6 +16,7 @@ from h3bench.report.contents import Contents, Series, gate_rows
 from h3bench.report.page import overall_outcome
 from h3bench.report.terminal import part_ratio_text
 from h3bench.verdict.stage_effects import DIT_PER_FORWARD, E2E
+from h3bench.verdict.verdicts import key_marker
 
 __all__ = ["MAX_LINES", "render_summary"]
 
@@ -39,11 +40,17 @@ def _row(series: Series) -> str:
     est = series.estimate
     if est is not None:
         ratio = "-" if est.geomean is None else f"{est.geomean:.4f}"
-        interval = "no interval" if est.ci_low is None else f"[{est.ci_low:.4f}, {est.ci_high:.4f}]"
+        interval = "no interval" if est.ci_low is None else (
+            f"[{est.ci_low:.4f}, {est.ci_high:.4f}] at {est.levels.fail_level * 100:.3g} % / "
+            f"{est.levels.pass_level * 100:.3g} %")
     d = series.verdict
     cells = [series.candidate, n, medians, ratio, interval, d.speed if d else "-",
              f"{d.quality_label} ({d.quality_pairs} pairs)" if d else "- (0 pairs)", d.lossless_label if d else "-"]
     return "| " + " | ".join(_cell(c) for c in cells) + " |"
+
+
+def _selection(candidate: str, keys: tuple[str, ...]) -> str:
+    return f"{candidate}: {', '.join(map(key_marker, keys))} not selected"
 
 
 def _gates_line(series: Series) -> str:
@@ -89,13 +96,20 @@ def render_summary(contents: Contents, report: Path) -> str:
     candidates = contents.document.candidates if contents.document is not None else {}
     for candidate, verdict in candidates.items():
         why = f" (stopped: {_cell(verdict.stopped.reason)[:_STOP_CHARS]})" if verdict.stopped else ""
-        lines.append(f"- **{candidate}: {verdict.outcome}**{why}")
+        ratios = "; ".join(f"{key} {d.estimate.headline()}" for key, d in verdict.durations.items()
+                           if d.estimate is not None)
+        lines.append(f"- **{candidate}: {verdict.outcome}**{why}" + (f": {ratios}" if ratios else ""))
+    if contents.document is not None:
+        lines += [f"- {_selection(c, keys)}" for c, keys in contents.document.not_selected.items()]
     if not candidates:
         lines.append("- the bundle holds no verdict.json")
     for duration in spec.workload.durations:
         rows = [s for s in contents.series if s.duration == duration]
+        if not rows:  # not selected in this run
+            continue
         lines += ["", f"### {duration:g} s", "",
-                  "| candidate | n (base / cand) | median E2E s (base → cand) | ratio | 95% CI | speed | quality "
+                  "| candidate | n (base / cand) | median E2E s (base → cand) | ratio | bounds (one-sided lower / upper) "
+                  "| speed | quality "
                   "| lossless |",
                   "|---|---|---|---|---|---|---|---|"]
         lines += [_row(s) for s in rows]

@@ -17,10 +17,12 @@ from typing import Any
 
 from h3bench.h3 import STAGE_KEYS, STAGE_PREFIX
 from h3bench.outcome import Outcome
-from h3bench.report.contents import Contents, Series, gate_rows
+from h3bench.report.contents import Contents, Series, describe_lpips_source, gate_rows
 from h3bench.report.figures import Figure
 from h3bench.report.terminal import part_ratio_text
+from h3bench.runspec.schedule import design_text
 from h3bench.verdict.stage_effects import DIT_PER_FORWARD
+from h3bench.verdict.verdicts import key_marker
 
 __all__ = ["SECTIONS", "overall_outcome", "render_page"]
 
@@ -116,6 +118,14 @@ def verdict_section(contents: Contents) -> str:
         parts.append(_note(f"The run was interrupted: {document.interrupted}"))
     for candidate, verdict in document.candidates.items():
         parts.append(f"<h3>{_e(candidate)}: {_badge(verdict.outcome)}</h3>")
+        headline = [f"<b>{_e(key)}</b> {_e(d.estimate.headline())}" for key, d in verdict.durations.items()
+                    if d.estimate is not None]
+        if headline:
+            parts.append(f'<p class="headline">{"<br>".join(headline)}</p>')
+        skipped = document.not_selected.get(candidate)
+        if skipped:
+            parts.append(_note(f"Partial run: {', '.join(map(key_marker, skipped))} not selected; the verdict "
+                               "covers the durations above, and a partial run accepts nothing."))
         if verdict.stopped:
             parts.append(f"<p><b>Stopped:</b> {_e(verdict.stopped.reason)}</p>")
         rows = []
@@ -156,10 +166,11 @@ def manifest_section(contents: Contents) -> str:
         ("prompt", _e(spec.inputs.prompt)),
         ("workload", _e(f"durations {', '.join(f'{d:g} s' for d in spec.workload.durations)}, {spec.workload.size}, "
                         f"{spec.workload.fps} FPS, seed {spec.workload.seed}")),
-        ("protocol", _e(f"order {spec.protocol.order}, {spec.protocol.warmups_per_block} warmup + "
-                        f"{spec.protocol.requests_per_block} measured per block, audit {spec.protocol.audit}")),
-        ("LPIPS weight source", _e(f"{'required' if spec.gates.lpips_required else 'not required'} by the spec; "
-                                   f"{contents.lpips_detail or 'no pair was compared'}")),
+        ("design", _e(contents.document.design if contents.document and contents.document.design
+                      else design_text(spec))),
+        ("blocks run", "<br>".join(_e(line) for line in _orders_run(contents)) or "none"),
+        ("LPIPS weight source", _e(f"{describe_lpips_source(contents.lpips_source)}; "
+                                   f"{'required' if spec.gates.lpips_required else 'not required'} by the spec")),
         ("validator version", _e(", ".join(contents.quality_versions) or "no quality result stored")),
         ("h3bench", _e(f"{m.get('h3bench_version')}, started {m.get('started_at')}")),
         ("host", _e(f"{environment.get('hostname')}, {environment.get('cpu_model')} x{environment.get('cpu_count')}, "
@@ -168,6 +179,12 @@ def manifest_section(contents: Contents) -> str:
                    f"run {_e(contents.verified.outcome)}"),
     ]
     return _section("manifest", _table(None, [(f"<b>{_e(key)}</b>", value) for key, value in rows]))
+
+
+def _orders_run(contents: Contents) -> list[str]:
+    """Per duration and series, the blocks that ran, in order: what the run did, not what the spec planned."""
+    return [f"{s.label}: " + "".join(r.block.letter for r in s.blocks) + f" ({len(s.blocks)} blocks)"
+            for s in contents.series if s.blocks]
 
 
 # --- latency -----------------------------------------------------------------------------------------

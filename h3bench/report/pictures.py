@@ -86,14 +86,13 @@ def worst_pair_pictures(spec: RunSpec, worst: WorstPair, *, lpips_dir: Path | No
 
 def _lpips_per_frame(baseline: Path, candidate: Path, lpips_dir: Path | None,
                      device: str) -> tuple[np.ndarray | None, str | None]:
-    if lpips_dir is None:
-        return None, ("per-frame LPIPS not drawn: no LPIPS weights directory was given "
-                      "(--lpips-dir or H3BENCH_LPIPS_DIR)")
+    # None: the weights the run itself resolves (H3BENCH_LPIPS_DIR, else the h3bench cache).
     try:
         from h3bench.metrics.lpips import authenticate_weights, lpips_video
 
         weights = authenticate_weights(lpips_dir)
-        return np.asarray(lpips_video(baseline, candidate, weights=weights, device=device).per_frame), None
+        frames = lpips_video(baseline, candidate, weights=weights, device=device).per_frame
+        return np.asarray(frames), f"per-frame LPIPS drawn with the weights {weights.source.describe()}"
     except H3BenchError as exc:
         return None, f"per-frame LPIPS not drawn: {exc}"
 

@@ -23,26 +23,48 @@ from typing import Any
 from h3bench.evidence.scrub import Scrubber
 from h3bench.h3 import DIFFUSION_EXEC_PER_STEP_S, STAGE_PREFIX
 from h3bench.runspec import RunSpec
-from h3bench.runspec.schedule import series_of
+from h3bench.runspec.schedule import Block, design_text, series_of
 from h3bench.server.ports import LOCALHOST
 from h3bench.stats.speed import Percentile, RatioEstimate
 from h3bench.stats.stages import DERIVED_STAGE
 from h3bench.verdict.stage_effects import DIT_PER_FORWARD, PartEffect, RealTimeFactor
-from h3bench.verdict.verdicts import ArmStats, DeviceTime, DurationVerdict, GateValue, VerdictDocument, duration_key
+from h3bench.verdict.verdicts import (
+    ArmStats,
+    DeviceTime,
+    DurationVerdict,
+    GateValue,
+    VerdictDocument,
+    duration_key,
+    key_marker,
+    saving,
+)
 
 __all__ = ["DERIVED_STAGE", "part_ratio_text", "report_header", "stage_lines", "stage_text", "summary_lines"]
 
 DIAGNOSTIC = "DIAGNOSTIC"
 
 
-def report_header(spec: RunSpec, *, arms: str, evidence: str, baseline_evidence: Path | None = None) -> list[str]:
-    """What is needed to repeat the run: the spec, the arms and their commands, where the evidence goes."""
+def report_header(spec: RunSpec, *, arms: str, evidence: str, baseline_evidence: Path | None = None,
+                  blocks: Sequence[Block] = ()) -> list[str]:
+    """What is needed to repeat the run: the spec, the design, the blocks it runs, the arms and their commands.
+
+    ``blocks``: the session's schedule; the header shows, per duration and
+    series, the order it runs (anchors included, or one arm's blocks alone).
+    """
+    anchored = baseline_evidence is not None
     lines = [
         f"h3bench runspec: {spec.name}, id {spec.spec_id[:16]}",
-        f"h3bench arms: {arms}; order {spec.protocol.order}; "
-        f"{spec.protocol.warmups_per_block} warmup + {spec.protocol.requests_per_block} measured per block; "
+        f"h3bench arms: {arms}; {design_text(spec, anchored=anchored)}; "
         f"shutdown budget {spec.protocol.shutdown_budget_s:g} s for every arm",
     ]
+    for duration in dict.fromkeys(b.duration for b in blocks):
+        orders: dict[str, str] = {}
+        for block in blocks:
+            if block.duration == duration:
+                name = "controls" if block.design == "controls" else block.candidate
+                orders[name] = orders.get(name, "") + block.letter
+        lines.append(f"h3bench {duration:g} s runs: " + "; ".join(f"{name} {letters}" for name, letters in
+                                                                  orders.items()))
     for name, arm in spec.arms.items():
         command = arm.command(LOCALHOST, 0, spec.model.path)
         lines.append(f"h3bench {name}: {' '.join(Scrubber.for_command(command, arm.env).argv(command))}")
@@ -174,7 +196,7 @@ def _device_line(key: str, device: DeviceTime) -> str:
     fixed = ""
     if device.fixed_device_s:
         fixed = (f", against {device.fixed_device_s / 3600:.3f} for the fixed design "
-                 f"({1 - device.device_s / device.fixed_device_s:+.0%} saved)")
+                 f"({saving(device.device_s, device.fixed_device_s)})")
     return (f"device time {key}: {device.blocks_run} blocks run, {device.blocks_not_run} not run, "
             f"{device.wall_s / 3600:.3f} h of wall time, {device.device_s / 3600:.3f} device-h{fixed}")
 
@@ -198,7 +220,7 @@ def _effect_lines(spec: RunSpec, document: VerdictDocument) -> list[str]:
                 continue
             role = " (final)" if series.arm == spec.final and series.control == spec.final_control else ""
             held = document.heldout.get(series.name, {}).get(key) if series.name == series.arm else None
-            lines.append(f"  {duration:g}s {series.arm + role:<22} vs {series.control:<12} "
+            lines.append(f"  {key:>4} {series.arm + role:<22} vs {series.control:<12} "
                          f"ratio {ratio_text(d.estimate) or 'not measured':<28} formal {d.outcome}"
                          + (f", held-out {held.outcome}" if held else ""))
         for name, arm in spec.arms.items():
@@ -259,8 +281,17 @@ def summary_lines(spec: RunSpec, document: VerdictDocument, *, bundle: Path | No
     anchored = " (candidate-only run: speed against today's anchor blocks)" if document.baseline_evidence else ""
     for candidate, verdict in document.candidates.items():
         stopped = f" (stopped: {verdict.stopped.reason})" if verdict.stopped else ""
-        lines.append(f"verdict {candidate}: {document.label(verdict.outcome)}{anchored}{stopped}")
+        skipped = document.not_selected.get(candidate, ())
+        judged = ", ".join(key_marker(k) for k in verdict.durations) if skipped else ""
+        lines.append(f"verdict {candidate}{' for ' + judged if judged else ''}: {document.label(verdict.outcome)}"
+                     f"{anchored}{stopped}" + (f"; {', '.join(map(key_marker, skipped))} not selected" if skipped else ""))
+        lines += [f"  {key}: {d.estimate.headline()}" for key, d in verdict.durations.items() if d.estimate]
         lines += [f"  note: {note}" for note in verdict.notes]
+    unjudged = [c for c in document.not_selected if c not in document.candidates]
+    if unjudged:
+        lines.append(f"not judged: {', '.join(unjudged)} (none of their blocks was selected)"
+                     + (f"; this bundle is baseline evidence: pytest --arm candidate --baseline-evidence {bundle}"
+                        if not document.candidates and bundle is not None else ""))
     if not document.lpips_required:
         lines.append("LPIPS is not required by this RunSpec: quality verdicts do not include it.")
     lines += document.run_notes

@@ -25,7 +25,6 @@ FAIL.
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -42,7 +41,7 @@ from h3bench.errors import (
 from h3bench.evidence import Bundle
 from h3bench.evidence.files import now
 from h3bench.evidence.scrub import Scrubber
-from h3bench.host.devices import DEFAULT_LOCK_PATH, DeviceLock, device_checks
+from h3bench.host.devices import DeviceLock, device_checks
 from h3bench.outcome import Outcome
 from h3bench.run.client import GenerationRequest, GenerationResult, Reference, VideoClient
 from h3bench.run.contract import ContractPart, ServerContract, record_help, record_openapi
@@ -60,11 +59,9 @@ from h3bench.server.process import ExitReport, ServerProcess
 from h3bench.server.proctree import CAMPAIGN_ID_ENV
 from h3bench.stats.cache_audit import output_problem
 
-__all__ = ["BLOCK_ID_ENV", "DEVICE_LOCK_ENV", "Recorder", "Script", "audit_problem", "interrupt_name",
+__all__ = ["BLOCK_ID_ENV", "Recorder", "Script", "audit_problem", "interrupt_name",
            "run_block", "warmups"]
 
-# Perf blocks on one host never overlap: every campaign takes this file lock (its path can be moved).
-DEVICE_LOCK_ENV = "H3BENCH_DEVICE_LOCK"
 # Every server learns the block it serves (the simulator names the same variable; a test holds both).
 BLOCK_ID_ENV = "H3BENCH_BLOCK_ID"
 
@@ -363,6 +360,7 @@ def run_block(
     profile: bool = False,
     script: Script | None = None,
     phase: str = "formal",
+    device_lock: Path | None = None,
 ) -> BlockResult:
     """Run one block and record everything it produced; a failure is in the result, not raised.
 
@@ -373,6 +371,9 @@ def run_block(
     ``profile``: this block also runs the profiled request (after the audit).
     ``script`` replaces the formal requests (warmups, measured, audit) with
     other ones, recorded under ``phase`` (the held-out phase, :mod:`h3bench.run.heldout`).
+    ``device_lock``: a file lock held while the server lives, so that the
+    blocks of two campaigns on one host's devices never overlap (None: no
+    lock, the simulator's case).
     """
     measure = measure or PlainMeasure()
     pace = pace or Pace(spec, Progress())
@@ -385,7 +386,8 @@ def run_block(
     interruption: BaseException | None = None
     contract: ServerContract | None = None
     try:
-        with DeviceLock(os.environ.get(DEVICE_LOCK_ENV, DEFAULT_LOCK_PATH)):
+        lock = DeviceLock(device_lock) if device_lock is not None else contextlib.nullcontext()
+        with lock:
             engine_help = _engine_help(spec, block, bundle)
             with _started(server, pace, block):
                 # What the engine says it accepts, before anything else talks to it.

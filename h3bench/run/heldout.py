@@ -97,7 +97,7 @@ def _script(cases: list[HeldoutCase]) -> Any:
 
 def run_heldout(spec: RunSpec, candidate: str, index: int, cases: list[HeldoutCase], *, bundle: Bundle,
                 inputs: Mapping[str, Path], scratch: Path, campaign_id: str | None, pace: Pace,
-                ) -> dict[float, dict[str, BlockResult]]:
+                device_lock: Path | None = None) -> dict[float, dict[str, BlockResult]]:
     """Run the held-out blocks of one candidate, per duration: ``{duration: {block id: result}}``.
 
     ``index`` counts the held-out pairs that ran before (AB and BA alternate).
@@ -108,5 +108,5 @@ def run_heldout(spec: RunSpec, candidate: str, index: int, cases: list[HeldoutCa
     for block in blocks:
         out.setdefault(block.duration, {})[block.id] = run_block(
             spec, block, bundle=bundle, inputs=inputs, scratch=scratch, campaign_id=campaign_id, pace=pace,
-            script=_script(cases), phase=HELDOUT)
+            script=_script(cases), phase=HELDOUT, device_lock=device_lock)
     return out

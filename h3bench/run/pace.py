@@ -95,9 +95,7 @@ class Pace:
             if phase in steps else len(steps) - 1
         what = f"{block.duration:g}s {block.arm} {block.position}{block.letter} " + (
             "server start" if phase == "start" else f"{phase} {index + 1}/{max(steps.count(phase), index + 1)}")
-        status = self.status(block)
-        what += f" · {status}" if status else ""
-        with self.progress.step(what, eta_s=self._expected(block, phase),
+        with self.progress.step(what, eta_s=self._expected(block, phase), status=self.status(block),
                                 campaign_left_s=lambda: self._left_after(block, position)) as current:
             yield current
         self._seen.setdefault((block.duration, block.arm, phase), []).append(time.monotonic() - current.started)

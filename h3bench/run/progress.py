@@ -16,10 +16,12 @@ nothing is animated: a plain line is printed every ``interval_s`` seconds
 from __future__ import annotations
 
 import contextlib
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TextIO
 
 __all__ = ["Progress", "Step", "clock"]
 
@@ -44,17 +46,36 @@ class Step:
     eta_s: float | None = None  # the step's expected length
     campaign_left_s: Callable[[], float | None] | None = None  # what is left after this step
     server_percent: int | None = None
+    status: str = ""  # the campaign's own words on where it stands, last on the line
+    unit: str = ""  # what ``done`` counts (frames of a quality comparison)
+    done: int | None = None
+    total: int | None = None  # None: not known in advance
+
+    def advance(self, done: int, total: int | None) -> None:
+        """``done`` of ``total`` units so far: the line shows the count, and the ETA follows the measured rate."""
+        self.done, self.total = done, total
+
+    def _eta(self, elapsed: float) -> float | None:
+        if self.done and self.total:  # the rate measured in this step beats any earlier guess
+            return elapsed / self.done * self.total
+        return self.eta_s
 
     def line(self, now: float) -> str:
         elapsed = now - self.started
         parts = [f"h3bench {self.what}", clock(elapsed)]
+        if self.done is not None:
+            parts.append(f"{self.unit} {self.done}/{self.total}".strip() if self.total else
+                         f"{self.unit} {self.done}".strip())
         if self.server_percent is not None:
             parts.append(f"server {self.server_percent}%")
-        if self.eta_s is not None:
-            parts.append(f"ETA {clock(max(0.0, self.eta_s - elapsed))}")
+        eta = self._eta(elapsed)
+        if eta is not None:
+            parts.append(f"ETA {clock(max(0.0, eta - elapsed))}")
         after = self.campaign_left_s() if self.campaign_left_s else None
         if after is not None:
-            parts.append(f"campaign {clock(max(0.0, (self.eta_s or elapsed) - elapsed) + after)}")
+            parts.append(f"campaign {clock(max(0.0, (eta or elapsed) - elapsed) + after)}")
+        if self.status:
+            parts.append(self.status)
         return " · ".join(parts)
 
 
@@ -73,16 +94,39 @@ class Progress:
         self.interval_s = interval_s
         self.current: Step | None = None
 
+    @classmethod
+    def on(cls, stream: TextIO, *, interval_s: float = 60.0) -> Progress:
+        """Progress on ``stream`` (a command's stderr): a live line on a terminal, else a plain line per interval."""
+        if not stream.isatty():
+            return cls(line=lambda text: print(text, file=stream, flush=True), interval_s=interval_s)
+        width = shutil.get_terminal_size().columns - 1
+        shown = [0]
+
+        def live(text: str) -> None:
+            text = text[:width]
+            stream.write("\r" + text.ljust(shown[0]))
+            stream.flush()
+            shown[0] = len(text)
+
+        def clear() -> None:
+            if shown[0]:
+                stream.write("\r" + " " * shown[0] + "\r")
+                stream.flush()
+                shown[0] = 0
+
+        return cls(live=live, clear=clear, interval_s=interval_s)
+
     @property
     def animated(self) -> bool:
         return self._live is not None
 
     @contextlib.contextmanager
     def step(
-        self, what: str, *, eta_s: float | None = None, campaign_left_s: Callable[[], float | None] | None = None
+        self, what: str, *, eta_s: float | None = None, campaign_left_s: Callable[[], float | None] | None = None,
+        status: str = "", unit: str = "",
     ) -> Iterator[Step]:
         """Show ``what`` while the block runs; steps do not nest (an inner one replaces the outer line)."""
-        step = Step(what, time.monotonic(), eta_s, campaign_left_s)
+        step = Step(what, time.monotonic(), eta_s, campaign_left_s, status=status, unit=unit)
         outer, self.current = self.current, step
         stop = threading.Event()
         ticker = threading.Thread(target=self._tick, args=(step, stop), name="h3bench-progress", daemon=True)

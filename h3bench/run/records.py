@@ -35,6 +35,7 @@ __all__ = [
     "Sample",
     "Stop",
     "failure_of",
+    "finished_attempts",
     "headline",
     "incomplete_attempts",
     "load_results",
@@ -243,6 +244,11 @@ def _finished(bundle: Bundle) -> dict[str, tuple[str, dict[str, Any]]]:
     """Per block, the segment and lifecycle record of its last attempt that was not interrupted."""
     return {event["block"]: (segment, event) for segment, event in bundle.by_segment(LIFECYCLE)
             if not event.get("interrupted")}
+
+
+def finished_attempts(bundle: Bundle) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Per block id, the segment and lifecycle record of its last finished attempt (what :func:`load_results` counts)."""
+    return _finished(bundle)
 
 
 def load_results(bundle: Bundle, blocks: tuple[Block, ...]) -> dict[str, BlockResult]:

@@ -45,12 +45,15 @@ series' ``A`` blocks.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
+from h3bench.errors import UsageError
 from h3bench.quality.lossless import ALPHA as LOSSLESS_ALPHA
 from h3bench.quality.lossless_design import controls_at_pass, controls_before_pair, lossless_levels, pass_from_pairs
 from h3bench.runspec import BASELINE, RunSpec
+from h3bench.runspec.shards import SeriesWindow, Shard, Window, round_up
 from h3bench.stats.blockstat import BlockBudget
 from h3bench.stats.sequential import DEARER_LOOKS, FIRST_LOOKS
 
@@ -66,8 +69,10 @@ __all__ = [
     "Schedule",
     "Series",
     "budget_of",
+    "check_shards",
     "control_blocks",
     "design_text",
+    "first_window",
     "in_order_of_cost",
     "interleaved_controls",
     "looks_of",
@@ -75,6 +80,7 @@ __all__ = [
     "pass_from",
     "run_order",
     "series_of",
+    "shard_blocks",
     "spec_blocks",
 ]
 
@@ -199,9 +205,9 @@ def budget_of(spec: RunSpec) -> BlockBudget:
 def design_text(spec: RunSpec, *, anchored: bool = False) -> str:
     """How the blocks are run and judged, as the header, the plan and the verdict name it."""
     p = spec.protocol
-    if anchored:
-        return f"candidate-only run: anchored order {p.anchored_order} against a stored baseline"
     budget = budget_of(spec).describe()
+    if anchored:
+        return f"candidate-only run: anchored order {p.anchored_order} against a stored baseline, {budget} per block"
     if p.design == "fixed":
         return f"fixed design: order {p.order} at every duration, {budget} per block"
     looks = "; ".join(f"{d:g} s after {list(looks_of(spec, d))} pairs" for d in run_order(spec))
@@ -327,23 +333,91 @@ def spec_blocks(spec: RunSpec, arms: str = "all", *, anchored: bool = False, los
     return tuple(b for b in blocks if anchored or arms == "all" or (arms == BASELINE) == (b.letter == "A"))
 
 
+def first_window(spec: RunSpec, shards: int, lossless: bool | None = None) -> Window:
+    """Round 1 of a sharded campaign: each series up to its first look, in whole units on every shard.
+
+    The fixed design has one look, at the end: its round 1 is every pair. A
+    dearer duration run in order of cost waits for the look that passes the
+    cheaper one (its window is empty until then).
+    """
+    windows: dict[str, dict[str, SeriesWindow]] = {}
+    for index, duration in enumerate(run_order(spec)):
+        looks = looks_of(spec, duration)
+        waits = spec.protocol.design == "sequential" and in_order_of_cost(spec) and index > 0
+        through = 0 if waits else round_up(looks[0], shards, looks[-1])
+        windows[f"{duration:g}s"] = {s.name: SeriesWindow(0, through) for s in series_of(spec)}
+    return Window(1, shards, spec.spec_id, windows)
+
+
+def shard_blocks(spec: RunSpec, blocks: tuple[Block, ...], shard: Shard, window: Window,
+                 lossless: bool | None = None) -> tuple[Block, ...]:
+    """The blocks of ``blocks`` that ``shard`` runs in ``window``'s round (:mod:`h3bench.runspec.shards`).
+
+    A pair goes with its AB/BA unit; a sequential design's control block goes
+    with the pair it precedes, a fixed design's round-robin over the shards
+    in round 1; the controls after the last pair are not run.
+    """
+    lossless_on = spec.gates.lossless if lossless is None else lossless
+    precedes: dict[tuple[float, int], int] = {}  # (duration, control position) → the 0-based pair it precedes
+    if spec.protocol.design == "sequential":
+        for duration in run_order(spec):
+            before, _ = _controls_plan(spec, duration, lossless_on)
+            precedes.update({(duration, i): pair - 1 for i, pair in enumerate(before, start=1)})
+
+    def keeps(block: Block) -> bool:
+        if block.design == "controls":
+            pair = precedes.get((block.duration, block.position))
+            if spec.protocol.design != "sequential":
+                return window.round == 1 and (block.position - 1) % shard.count + 1 == shard.index
+            return pair is not None and shard.runs_pair(pair) and any(
+                w.runs(pair) for s in series_of(spec) if (w := window.of(block.duration, s.name)) is not None)
+        found = window.of(block.duration, block.candidate)
+        return found is not None and shard.runs_pair(block.pair) and found.runs(block.pair)
+
+    return tuple(b for b in blocks if keeps(b))
+
+
+def check_shards(spec: RunSpec, shards: int) -> None:
+    """Refuse more shards than the longest series has AB/BA units: a shard would have no pair to run at all.
+
+    A duration with fewer units than shards leaves the last shards idle
+    there (950pr-x4.toml's 15 s has 3 units: a fourth host runs 5 s only).
+    """
+    units = max(math.ceil(looks_of(spec, d)[-1] / 2) for d in run_order(spec))
+    if shards > units:
+        raise UsageError(f"--shard .../{shards}: {spec.name} has at most {units} AB/BA unit(s) of 2 pairs per "
+                         f"duration, so at most {units} shards can each run whole pairs")
+
+
 class Schedule:
     """The blocks one session runs, in order, and the test cases they make.
 
     ``arms`` selects the blocks this session runs. A candidate-only run
     (``anchored``) runs the anchored orders, and its other blocks come from
-    the stored bundle (:attr:`stored_blocks`).
+    the stored bundle (:attr:`stored_blocks`). A shard of a campaign over
+    several hosts (``shard``) runs its AB/BA units of the round's ``window``
+    (round 1 without one); its lossless test counts its own host's processes.
     """
 
-    def __init__(self, spec: RunSpec, arms: str = "all", *, anchored: bool = False) -> None:
+    def __init__(self, spec: RunSpec, arms: str = "all", *, anchored: bool = False, shard: Shard | None = None,
+                 window: Window | None = None) -> None:
         self.spec = spec
         self.anchored = anchored
-        self.blocks = spec_blocks(spec, arms, anchored=anchored)
+        self.shard = shard
+        self.window = window if window is not None or shard is None else first_window(spec, shard.count)
+        self.blocks = self._own(spec_blocks(spec, arms, anchored=anchored))
         self.stored_blocks = tuple(b for b in spec_blocks(spec) if b.letter == "A") if anchored else ()
-        self.baseline_blocks = tuple(b for b in (*self.stored_blocks, *(self.blocks if anchored else spec_blocks(spec)))
+        self.baseline_blocks = tuple(b for b in (*self.stored_blocks,
+                                                 *(self.blocks if anchored else self._own(spec_blocks(spec))))
                                      if b.letter == "A")
         self._controls = {series.name: series.control for series in series_of(spec)}
         self._order = {block.id: index for index, block in enumerate(self.blocks)}
+        self._campaign = self.blocks if anchored or arms == "all" else spec_blocks(spec)
+
+    def _own(self, blocks: tuple[Block, ...]) -> tuple[Block, ...]:
+        if self.shard is None or self.window is None:
+            return blocks
+        return shard_blocks(self.spec, blocks, self.shard, self.window)
 
     def index(self, block: Block) -> int:
         """The block's place in the order this session runs it (ValueError if it does not run it)."""
@@ -391,6 +465,10 @@ class Schedule:
     def series(self, duration: float, candidate: str) -> list[Block]:
         """The blocks a candidate's speed comparison uses: its series in this session's order."""
         return [b for b in self.blocks if b.duration == duration and b.candidate == candidate]
+
+    def campaign_series(self, duration: float, candidate: str) -> list[Block]:
+        """A series' blocks in the campaign's order, whichever of them this session runs (``--arm``)."""
+        return [b for b in self._campaign if b.duration == duration and b.candidate == candidate]
 
     def stored_series(self, duration: float, candidate: str) -> list[Block]:
         """A candidate-only run: the stored baseline blocks of the candidate's series (the shift report)."""

@@ -202,8 +202,9 @@ class Protocol(Frozen):
         if self.audit_counts and not self.audit:
             raise ValueError("audit_counts needs audit = true")
         if counted < 3:
-            raise ValueError(f"a block's median needs at least three counted requests, got {counted}: "
-                             "requests_per_block = 3, or 2 with audit_counts = true")
+            raise ValueError(f"protocol.requests_per_block = {self.requests_per_block} gives {counted} counted "
+                             "requests, and a block's median needs at least three: requests_per_block = 3, or 2 "
+                             "with audit_counts = true")
         return self
 
     @field_validator("anchored_order")

@@ -413,7 +413,12 @@ class ServerProcess:
             tree.wait_exited(time.perf_counter() + _KILL_WAIT_S)
         self.shutdown_s = time.perf_counter() - t0
         self.graceful = graceful and not self._killed
-        self.exit_code = proc.poll()
+        # Reap our own child before anything checks the cleanup: on a busy host a killed server can still be
+        # exiting here, and an unreaped child would be blamed as incomplete cleanup instead of the budget.
+        try:
+            self.exit_code = proc.wait(timeout=_KILL_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.exit_code = None  # still running after SIGKILL: verify_exited() reports it
         self._state = ServerState.STOPPED
         _LIVE.discard(self)
 

@@ -29,6 +29,7 @@ from h3bench.runspec import RunSpec, load_runspec
 from h3bench.runspec.schedule import Block, Case, Schedule
 from h3bench.session.results import Results
 from h3bench.session.runner import Runner
+from h3bench.session.selection import require_runnable
 from h3bench.session.settings import Settings
 from h3bench.verdict.judge import Judge
 from h3bench.verdict.verdicts import VerdictDocument
@@ -91,6 +92,11 @@ class Campaign:
         if self.runner is not None:
             self.runner.select(cases)
 
+    def select_blocks(self, selects: Callable[[Block], bool]) -> None:
+        """Run only the blocks that ``selects`` keeps (``h3bench run -m``)."""
+        if self.runner is not None:
+            self.runner.select_blocks(selects)
+
     def run_selected(self, progress: Callable[[str], None]) -> None:
         if self.runner is not None:
             self.runner.run_selected(progress)
@@ -110,7 +116,7 @@ class Campaign:
             where += " (created when the first block runs)"
         stored = self.results.stored_baseline
         lines = report_header(self.spec, arms=self.settings.arm, evidence=where,
-                              baseline_evidence=stored.bundle_path if stored else None)
+                              baseline_evidence=stored.bundle_path if stored else None, blocks=self.schedule.blocks)
         return lines + (self.resumed.log_lines() if self.resumed else [])
 
     def finish(self, interrupted: str | None = None) -> VerdictDocument | None:
@@ -147,6 +153,7 @@ def start_campaign(settings: Settings, progress: Progress | None = None) -> Camp
     """
     assert settings.runspec is not None, "a live campaign needs a RunSpec"
     spec = load_runspec(settings.runspec)
+    require_runnable(spec, settings)
     inputs = spec.verify_inputs()
     found = preflight(spec, spec_file=settings.runspec, allow_unpinned=settings.allow_unpinned)
     if settings.baseline_evidence is None:  # a candidate-only run has its own anchored design

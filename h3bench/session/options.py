@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from h3bench.session.settings import ARMS, LPIPS_DIR_ENV, Settings
+from h3bench.errors import UsageError
+from h3bench.session.settings import ARMS, DEFAULT_LOCK_PATH, DEVICE_LOCK_ENV, LPIPS_DIR_ENV, Settings
+
+if TYPE_CHECKING:  # the runspec package loads pydantic: parsed only when --shard is given
+    from h3bench.runspec.shards import Shard
 
 __all__ = ["CAMPAIGN", "LPIPS", "RUNSPEC_ENV", "Option", "add_options", "reader", "resolve"]
 
@@ -38,6 +42,15 @@ def _seconds(value: str) -> float:
     if not seconds > 0:
         raise argparse.ArgumentTypeError(f"{value!r} is not a positive number of seconds")
     return seconds
+
+
+def _shard(value: str) -> Shard:
+    from h3bench.runspec.shards import Shard
+
+    try:
+        return Shard.parse(value)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _existing_path(value: str) -> Path:
@@ -86,6 +99,10 @@ CAMPAIGN = (
            "marked DIAGNOSTIC", {"action": "store_true", "default": False}),
     Option("--resume", "continue this interrupted evidence bundle: finished blocks are kept, the rest run again",
            {"type": _existing_path, "metavar": "BUNDLE"}),
+    Option("--shard", "run shard I of N of a campaign over N hosts: whole AB/BA units, its own sealed bundle "
+           "(pool the N bundles with h3bench pool)", {"type": _shard, "metavar": "I/N"}),
+    Option("--looks", "with --shard: the look file of the previous round (h3bench pool --look); the round runs "
+           "only the pairs that look left to run", {"type": _existing_path, "metavar": "FILE"}),
     Option("--progress-interval", "without a terminal, print a progress line every SECONDS while a long step runs "
            "(default: 60)", {"type": _seconds, "default": 60.0, "metavar": "SECONDS"}),
 )
@@ -111,12 +128,14 @@ def reader(values: object) -> Callable[[str], Any]:
     return lambda dest: getattr(values, dest, defaults.get(dest))
 
 
-def resolve(get: Callable[[str], Any], *, here: Path, default_runspec: Path | None = None) -> Settings:
+def resolve(get: Callable[[str], Any], *, here: Path, default_runspec: Path | None = None,
+            command: Sequence[str] = ()) -> Settings:
     """The settings of one session: each option, else its environment variable, else its default.
 
     ``get`` reads an option by its dest; paths given on the command line or in
     the environment are relative to ``here`` (where the command was started),
-    ``default_runspec`` is already absolute.
+    ``default_runspec`` is already absolute; ``command`` is the command line
+    as typed, for the refusals that name the one to run instead.
     """
     given = get("h3_runspec") or os.environ.get(RUNSPEC_ENV)
     runspec = here / given if given else default_runspec
@@ -134,4 +153,8 @@ def resolve(get: Callable[[str], Any], *, here: Path, default_runspec: Path | No
         allow_unpinned=get("h3_allow_unpinned"),
         allow_underpowered=get("h3_allow_underpowered"),
         progress_interval_s=get("h3_progress_interval"),
+        device_lock=here / os.environ[DEVICE_LOCK_ENV] if os.environ.get(DEVICE_LOCK_ENV) else DEFAULT_LOCK_PATH,
+        command=tuple(command),
+        shard=get("h3_shard"),
+        looks=get("h3_looks"),
     )

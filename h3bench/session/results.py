@@ -44,6 +44,7 @@ from h3bench.runspec.schedule import (
     MatchedPair,
     OutputRef,
     Schedule,
+    check_shards,
     control_blocks,
     design_text,
     in_order_of_cost,
@@ -53,6 +54,7 @@ from h3bench.runspec.schedule import (
     run_order,
     series_of,
 )
+from h3bench.runspec.shards import Window, read_window
 from h3bench.session.settings import Settings
 from h3bench.stats import intervals, sequential, speed
 from h3bench.stats.sequential import LookDecision
@@ -83,6 +85,18 @@ __all__ = ["Results", "Supply"]
 Supply = Callable[[Block], object]
 
 
+def _window(spec: RunSpec, settings: Settings) -> Window | None:
+    """A shard's round from the look file of the previous round (round 1 without one)."""
+    if settings.shard is None:
+        if settings.looks is not None:
+            raise UsageError("--looks gives a round of a campaign over several hosts: add --shard I/N")
+        return None
+    check_shards(spec, settings.shard.count)
+    if settings.looks is None:
+        return None
+    return read_window(settings.looks, spec_id=spec.spec_id, shards=settings.shard.count)
+
+
 class Results:
     """The blocks of one campaign that ran, the stop rules that fired, and the judgement of the outputs."""
 
@@ -93,7 +107,8 @@ class Results:
         self.spec = spec
         self.settings = settings
         # A candidate-only run runs the anchored orders; the rest of its schedule is the stored bundle's.
-        self.schedule = Schedule(spec, settings.arm, anchored=settings.baseline_evidence is not None)
+        self.schedule = Schedule(spec, settings.arm, anchored=settings.baseline_evidence is not None,
+                                 shard=settings.shard, window=_window(spec, settings))
         self.stored_baseline: Results | None = None  # set for a candidate-only run
         self._stored_contract = Contract()  # the stored baseline's engine contract, per arm
         self._supply = supply
@@ -104,6 +119,7 @@ class Results:
         self._ran: dict[str, BlockResult] | None = {} if supply is not None and bundle is None else None
         self._stopped: dict[str, Stop] = {}  # candidate → the stop rule that fired
         self._telemetry: tuple[int, dict[str, telemetry.BlockTelemetry]] = (-1, {})  # (file size, per block)
+        self.not_selected: dict[str, tuple[str, ...]] = {}  # a selection: per candidate, durations not judged
         self.judge = Judge(spec, self.schedule, locate=self.output_path, available=self.available, stop=self.stop,
                            lpips_dir=settings.lpips_dir, lpips_device=settings.lpips_device,
                            lossless_flag=settings.lossless)
@@ -118,12 +134,14 @@ class Results:
             require_verified(path, "it is not read")
         bundle = Bundle.open(path)
         spec = parse_runspec(bundle.manifest["spec"], source=f"{path}/manifest.json")
-        return cls(spec, settings, bundle_path=bundle.path, bundle=bundle)
+        results = cls(spec, settings, bundle_path=bundle.path, bundle=bundle)
+        stored = bundle.read_verdict()
+        if stored is not None:  # a selection is judged again as the run judged it
+            results.not_selected = {k: tuple(v) for k, v in (stored.get("not_selected") or {}).items()}
+        return results
 
     def attach_baseline(self, path: Path) -> None:
         """A candidate-only run: the stored bundle of the same spec gives everything but today's anchored blocks."""
-        if self.settings.arm != "candidate":
-            raise UsageError("--baseline-evidence runs only the candidate's blocks: add --arm candidate")
         stored = Results.from_bundle(path, dataclasses.replace(self.settings, arm="all", baseline_evidence=None))
         require_same_spec(stored.spec.spec_id, self.spec.spec_id)
         if is_diagnostic(stored.bundle.manifest):
@@ -344,9 +362,14 @@ class Results:
 
     def decision(self, duration: float, series: str) -> LookDecision | None:
         """The series' look decision from its blocks so far (None in a candidate-only run, or before a pair)."""
-        if self.schedule.anchored:
+        if self.schedule.anchored or self.schedule.shard is not None:  # a shard's looks are the pooled ones
             return None
-        return looks.decision(self.spec, duration, self.series(duration, series), lossless_on=self.lossless_on)
+        ran = []
+        for block in self.schedule.campaign_series(duration, series):  # up to the first that did not run (-k, --arm)
+            if (result := self.ran.get(block.id)) is None:
+                break
+            ran.append(result)
+        return looks.decision(self.spec, duration, ran, lossless_on=self.lossless_on)
 
     def not_needed(self, block: Block) -> str | None:
         """Why a scheduled block need not run: its series stopped at a look, or did not pass a cheaper duration.
@@ -356,7 +379,7 @@ class Results:
         pair, while a series that passed is short of the baseline processes
         its lossless test needs.
         """
-        if block.design == "anchored":
+        if block.design == "anchored" or self.schedule.shard is not None:  # a shard's round is its window
             return None
         order = run_order(self.spec)
         earlier = order[: order.index(block.duration)] if in_order_of_cost(self.spec) else ()
@@ -463,13 +486,27 @@ class Results:
                 sum(self._block_seconds(r) * self._devices(r.block.arm) for r in ran), total)
         return out
 
+    def select(self, selected: Iterable[Block]) -> None:
+        """The session runs only ``selected``: a candidate is judged at the durations where its own blocks are."""
+        judged = {(b.candidate, duration_key(b.duration)) for b in selected if b.letter == "B"}
+        self.not_selected = {}
+        for series in series_of(self.spec):
+            left = tuple(k for k in map(duration_key, self.spec.workload.durations) if (series.name, k) not in judged)
+            if left:
+                self.not_selected[series.name] = left
+
     def verdicts(self) -> dict[str, CandidateVerdict]:
-        """Per candidate: speed, quality and lossless at each duration, and the stop rule that fired."""
+        """Per candidate: speed, quality and lossless at each selected duration, and the stop rule that fired."""
         out = {}
         for series in series_of(self.spec):
             candidate = series.name
             durations = {}
+            skipped = self.not_selected.get(candidate, ())
+            if len(skipped) == len(self.spec.workload.durations):
+                continue
             for d in self.spec.workload.durations:
+                if duration_key(d) in skipped:
+                    continue
                 outcome, reasons, estimate, found = self._speed(d, candidate)
                 pairs = self.judge.pairs_of(candidate, d)
                 durations[duration_key(d)] = DurationVerdict(
@@ -510,6 +547,10 @@ class Results:
         lines = [f"DIAGNOSTIC run: not a campaign result; {reason}" for reason in diagnostic_reasons(manifest)]
         lines += [f"  underpowered: {problem}" for problem in run.get("underpowered", ())]
         lines += [f"design: {warning}" for warning in design_warnings(self.spec)]
+        if shard := manifest.get("shard"):
+            lines.append(f"shard {shard['index']}/{shard['count']}, round {shard['round']}, on host "
+                         f"{shard['host']['name']}: this verdict covers this host's pairs only; the campaign's "
+                         "verdict is h3bench pool's over every shard")
         return tuple(lines + [f"not verified: {item}" for item in run.get("unverified", ())])
 
     def document(self, *, interrupted: str | None = None,
@@ -524,7 +565,8 @@ class Results:
             run_notes=self.run_notes(), heldout=dict(heldout or {}), accepted=accepted,
             baseline_evidence=str(self.stored_baseline.bundle_path) if self.stored_baseline else None,
             lpips_required=self.spec.gates.lpips_required, baseline=self.baseline_levels(),
-            design=design_text(self.spec, anchored=self.schedule.anchored), device=self.device_time())
+            design=design_text(self.spec, anchored=self.schedule.anchored), device=self.device_time(),
+            not_selected=dict(self.not_selected))
 
     def baseline_levels(self) -> dict[str, BaselineLevel]:
         """Per duration, the median of every successful baseline block's median (controls and anchors included)."""

@@ -33,6 +33,7 @@ from typing import Any
 from h3bench.evidence import Bundle
 from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
+from h3bench.host.inventory import host_identity
 from h3bench.plan.preflight import DIAGNOSTIC, Preflight
 from h3bench.run.block import interrupt_name, run_block
 from h3bench.run.heldout import heldout_cases, run_heldout
@@ -103,13 +104,27 @@ class Runner:
                 model=spec.model.model_dump(mode="json"),
                 started_at=self.started_at,
                 session=self.session,
-                extra=self.preflight.manifest(),
+                extra={**self.preflight.manifest(), **self._shard_record()},
                 arms={name: _launch_record(arm) for name, arm in spec.arms.items()},
                 lpips_weights=self.results.judge.weights_record(),
                 environment=environment(),
             )
             self.results.attach(self._bundle)
         return self._bundle
+
+    def _shard_record(self) -> dict[str, Any]:
+        """A shard of a campaign over several hosts: which shard and round, and the host that ran it."""
+        shard, window = self.schedule.shard, self.schedule.window
+        if shard is None:
+            return {}
+        return {"shard": {"index": shard.index, "count": shard.count, "round": window.round if window else 1,
+                          "looks_sha256": window.sha256 if window and window.sha256 else None,
+                          "blocks": [b.id for b in self.schedule.blocks], "host": host_identity()}}
+
+    @property
+    def device_lock(self) -> Path | None:
+        """The host-wide lock around each block: only a spec with device checks takes it, never the simulator."""
+        return self.settings.device_lock if self.spec.hardware.kind != "sim" else None
 
     @property
     def diagnostic(self) -> bool:
@@ -143,8 +158,15 @@ class Runner:
 
     def select(self, cases: Iterable[Case]) -> None:
         """Run only the blocks that these test cases read (the session's selection)."""
-        self._selected = {block.id for case in cases for block in self.schedule.blocks_of(case)}
-        self.pace.expect([b for b in self.schedule.blocks if self._needed(b)])
+        ids = {block.id for case in cases for block in self.schedule.blocks_of(case)}
+        self.select_blocks(lambda block: block.id in ids)
+
+    def select_blocks(self, selects: Callable[[Block], bool]) -> None:
+        """Run only the blocks that ``selects`` keeps; the verdict then covers what they can judge."""
+        self._selected = {block.id for block in self.schedule.blocks if selects(block)}
+        chosen = [b for b in self.schedule.blocks if self._needed(b)]
+        self.results.select(chosen)
+        self.pace.expect(chosen)
 
     def _needed(self, block: Block) -> bool:
         return self._selected is None or block.id in self._selected
@@ -181,7 +203,7 @@ class Runner:
             measure = measure or PlainMeasure()
             result = run_block(self.spec, block, bundle=self.bundle, inputs=self.inputs, scratch=self.scratch,
                                measure=measure, campaign_id=self.session, pace=self.pace,
-                               profile=block.id in self._profiled)
+                               profile=block.id in self._profiled, device_lock=self.device_lock)
             self.pace.finished(block)
             results.take(result)
             measure.annotate(block_info(self.spec, result))
@@ -231,7 +253,8 @@ class Runner:
         cases = heldout_cases(spec)
         for index, candidate in enumerate(heldout_candidates(spec, self.results.verdicts())):
             ran = run_heldout(spec, candidate, index * len(spec.workload.durations), cases, bundle=self.bundle,
-                              inputs=self.inputs, scratch=self.scratch, campaign_id=self.session, pace=self.pace)
+                              inputs=self.inputs, scratch=self.scratch, campaign_id=self.session, pace=self.pace,
+                              device_lock=self.device_lock)
             out[candidate] = {duration_key(d): judge_heldout(self.results.judge, candidate, d, blocks, cases,
                                                              self.bundle.output_path)
                               for d, blocks in ran.items()}
@@ -241,7 +264,8 @@ class Runner:
         """Write the quality results, run the held-out phase, write verdict.json and seal the bundle.
 
         The held-out phase runs for the candidates that passed, after an
-        uninterrupted session of every arm. Nothing is written if no block ran.
+        uninterrupted session of every arm and workload (a selection accepts
+        nothing, so it needs none). Nothing is written if no block ran.
         """
         self.interrupted = interrupted
         if self._bundle is None:
@@ -249,7 +273,8 @@ class Runner:
             return None
         self.results.write_quality()
         heldout: dict[str, dict[str, HeldoutVerdict]] = {}
-        if interrupted is None and self.spec.heldout is not None and self.settings.arm == "all":
+        full = self.settings.arm == "all" and not self.results.not_selected
+        if interrupted is None and self.spec.heldout is not None and full:
             try:
                 heldout = self._heldout()
             except BaseException as exc:  # Ctrl-C or a signal during the held-out phase: seal what was written
@@ -257,7 +282,8 @@ class Runner:
         self._remove_scratch()
         self.interrupted = interrupted
         verdicts = self.results.verdicts()
-        accepted = acceptance(self.spec, verdicts, heldout, diagnostic=self.diagnostic)
+        accepted = acceptance(self.spec, verdicts, heldout, diagnostic=self.diagnostic,
+                              not_selected=self.results.not_selected)
         self.document = self.results.document(interrupted=interrupted, heldout=heldout, accepted=accepted,
                                               verdicts=verdicts)
         self.bundle.write_verdict(self.document.to_dict())

@@ -5,10 +5,18 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from h3bench.metrics.lpips_weights import DIR_ENV as LPIPS_DIR_ENV
 
-__all__ = ["ARMS", "LPIPS_DIR_ENV", "Settings"]
+if TYPE_CHECKING:  # the runspec package loads pydantic; a Settings without a shard never needs it
+    from h3bench.runspec.shards import Shard
+
+__all__ = ["ARMS", "DEFAULT_LOCK_PATH", "DEVICE_LOCK_ENV", "LPIPS_DIR_ENV", "Settings"]
+
+# Blocks of campaigns with device checks never overlap on one host: each takes this file lock.
+DEFAULT_LOCK_PATH = Path("/tmp/h3bench-devices.lock")
+DEVICE_LOCK_ENV = "H3BENCH_DEVICE_LOCK"  # moves it (a test, or two hosts' worth of devices on one machine)
 
 ARMS = ("baseline", "candidate", "all")
 
@@ -28,6 +36,10 @@ class Settings:
     allow_unpinned: bool = False  # run a spec with UNPINNED or TODO fields, as a DIAGNOSTIC run
     allow_underpowered: bool = False  # run a spec whose design cannot reach its verdict, as a DIAGNOSTIC run
     progress_interval_s: float = 60.0  # without a terminal, a progress line this often during a long step
+    device_lock: Path = DEFAULT_LOCK_PATH  # taken around each block of a spec with device checks (not the simulator)
+    command: tuple[str, ...] = ()  # the command as typed: a refusal names the one to run instead
+    shard: Shard | None = None  # one shard of a campaign over several hosts (h3bench.runspec.shards)
+    looks: Path | None = None  # the look file of the previous round (h3bench pool --look)
 
     @classmethod
     def for_bundle(cls, bundle: Path, *, lossless: bool, lpips_dir: str | None, lpips_device: str) -> Settings:

@@ -85,7 +85,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, info in SimProfile.model_fields.items():
         flag = "--" + name.replace("_", "-")
         kind = _base_type(info.annotation)
-        help_text = f"{info.description} (default: {info.default!r})"
+        default = info.get_default(call_default_factory=True)  # a list field has a factory, not a default
+        help_text = f"{info.description} (default: {default!r})"
         # SUPPRESS: only the flags given override the file.
         common: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_text}
         if kind is bool:

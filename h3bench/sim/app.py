@@ -60,8 +60,9 @@ from h3bench.sim.worker import LOG_FORMAT, WorkerConfig
 
 # The harness names the block a server serves here (h3bench/run/block.py); the process seed is drawn from it.
 BLOCK_ID_ENV = "H3BENCH_BLOCK_ID"
+HOST_FACTOR_ENV = "H3BENCH_SIM_HOST_FACTOR"  # this machine as another host: its speed, per arm (host_factor)
 
-__all__ = ["create_app", "serve"]
+__all__ = ["HOST_FACTOR_ENV", "create_app", "host_factor", "serve"]
 
 log = logging.getLogger("h3bench.sim")
 
@@ -213,6 +214,38 @@ async def _run(server: uvicorn.Server, sock: socket.socket, pool: WorkerPool) ->
     await serving
 
 
+def host_factor(text: str, arm: str) -> float:
+    """The factor ``$H3BENCH_SIM_HOST_FACTOR`` gives ``arm``: ``1.05`` for every arm, or ``baseline=1.05,clean=0.9``.
+
+    How a test makes one machine several hosts: each shard's simulator runs
+    at its host's speed, or gives one arm an effect that differs by host. An
+    arm the text does not name runs at 1.
+    """
+    text = text.strip()
+    if not text:
+        return 1.0
+    try:
+        if "=" not in text:
+            factor = float(text)
+        else:
+            named = dict(part.split("=", 1) for part in text.split(","))
+            factor = float(named.get(arm, 1.0))
+    except ValueError:
+        raise ValueError(f"${HOST_FACTOR_ENV}={text!r}: write a factor (1.05) or arm=factor pairs") from None
+    if not factor > 0:
+        raise ValueError(f"${HOST_FACTOR_ENV}={text!r}: a factor must be positive")
+    return factor
+
+
+def _on_this_host(profile: SimProfile, block_id: str) -> SimProfile:
+    """The profile at this host's speed (``$H3BENCH_SIM_HOST_FACTOR``); the arm is the block id's last part."""
+    factor = host_factor(os.environ.get(HOST_FACTOR_ENV, ""), block_id.rpartition("-")[2])
+    if factor == 1.0:
+        return profile
+    log.info("host factor %g for block %s", factor, block_id or "-")
+    return profile.model_copy(update={"time_scale": profile.time_scale * factor})
+
+
 def serve(host: str, port: int, profile: SimProfile, *, profiler_dir: Path | None = None) -> int:
     """Run the simulator until SIGTERM or SIGINT; return the process's exit code.
 
@@ -223,6 +256,7 @@ def serve(host: str, port: int, profile: SimProfile, *, profiler_dir: Path | Non
     """
     logging.basicConfig(level=logging.INFO, format=LOG_FORMAT, stream=sys.stderr, force=True)
     block_id = os.environ.get(BLOCK_ID_ENV, "")
+    profile = _on_this_host(profile, block_id)
     fixed = profile.seed_for_block(block_id)
     process_seed = fixed if fixed is not None else secrets.randbits(63)
     log.info(

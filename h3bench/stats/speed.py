@@ -191,6 +191,15 @@ class RatioEstimate:
     shift: float | None = None  # a candidate-only run: today's anchors over the stored baseline
     floor_basis: str = ""  # what min_permutation_p is the floor of
 
+    def headline(self) -> str:
+        """``ratio 0.9000, bounds [0.8900, 0.9100] (one-sided 1.25 % / 2.5 %)``: each bound with its own level."""
+        if self.geomean is None:
+            return "no ratio"
+        if self.ci_low is None or self.ci_high is None:
+            return f"ratio {self.geomean:.4f}, no interval"
+        return (f"ratio {self.geomean:.4f}, bounds [{self.ci_low:.4f}, {self.ci_high:.4f}] (one-sided "
+                f"{self.levels.fail_level * 100:.3g} % / {self.levels.pass_level * 100:.3g} %)")
+
     def bounds_text(self) -> str:
         return (f"geometric mean ratio {self.geomean:.4f}, bounds [{self.ci_low:.4f}, {self.ci_high:.4f}] "
                 f"over k = {self.k} {self.design}")

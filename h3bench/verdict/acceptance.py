@@ -10,12 +10,13 @@ formal verdict is PASS (every duration) and, when the spec has ``[heldout]``,
 its held-out verdict is PASS at every duration. The campaign is accepted only
 when the spec names a ``final`` combination, that arm is accepted, and its
 direct comparison with the ``original_baseline`` passed at every duration.
-A DIAGNOSTIC run accepts nothing.
+A DIAGNOSTIC run accepts nothing, and neither does a selection (``-m``,
+``-k``, ``--arm``): acceptance needs every workload of every arm.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from h3bench.outcome import Outcome
 from h3bench.runspec import RunSpec
@@ -27,6 +28,7 @@ from h3bench.verdict.verdicts import (
     CandidateVerdict,
     HeldoutVerdict,
     duration_key,
+    key_marker,
 )
 
 __all__ = ["acceptance", "heldout_candidates"]
@@ -38,7 +40,7 @@ def heldout_candidates(spec: RunSpec, verdicts: Mapping[str, CandidateVerdict]) 
     An INCONCLUSIVE speed estimate is checked as well, so that its held-out
     result is known; acceptance still needs the formal PASS.
     """
-    return [c for c in spec.candidates if verdicts[c].outcome is not Outcome.FAIL]
+    return [c for c in spec.candidates if c in verdicts and verdicts[c].outcome is not Outcome.FAIL]
 
 
 def _direct_series(spec: RunSpec) -> str:
@@ -46,12 +48,20 @@ def _direct_series(spec: RunSpec) -> str:
     return next(s.name for s in series_of(spec) if s.arm == spec.final and s.control == spec.final_control)
 
 
-def _candidate(spec: RunSpec, name: str, verdict: CandidateVerdict, heldout: Mapping[str, HeldoutVerdict],
-               diagnostic: bool) -> CandidateAcceptance:
+def _not_selected(keys: Sequence[str]) -> str:
+    return "partial run: " + ", ".join(map(key_marker, keys)) + " not selected"
+
+
+def _candidate(spec: RunSpec, name: str, verdict: CandidateVerdict | None, heldout: Mapping[str, HeldoutVerdict],
+               diagnostic: bool, not_selected: Sequence[str]) -> CandidateAcceptance:
     reasons = []
     if diagnostic:
         reasons.append(f"{DIAGNOSTIC_VERDICT}: a diagnostic run accepts nothing")
-    if verdict.outcome is not Outcome.PASS:
+    if not_selected:
+        reasons.append(_not_selected(not_selected))
+    if verdict is None:
+        reasons.append("not judged: none of its blocks was selected")
+    elif verdict.outcome is not Outcome.PASS:
         stop = f" ({verdict.stopped.reason})" if verdict.stopped else ""
         reasons.append(f"formal verdict {verdict.outcome}{stop}")
     elif spec.heldout is not None:
@@ -69,13 +79,18 @@ def _candidate(spec: RunSpec, name: str, verdict: CandidateVerdict, heldout: Map
 
 
 def acceptance(spec: RunSpec, verdicts: Mapping[str, CandidateVerdict],
-               heldout: Mapping[str, Mapping[str, HeldoutVerdict]], *, diagnostic: bool) -> Acceptance:
+               heldout: Mapping[str, Mapping[str, HeldoutVerdict]], *, diagnostic: bool,
+               not_selected: Mapping[str, Sequence[str]] | None = None) -> Acceptance:
     """Each candidate's acceptance, and the campaign's: the final combination against the original baseline."""
-    candidates = {name: _candidate(spec, name, verdicts[name], heldout.get(name, {}), diagnostic)
+    skipped = not_selected or {}
+    candidates = {name: _candidate(spec, name, verdicts.get(name), heldout.get(name, {}), diagnostic,
+                                   skipped.get(name, ()))
                   for name in spec.candidates}
     reasons = []
     if spec.final is None:
         reasons.append("the spec names no final combination (final = ...): no campaign acceptance")
+    elif skipped:
+        reasons.append("partial run: a selection of the campaign accepts nothing; run every workload of every arm")
     else:
         if not candidates[spec.final].accepted:
             reasons.append(f"final {spec.final!r} is not accepted: {'; '.join(candidates[spec.final].reasons)}")

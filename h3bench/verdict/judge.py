@@ -211,8 +211,13 @@ class Judge:
         if not fresh:
             return self.engine.compare_many(comparisons)
         eta = statistics.median(self._took) * fresh if self._took else None
-        with self.progress.step(f"quality: {fresh} comparison{'s' * (fresh != 1)}", eta_s=eta) as step:
-            reports = self.engine.compare_many(comparisons)
+        with self.progress.step(f"quality: {fresh} comparison{'s' * (fresh != 1)}", eta_s=eta,
+                                unit="frames") as step:
+            self.engine.on_frames = step.advance
+            try:
+                reports = self.engine.compare_many(comparisons)
+            finally:
+                self.engine.on_frames = None
         self._took.append((time.monotonic() - step.started) / fresh)
         return reports
 

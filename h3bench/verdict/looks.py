@@ -68,10 +68,14 @@ def series_blocks(results: Sequence[BlockResult], budget: BlockBudget) -> list[S
 
 def decision(spec: RunSpec, duration: float, results: Sequence[BlockResult], *, lossless_on: bool
              ) -> LookDecision | None:
-    """The series' decision from its blocks so far; None before it has a complete pair."""
+    """The series' decision from its blocks so far; None before it has a complete pair.
+
+    None too for a diagnostic fixed design of one pair (``order = "AB"``): it
+    has no look, and its speed verdict is the interval's INCONCLUSIVE.
+    """
     budget = budget_of(spec)
     blocks = series_blocks(results, budget)
-    if len(blocks) < 2:
+    if len(blocks) < 2 or looks_of(spec, duration)[-1] < 2:
         return None
     b = boundaries_of(spec, duration, lossless_on)
     p = spec.protocol

@@ -23,8 +23,10 @@ from typing import Any
 
 from h3bench.evidence import Bundle
 from h3bench.evidence.codec import from_json, to_json
+from h3bench.h3 import workload_marker
 from h3bench.outcome import Outcome, combine
 from h3bench.run.records import Stop
+from h3bench.stats.hosts import BaselineOutlier, HostEffect, Interaction
 from h3bench.stats.speed import Percentile, RatioEstimate
 from h3bench.stats.warmup import WarmupCheck
 from h3bench.verdict.stage_effects import StageEffects
@@ -44,9 +46,14 @@ __all__ = [
     "HeldoutVerdict",
     "LookRecord",
     "LosslessSummary",
+    "PoolRecord",
+    "PooledSeries",
     "RecipeStep",
+    "ShardRecord",
     "VerdictDocument",
     "duration_key",
+    "key_marker",
+    "saving",
 ]
 
 NOT_EVALUATED = "NOT_EVALUATED"
@@ -56,6 +63,17 @@ DIAGNOSTIC_VERDICT = "DIAGNOSTIC (not a campaign result)"
 def duration_key(duration: float) -> str:
     """``"5s"``: how a duration is named in verdict.json."""
     return f"{duration:g}s"
+
+
+def key_marker(key: str) -> str:
+    """``ref2va_5s`` for the key ``5s``: the marker that selects that duration (:func:`h3bench.h3.workload_marker`)."""
+    return workload_marker(float(key.removesuffix("s")))
+
+
+def saving(spent_s: float, fixed_s: float) -> str:
+    """What a run spent against the fixed design, as a user reads it: "42% saved" or "50% more"."""
+    change = 1 - spent_s / fixed_s
+    return f"{change:.0%} saved" if change >= 0 else f"{-change:.0%} more"
 
 
 @dataclass(frozen=True)
@@ -149,7 +167,7 @@ class LookRecord:
         saved = ""
         if self.fixed_device_s:
             saved = (f"; the fixed design: {self.fixed_device_s / 3600:.2f} device-h "
-                     f"({1 - self.device_s / self.fixed_device_s:+.0%} saved)")
+                     f"({saving(self.device_s, self.fixed_device_s)})")
         return (f"{self.design} design, {state}; {len(self.blocks_run)} blocks run, {len(self.blocks_not_run)} not "
                 f"run; {self.device_s / 3600:.2f} device-h{saved}")
 
@@ -268,6 +286,41 @@ class Acceptance:
 
 
 @dataclass(frozen=True)
+class ShardRecord:
+    """One shard bundle of a pooled campaign, named by its seal (the last segment's final.json SHA-256)."""
+
+    index: int
+    count: int
+    round: int
+    host: str
+    bundle: str  # its directory name
+    final_sha256: str
+    blocks: int  # blocks it ran
+
+
+@dataclass(frozen=True)
+class PooledSeries:
+    """One series at one duration over the hosts: each host's ratio, the interaction check, the hosts' interval."""
+
+    hosts: tuple[HostEffect, ...]
+    interaction: Interaction
+    pooled_outcome: Outcome  # what the pooled look decided over every pair, before the interaction check
+    hosts_ratio: float | None = None  # the hosts' interval (where the hosts disagree): h3bench.stats.hosts
+    hosts_lower: float | None = None
+    hosts_upper: float | None = None
+
+
+@dataclass(frozen=True)
+class PoolRecord:
+    """What ``h3bench pool`` pooled: the shards by seal, those missing, and per series and duration the hosts."""
+
+    shards: tuple[ShardRecord, ...]
+    missing: tuple[str, ...]  # "shard 3/3 of round 1", each named
+    series: dict[str, dict[str, PooledSeries]] = field(default_factory=dict)  # candidate → duration key →
+    baseline_outliers: dict[str, tuple[BaselineOutlier, ...]] = field(default_factory=dict)  # duration key →
+
+
+@dataclass(frozen=True)
 class VerdictDocument:
     """``verdict.json``: everything a campaign concluded, computed once and read by every presentation."""
 
@@ -285,10 +338,19 @@ class VerdictDocument:
     design: str = ""  # how the blocks were run and judged
     device: dict[str, DeviceTime] = field(default_factory=dict)  # per duration
     lpips_required: bool = True
+    # A selection (-m, -k, --arm): per candidate, the durations none of its blocks was selected at; the
+    # verdict covers the rest, and a candidate with nothing selected has no entry in ``candidates``.
+    not_selected: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    pool: PoolRecord | None = None  # a campaign over several hosts, pooled by h3bench pool
 
     @property
     def diagnostic(self) -> bool:
         return self.run == "DIAGNOSTIC"
+
+    @property
+    def partial(self) -> bool:
+        """Whether the run judged only a selection of the campaign."""
+        return bool(self.not_selected)
 
     @property
     def outcome(self) -> Outcome:

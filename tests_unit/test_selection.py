@@ -1,0 +1,121 @@
+"""The campaign's commands as a user types them: every selection runs to a verdict or is refused before a server starts.
+
+``--arm``, ``-m``, ``-k`` and ``--baseline-evidence`` combine freely on the
+command line; each combination is decided at collection. A run of one arm
+or one workload says exactly what it judged, and a refusal names the
+command that runs instead.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+
+from tests_unit.campaign_project import bundles_in, child_campaign, run_campaign, write_campaign
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("selection")
+    write_campaign(root, durations=(5, 15), protocol={"audit": False})
+    return root
+
+
+@pytest.fixture(scope="module")
+def stored_baseline(project) -> Path:
+    """A formal baseline-only run of the project's spec: what ``--baseline-evidence`` takes."""
+    code, out, bundle = child_campaign(project, project / "spec.toml", "tests_perf", "--arm", "baseline",
+                                       "--benchmark-disable")
+    assert code == 0 and bundle is not None, out
+    return bundle
+
+
+# -k: the first pair at 5 s, in the paired order (1A 2B) and in the anchored one (1B 2A).
+SELECTIONS = {"all": [], "-m": ["-m", "ref2va_5s"], "-k": ["-k", "not 15s and (1A or 2B or anchored-1B or anchored-2A)"]}
+
+
+@pytest.mark.parametrize("selection", SELECTIONS)
+@pytest.mark.parametrize("evidence", [False, True], ids=["fresh", "stored"])
+@pytest.mark.parametrize("arm", ["all", "baseline", "candidate"])
+def test_every_combination_runs_to_a_verdict_or_is_refused_before_any_server_starts(
+        pytester, project, stored_baseline, arm, evidence, selection):
+    spec = write_campaign(pytester.path, durations=(5, 15), protocol={"audit": False})
+    extra = ["--baseline-evidence", str(stored_baseline)] if evidence else []
+
+    result = run_campaign(pytester, spec, "tests_perf", "tests_quality", "--benchmark-disable", "--arm", arm,
+                          *extra, *SELECTIONS[selection])
+
+    out = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in out and "INTERNALERROR" not in out
+    refused = (arm == "candidate") != evidence
+    if refused:
+        assert result.ret == pytest.ExitCode.USAGE_ERROR, out
+        assert not (pytester.path / "evidence").exists() or not bundles_in(pytester.path / "evidence")
+        return
+    assert result.ret == pytest.ExitCode.OK, out
+    (bundle,) = bundles_in(pytester.path / "evidence")
+    verdict = json.loads((bundle / "verdict.json").read_text())
+    judged = {key for c in verdict["candidates"].values() for key in c["durations"]}
+    assert "15s" not in judged if selection != "all" else True
+    if arm == "baseline":
+        assert verdict["candidates"] == {} and set(verdict["not_selected"]["clean"]) == {"5s", "15s"}
+
+
+def test_a_candidate_only_run_without_a_stored_baseline_names_the_baseline_run_and_the_candidate_run(pytester):
+    spec = write_campaign(pytester.path, protocol={"audit": False})
+
+    result = run_campaign(pytester, spec, "tests_perf", "-m", "ref2va_5s", "--arm", "candidate")
+
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    err = result.stderr.str()
+    assert "--arm candidate runs only the candidate's blocks" in err and "holds none" in err
+    baseline_command, candidate_command = (line.strip() for line in err.splitlines()[-2:])
+    assert "--arm baseline" in baseline_command and "-m ref2va_5s" in baseline_command
+    assert candidate_command.endswith("--baseline-evidence " + shlex.quote(f"{pytester.path / 'evidence'}/<that bundle>"))
+    assert not (pytester.path / "evidence").exists(), "nothing runs, nothing is written"
+
+
+def test_a_candidate_only_run_names_the_newest_stored_baseline_to_add(pytester):
+    spec = write_campaign(pytester.path, protocol={"audit": False})
+    run_campaign(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable").assert_outcomes(passed=2)
+    (stored,) = bundles_in(pytester.path / "evidence")
+
+    result = run_campaign(pytester, spec, "tests_perf", "--arm", "candidate")
+
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert result.stderr.str().splitlines()[-1].strip().endswith(f"--arm candidate --baseline-evidence {stored}")
+
+
+def test_a_one_workload_run_judges_that_workload_and_says_the_other_was_not_selected(pytester):
+    spec = write_campaign(pytester.path, durations=(5, 15), protocol={"audit": False})
+
+    result = run_campaign(pytester, spec, "tests_perf", "tests_quality", "-m", "ref2va_5s", "--benchmark-disable")
+
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["verdict clean for ref2va_5s: *; ref2va_15s not selected",
+                                 "candidate clean: rejected: partial run: ref2va_15s not selected*"])
+    assert "ref2va 15s" not in result.stdout.str()
+    (bundle,) = bundles_in(pytester.path / "evidence")
+    verdict = json.loads((bundle / "verdict.json").read_text())
+    assert list(verdict["candidates"]["clean"]["durations"]) == ["5s"]
+    assert verdict["not_selected"] == {"clean": ["15s"]}
+    summary = next((pytester.path / "evidence" / "reports").glob("*/summary.md")).read_text()
+    assert "### 5 s" in summary and "### 15 s" not in summary and "clean: ref2va_15s not selected" in summary
+
+
+def test_the_header_of_a_candidate_only_run_shows_the_anchored_order_it_runs(pytester):
+    spec = write_campaign(pytester.path, protocol={"audit": False})
+    run_campaign(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable").assert_outcomes(passed=2)
+    (stored,) = bundles_in(pytester.path / "evidence")
+
+    result = run_campaign(pytester, spec, "tests_perf", "--arm", "candidate", "--baseline-evidence", str(stored),
+                          "--collect-only")
+
+    result.stdout.fnmatch_lines(["*h3bench arms: candidate; candidate-only run: anchored order BABBAB*",
+                                 "h3bench 5 s runs: clean BABBAB"])
+    assert "order ABBA" not in result.stdout.str()
