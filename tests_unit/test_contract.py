@@ -11,7 +11,6 @@ help through the fake).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -30,6 +29,7 @@ from h3bench.evidence import Bundle, verify
 from h3bench.ledger.chain import add_bundle, entry_hash, read_ledger, verify_ledger
 from h3bench.ledger.history import history_json, read_history
 from h3bench.outcome import Outcome
+from h3bench.pool.fanin import contract_notes
 from h3bench.run import contract
 from h3bench.run.contract import (
     ArmContract,
@@ -42,12 +42,13 @@ from h3bench.run.contract import (
     record_openapi,
 )
 from h3bench.run.records import BlockResult, Lifecycle
-from h3bench.runspec import RunSpec
+from h3bench.runspec import RunSpec, load_runspec
 from h3bench.runspec.schedule import Schedule
 from h3bench.session.results import Results
 from h3bench.session.settings import Settings
 from h3bench.session.stored import open_verified
 from tests_unit.bundlesim import npu_spec, write_bundle
+from tests_unit.campaign_project import child_campaign, write_campaign
 
 FAKES = Path(__file__).parent / "fakes"
 OPENAPI = b'{"openapi": "3.1.0", "paths": {"/v1/videos": {}}}'
@@ -304,11 +305,45 @@ def test_baseline_evidence_is_refused_once_todays_server_serves_another_openapi(
     assert {results.stopped(c) for c in results.spec.candidates} == {stop}, "no candidate is compared with it"
 
 
-def test_a_stored_bundles_contract_is_read_for_a_pool(tmp_path: Path) -> None:
-    (bundle,) = _bundles(tmp_path, OPENAPI, help_=b"usage: vllm serve\n")
-    found = open_verified(bundle).contract()
-    assert set(found.arms) == set(_spec().arms)
-    assert found.arms["baseline"] == ArmContract((hashlib.sha256(OPENAPI).hexdigest(),),
-                                                 (hashlib.sha256(b"usage: vllm serve\n").hexdigest(),))
-    assert dataclasses.asdict(found)["arms"]["baseline"]["help"]
-    assert len(Schedule(_spec()).blocks) == sum(1 for _ in Bundle.open(bundle).lifecycle())
+def test_a_pool_names_a_shard_whose_engine_differs_and_is_silent_when_they_agree(tmp_path: Path) -> None:
+    """The fan-in compares each shard's contract, as its bundle recorded it, with the first shard's."""
+    first, same, newer = _bundles(tmp_path, OPENAPI, OPENAPI, OPENAPI_NEWER, help_=b"usage: vllm serve\n")
+    found = [(f"shard {i}/3 of round 1 (host host-{i})", open_verified(path).contract())
+             for i, path in enumerate((first, same, newer), start=1)]
+    assert set(found[0][1].arms) == set(_spec().arms)
+    assert found[0][1].arms["baseline"] == ArmContract((hashlib.sha256(OPENAPI).hexdigest(),),
+                                                       (hashlib.sha256(b"usage: vllm serve\n").hexdigest(),))
+    notes = contract_notes(found)
+    old, new = hashlib.sha256(OPENAPI).hexdigest()[:12], hashlib.sha256(OPENAPI_NEWER).hexdigest()[:12]
+    assert notes == tuple(f"contract changed between shards: shard 3/3 of round 1 (host host-3) against shard 1/3 of "
+                          f"round 1 (host host-1): {arm}: /openapi.json changed (sha256 {old} → {new}): these hosts "
+                          "ran another engine under the same spec" for arm in _spec().arms)
+    assert contract_notes(found[:2]) == () and contract_notes([]) == ()
+    assert len(Schedule(_spec()).blocks) == sum(1 for _ in Bundle.open(first).lifecycle())
+
+
+@pytest.mark.slow
+def test_a_candidate_only_campaign_stops_at_its_first_server_when_the_stored_baseline_served_another_openapi(
+        tmp_path: Path) -> None:
+    """Live: the simulator's /openapi.json against a stored baseline whose servers served another one."""
+    project = tmp_path / "project"
+    project.mkdir()
+    spec_path = write_campaign(project, protocol={"audit": False})
+    spec = load_runspec(spec_path)
+    stored = write_bundle(tmp_path / "stored", spec, lambda block, index: 0.5, started_at="2026-10-01T08:00:00.000Z",
+                          contract={arm: (OPENAPI, None) for arm in spec.arms})
+
+    code, output, bundle = child_campaign(project, spec_path, "tests_perf", "--benchmark-disable", "-p", "no:randomly",
+                                          "--arm", "candidate", "--baseline-evidence", str(stored))
+
+    assert bundle is not None and "Traceback" not in output and "INTERNALERROR" not in output, output[-6000:]
+    first = json.loads((bundle / "lifecycle.jsonl").read_text().splitlines()[0])
+    found = first["contract"]["openapi"]["sha256"]
+    reason = (f"--baseline-evidence {stored} refused: the engine's contract differs from today's ({first['arm']}: "
+              f"/openapi.json changed (sha256 {hashlib.sha256(OPENAPI).hexdigest()[:12]} → {found[:12]}), seen at "
+              f"{first['block']}'s start): its baseline was measured on another engine")
+    assert reason in output, output[-6000:]
+    verdict = json.loads((bundle / "verdict.json").read_text())
+    assert {c["verdict"] for c in verdict["candidates"].values()} == {"INCONCLUSIVE"}, verdict["candidates"]
+    # No block runs after the refusal: the rest of the schedule is skipped, not measured against another engine.
+    assert len((bundle / "lifecycle.jsonl").read_text().splitlines()) == 1, code

@@ -20,8 +20,8 @@ does, even when its commit or image is not pinned:
 A server without ``/openapi.json``, or an engine whose help cannot be had,
 is noted, never failed. What a bundle holds is read back by
 :meth:`Contract.of` (``lifecycle.jsonl``'s ``contract``), and two contracts
-are compared by :func:`contract_changes`: history, the ledger and a
-candidate-only run's ``--baseline-evidence`` name a change with it.
+are compared by :func:`contract_changes`: history, the ledger, the pool's
+fan-in and a candidate-only run's ``--baseline-evidence`` name a change with it.
 """
 
 from __future__ import annotations
