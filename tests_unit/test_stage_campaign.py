@@ -32,8 +32,10 @@ from typing import Any
 
 import pytest
 
+from h3bench.cli import main
 from h3bench.evidence import Bundle, verify
 from h3bench.h3 import DIFFUSION_EXEC_S, DIFFUSION_FORWARD_S
+from h3bench.ledger.chain import add_bundle, read_ledger, verify_ledger
 from h3bench.run.server_metrics import RequestMetrics
 from h3bench.verdict.stage_effects import DIT_PER_FORWARD
 from h3bench.verdict.verdicts import VerdictDocument
@@ -211,3 +213,19 @@ def test_the_summary_and_the_report_show_which_stage_moved(ran: Ran) -> None:
     if browser.find_chromium() is not None:  # .ci/run installs it
         page = browser.load(report / "report.html")
         assert page.problems == [] and page.figures[f"fig-stage-ratios-5s-{VAE}"], page.problems
+
+
+def test_the_ledger_shows_which_stage_moved_beside_the_verdict_and_says_it_is_not_one(
+        ran: Ran, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ledger = tmp_path / "ledger.jsonl"
+    add_bundle(ran.bundle, ledger)
+    assert main(["ledger", "show", "--ledger", str(ledger)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    for candidate, (changed, _) in DESIGN.items():
+        row = next(i for i, line in enumerate(lines) if f" {candidate} " in line and " 5s " in line)
+        note = next(line for line in lines[row + 1:] if "stages (attribution, not the verdict)" in line)
+        assert re.search(rf"interval excludes 1: .*{re.escape(changed)} 0\.\d+ \[", note), note
+    entries, _ = read_ledger(ledger)
+    assert all(e["stages"]["statement"].startswith("attribution, not a verdict") for e in entries)
+    assert verify_ledger(ledger).ok, verify_ledger(ledger).problems
