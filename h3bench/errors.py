@@ -2,6 +2,7 @@
 
     H3BenchError
     ├── UsageError             a bad argument or option; the CLI exits 2
+    │   └── BundleBusyError    a bundle another live campaign is writing (path=, pid=)
     ├── MediaDecodeError       a file that does not probe or decode (path=)
     ├── MediaShapeError        streams that cannot be compared (path=, detail=)
     ├── WeightIntegrityError   LPIPS weights missing, tampered or with wrong keys
@@ -18,7 +19,9 @@
     │   └── AttentionBackendError  the workers resolved another attention backend
     │                          than the arm expects (expected=, used=)
     ├── RequestError           a generation request that failed (status_code=, detail=)
-    └── EvidenceError          a bundle that is incomplete, altered or mismatched (path=)
+    ├── EvidenceError          a bundle that is incomplete, altered or mismatched (path=)
+    │   └── DiskFullError      a write that the file system refused for want of space (path=)
+    └── NothingToResume        ``--resume`` of a bundle whose run completed (path=)
 
 Context travels as keyword-only attributes, not only inside the message, so
 callers (the pytest plugin, the CLI) can report it without parsing text.
@@ -29,13 +32,16 @@ from __future__ import annotations
 
 __all__ = [
     "AttentionBackendError",
+    "BundleBusyError",
     "CleanupError",
     "DeviceReportError",
+    "DiskFullError",
     "EvidenceError",
     "H3BenchError",
     "InterferenceError",
     "MediaDecodeError",
     "MediaShapeError",
+    "NothingToResume",
     "RequestError",
     "RunSpecError",
     "ServerError",
@@ -143,5 +149,26 @@ class RequestError(H3BenchError):
 
 class EvidenceError(H3BenchError):
     def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class DiskFullError(EvidenceError):
+    """The file system holding ``path`` has no space (or quota) left: the campaign stops, nothing more can be kept."""
+
+
+class BundleBusyError(UsageError):
+    """Another live process writes the bundle (it holds the bundle's writer lock): one campaign at a time."""
+
+    def __init__(self, message: str, *, path: str, pid: int | None) -> None:
+        super().__init__(message)
+        self.path = path
+        self.pid = pid
+
+
+class NothingToResume(H3BenchError):
+    """``--resume`` of a bundle whose run completed: nothing is run and nothing is written."""
+
+    def __init__(self, message: str, *, path: str) -> None:
         super().__init__(message)
         self.path = path

@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,10 +57,12 @@ def write_bundle(root: Path, spec: RunSpec, latency: Callable[[Block, int], floa
                  heldout: Mapping[str, dict[str, HeldoutVerdict]] | None = None, accepted: Acceptance | None = None,
                  final: dict[str, Any] | None = None,
                  spec_extra: Mapping[str, Any] | None = None, run_kind: str = "FORMAL",
-                 engine_commit: str | None = None,
+                 engine_commit: str | None = None, stop_after: int | None = None,
                  contract: Mapping[str, tuple[bytes, bytes | None]] | None = None) -> Path:
     """A sealed bundle whose measured requests took ``latency(block, index)`` seconds.
 
+    ``stop_after``: only the first blocks ran, and the bundle is sealed as
+    interrupted (as Ctrl-C seals it); :func:`resume_bundle` runs the rest.
     ``contract`` gives, per arm, what its servers answered as ``/openapi.json``
     and ``vllm serve --help=all`` (None: not a vllm arm); each block records it
     as a real server start does (:mod:`h3bench.run.contract`).
@@ -77,7 +79,30 @@ def write_bundle(root: Path, spec: RunSpec, latency: Callable[[Block, int], floa
         source = {**source, "engine_commit": engine_commit}
     bundle = Bundle.create(root, spec_id=spec.spec_id, spec=data, inputs={}, source=source, model=data["model"],
                            started_at=started_at, extra={"run": {"kind": run_kind, "unpinned": [], "unverified": []}})
-    for block in Schedule(spec).blocks:
+    blocks = Schedule(spec).blocks
+    _run_blocks(bundle, spec, blocks[:stop_after], latency, contract)
+    interrupted = "interrupted (KeyboardInterrupt)" if stop_after is not None else None
+    _seal(bundle, spec, parts=parts, heldout=heldout, accepted=accepted, interrupted=interrupted)
+    if final:
+        path = bundle.path / "final.json"
+        document = {**json.loads(path.read_text()), **final}
+        path.unlink()
+        path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    return bundle.path
+
+
+def resume_bundle(path: Path, spec: RunSpec, latency: Callable[[Block, int], float]) -> Path:
+    """Resume an interrupted bundle of :func:`write_bundle` as ``--resume`` does: its missing blocks, then the seal."""
+    bundle = Bundle.resume(path, {"session": "bundlesim-resume", "spec_id": spec.spec_id})
+    done = {e["block"] for e in bundle.lifecycle()}
+    _run_blocks(bundle, spec, [b for b in Schedule(spec).blocks if b.id not in done], latency)
+    _seal(bundle, spec)
+    return bundle.path
+
+
+def _run_blocks(bundle: Bundle, spec: RunSpec, blocks: Sequence[Block], latency: Callable[[Block, int], float],
+                contract: Mapping[str, tuple[bytes, bytes | None]] | None = None) -> None:
+    for block in blocks:
         for index in range(spec.protocol.requests_per_block):
             bundle.append_sample({"block_id": block.id, "kind": "measured", "index": index, "seed": 0, "ok": True,
                                   "e2e_s": latency(block, index), "arm": block.arm, "candidate": block.candidate,
@@ -92,6 +117,11 @@ def write_bundle(root: Path, spec: RunSpec, latency: Callable[[Block, int], floa
         bundle.append_lifecycle({"block": block.id, "arm": block.arm, "duration": block.duration,
                                  "position": block.position, "failure": None, "interrupted": None,
                                  "contract": recorded})
+
+
+def _seal(bundle: Bundle, spec: RunSpec, *, parts: Mapping[str, Mapping[str, Outcome]] | None = None,
+          heldout: Mapping[str, dict[str, HeldoutVerdict]] | None = None, accepted: Acceptance | None = None,
+          interrupted: str | None = None) -> None:
     # What the run's validator judged (the pairs are not simulated): names the validator version in the bundle.
     bundle.write_quality(quality.VALIDATOR_VERSION, {"pairs": {}, "lossless": {}})
     results = Results(spec, Settings(None), bundle=bundle)
@@ -103,11 +133,6 @@ def write_bundle(root: Path, spec: RunSpec, latency: Callable[[Block, int], floa
                                               lossless_enabled=False, lossless=None)
                      for key, d in verdict.durations.items()}
         verdicts[name] = dataclasses.replace(verdict, durations=durations)
-    bundle.write_verdict(results.document(verdicts=verdicts, heldout=heldout, accepted=accepted).to_dict())
-    bundle.close()
-    if final:
-        path = bundle.path / "final.json"
-        document = {**json.loads(path.read_text()), **final}
-        path.unlink()
-        path.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
-    return bundle.path
+    bundle.write_verdict(results.document(verdicts=verdicts, heldout=heldout, accepted=accepted,
+                                          interrupted=interrupted).to_dict())
+    bundle.close(interrupted=interrupted)

@@ -88,7 +88,7 @@ def test_the_default_design_reaches_a_lossless_verdict_and_says_what_it_counted(
 
 
 def test_arm_option_runs_only_the_candidates_blocks(pytester):
-    # A candidate-only run is judged against a stored baseline-only run (its references, its lossless controls).
+    # A candidate-only run is judged against a stored baseline-only run (its references) and today's anchors.
     spec = write_campaign(pytester.path)
     run(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable").assert_outcomes(passed=2)
     (baseline,) = bundles_in(pytester.path / "evidence")
@@ -219,8 +219,8 @@ def test_candidate_only_run_is_anchored_to_fresh_baseline_blocks_and_reports_the
     # baseline's 2 blocks and of the 2 anchors; 4 x 3 matched pairs (against the stored baseline's outputs).
     result.assert_outcomes(passed=6 + 30 + 12 + 12, skipped=2)
     result.stdout.fnmatch_lines([
-        f"*h3bench baseline evidence: {baseline} (quality references, the day's shift and lossless processes; "
-        "speed against today's anchors, order BABBAB)*",
+        f"*h3bench baseline evidence: {baseline} (quality references and the day's shift; "
+        "speed and lossless against today's anchors, order BABBAB)*",
         "*ratio * over 6 blocks, 4 candidate against 2 of today's anchors (two-sample t)*",
         "*today's anchors are *% against the stored baseline's 2 blocks*",
         f"*candidate-only run: quality references and the shift report from the stored baseline {baseline}*",

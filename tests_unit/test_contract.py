@@ -218,7 +218,7 @@ def test_the_ledger_names_a_change_of_contract_and_its_entries_verify(tmp_path: 
     assert main(["ledger", "show", "--ledger", str(ledger)]) == 0
     out = capsys.readouterr().out
 
-    entries, _ = read_ledger(ledger)
+    entries = read_ledger(ledger).entries
     lines = len(entries) // 2
     assert entries[0]["contract"]["arms"]["baseline"]["openapi"] == [hashlib.sha256(OPENAPI).hexdigest()]
     changed = f"contract changed since line {lines}: baseline: /openapi.json changed"
@@ -230,7 +230,7 @@ def test_a_ledger_entry_written_before_a_field_existed_still_verifies_and_a_chan
     ledger = tmp_path / "ledger.jsonl"
     (bundle,) = _bundles(tmp_path / "evidence", OPENAPI)
     add_bundle(bundle, ledger)
-    entries, _ = read_ledger(ledger)
+    entries = read_ledger(ledger).entries
 
     def rewrite(change: dict) -> None:
         prev = "0" * 64

@@ -74,6 +74,38 @@ def test_the_power_figures_come_from_the_verdicts_own_bounds():
     assert f"{REFERENCE_NOISE[0]:.0%} request and {REFERENCE_NOISE[1]:.0%} process noise" in warning
 
 
+def test_block_medians_beyond_the_drawn_requests_have_the_medians_own_distribution():
+    """The order-statistic draw gives the spread that drawing every request gives (odd and even k)."""
+    import numpy as np
+
+    from h3bench.plan.design import _DRAWN_REQUESTS, _block_medians
+
+    for k in (_DRAWN_REQUESTS + 1, _DRAWN_REQUESTS + 2):
+        drawn = np.median(np.random.default_rng(1).normal(0.0, 1.0, (20_000, k)), axis=-1)
+        exact = _block_medians(np.random.default_rng(2), 1.0, k, (20_000,))
+        # Same mean (0) and spread (about 1.25 / sqrt(k)); 20 000 draws give the sd to 0.5 %.
+        assert abs(exact.mean()) < 0.003 and abs(exact.std() / drawn.std() - 1) < 0.03, (k, exact.std(), drawn.std())
+
+
+def test_a_billion_requests_per_block_is_planned_and_refused_for_its_disk_not_for_memory(tmp_path, capsys):
+    """Issue 27: ``h3bench plan`` died with "Unable to allocate 233. TiB" where pytest refused the spec cleanly."""
+    from h3bench.cli import main
+
+    text = (REPO / "fixtures" / "runspecs" / "sim.toml").read_text()
+    spec = tmp_path / "huge.toml"
+    spec.write_text(text.replace("requests_per_block = 2", "requests_per_block = 1000000000")
+                    .replace("../inputs/", f"{REPO}/fixtures/inputs/"))
+
+    code = main(["plan", "--runspec", str(spec), "--evidence-dir", str(tmp_path / "evidence")])
+
+    out, err = capsys.readouterr()
+    assert code == 1 and err == "", err
+    assert "expected device time: not simulated (1000000000 measured requests per block" in out
+    assert f"problem: the evidence directory {tmp_path / 'evidence'} has " in out
+    assert "MB for this campaign's outputs" in out
+    assert 0.9 < speed_power("ABBAABBA", 1_000_000_000, 0.02, 2, 1) <= 1.0
+
+
 @pytest.mark.usefixtures("campaign_subprocess_env")
 def test_an_underpowered_spec_is_refused_before_any_server_starts(pytester):
     spec = write_campaign(pytester.path, protocol={"order": "AB"})

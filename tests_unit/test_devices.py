@@ -256,3 +256,19 @@ def test_device_lock_within_one_process_and_misuse(tmp_path: Path) -> None:
     first.release()  # releasing twice is safe
     with DeviceLock(path):
         pass
+
+
+def test_the_plan_names_a_held_device_lock_for_hardware_and_the_simulator_needs_none(tmp_path: Path) -> None:
+    from h3bench.plan.estimate import make_plan
+    from h3bench.runspec import load_runspec
+
+    specs = Path(__file__).resolve().parents[1] / "fixtures" / "runspecs"
+    path = tmp_path / "devices.lock"
+    with DeviceLock(path):
+        npu = make_plan(load_runspec(specs / "950pr-x4.toml"), lock_path=path).problems
+        sim = make_plan(load_runspec(specs / "sim.toml"), lock_path=path).problems
+    free = make_plan(load_runspec(specs / "950pr-x4.toml"), lock_path=path).problems
+
+    held = f"the device lock {path} is held by pid {os.getpid()}"
+    assert any(p.startswith(held) for p in npu), npu
+    assert not any("device lock" in p for p in (*sim, *free)), (sim, free)

@@ -84,6 +84,17 @@ def test_identical_files_pass_every_gate(clip, tmp_path, weights):
     assert report.failing() == report.not_measured() == ()
 
 
+def test_a_comparison_reports_the_frames_it_walked_as_it_goes(clip, tmp_path, weights):
+    base = clip()
+    seen: list[tuple[int, int | None]] = []
+
+    quality.compare(base, _copy(base, tmp_path), lpips_weights=weights,
+                    on_frames=lambda done, total: seen.append((done, total)))
+
+    dones = [done for done, _ in seen]
+    assert dones == sorted(dones) and dones[-1] == FRAMES, seen
+
+
 def test_report_json_is_strict_json_with_inf_as_a_string(clip, tmp_path, weights):
     base = clip()
     report = quality.compare(base, _copy(base, tmp_path), lpips_weights=weights)

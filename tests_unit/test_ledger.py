@@ -77,7 +77,7 @@ def test_the_research_campaign_shows_one_accepted_and_rejected_candidates_with_r
 
     code, out, err = cli(capsys, "ledger", "add", str(bundle), "--ledger", str(ledger))
     assert (code, err) == (0, "")
-    entries, _ = read_ledger(ledger)
+    entries = read_ledger(ledger).entries
     verdicts = {(e["candidate"], e["duration"]): e["verdict"] for e in entries}
     assert verdicts == {("both", "5"): "PASS", ("both", "15"): "PASS", ("cfg", "5"): "INCONCLUSIVE",
                         ("cfg", "15"): "INCONCLUSIVE", ("dlo", "5"): "FAIL", ("dlo", "15"): "FAIL"}
@@ -127,7 +127,7 @@ def test_the_same_bundle_twice_is_refused_and_the_ledger_is_unchanged(tmp_path, 
         assert code == 2 and "already in the ledger (lines 1, 2" in err
     assert ledger.read_bytes() == before
     add_bundle(plain_bundle(tmp_path / "evidence", started_at="2026-11-22T10:00:00.000Z"), ledger)
-    assert len(read_ledger(ledger)[0]) == 4
+    assert len(read_ledger(ledger).entries) == 4
 
 
 @pytest.mark.parametrize("how", ["run-kind", "spec-flag"])
@@ -248,15 +248,108 @@ def test_a_moved_bundle_is_found_with_bundles_dir(two_bundles, ledger, tmp_path,
     assert code == 0 and "2 bundles checked, 0 entries' bundles not found" in out
 
 
-def test_an_unfinished_last_line_is_dropped_by_the_next_add(two_bundles, ledger, tmp_path):
-    with ledger.open("a") as f:
-        f.write('{"seq": 8, "prev": "')  # a crash in the middle of an append
-    assert "line 9: unterminated" in verify_ledger(ledger).problems[0]
+def test_a_complete_entry_without_its_newline_is_kept(tmp_path, ledger, capsys):
+    """Issue 27: the last entry, complete and hash-valid but without its newline, was dropped by the next add."""
+    first = plain_bundle(tmp_path / "evidence")
+    add_bundle(first, ledger)
+    ledger.write_bytes(ledger.read_bytes().rstrip(b"\n"))  # an append that stopped just before its newline
+    before = ledger.read_bytes()
+
+    code, out, _ = cli(capsys, "ledger", "show", "--ledger", str(ledger))
+    assert code == 0 and "== hardware 8x910b1: 2 entries" in out
+    code, out, _ = cli(capsys, "ledger", "add", str(plain_bundle(tmp_path / "more", started_at="2026-11-23T10:00:00"
+                                                                  ".000Z")), "--ledger", str(ledger))
+
+    assert code == 0 and "line 2 had no newline; it is kept" in out and "dropped" not in out
+    assert ledger.read_bytes().startswith(before + b"\n"), "the first bundle's entries are kept byte for byte"
+    entries = read_ledger(ledger).entries
+    assert [e["bundle"]["path"] for e in entries][:2] == [str(first)] * 2 and len(entries) == 4
+    assert verify_ledger(ledger).ok
+
+
+def test_what_a_crash_left_of_an_append_is_reported_and_moved_never_dropped(two_bundles, ledger, tmp_path, capsys):
+    fragment = b'{"seq": 8, "prev": "'
+    with ledger.open("ab") as f:
+        f.write(fragment)  # a crash in the middle of an append
+    problems = verify_ledger(ledger).problems
+    assert len(problems) == 1 and problems[0].startswith("line 9: not JSON") and "unfinished append" in problems[0]
+    code, out, _ = cli(capsys, "ledger", "show", "--ledger", str(ledger))
+    assert code == 1 and "#8! BROKEN, not an entry: line 9" in out and "8x910b1: 8 entries" in out
 
     added = add_bundle(plain_bundle(tmp_path / "more", started_at="2026-11-23T10:00:00.000Z"), ledger)
 
-    assert "dropped an unfinished last line" in added.notes[0]
-    assert verify_ledger(ledger).ok and len(read_ledger(ledger)[0]) == 10
+    store = ledger.with_name(ledger.name + ".fragments")
+    assert added.notes == (f"{ledger}: line 9 was what a crash left of an unfinished append (20 bytes, not an entry); "
+                           f"moved to {store}",)
+    (kept,) = [json.loads(line) for line in store.read_text().splitlines()]
+    assert kept["text"].encode() == fragment and kept["line"] == 9 and kept["size"] == len(fragment)
+    assert verify_ledger(ledger).ok and len(read_ledger(ledger).entries) == 10
+
+
+def _forge(ledger: Path, number: int, change) -> None:
+    """Change one line and recompute its hash and every later line's, as a forger who knows the chain would."""
+    from h3bench.ledger.chain import entry_hash
+
+    entries = [json.loads(line) for line in ledger.read_text().splitlines()]
+    change(entries[number])
+    prev = entries[number - 1]["hash"] if number else "0" * 64
+    for entry in entries[number:]:
+        entry["prev"] = prev
+        entry["hash"] = prev = entry_hash(entry)
+    ledger.write_text("".join(json.dumps(e, separators=(",", ":")) + "\n" for e in entries))
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    (lambda e: e.pop("bundle"), "line 3: bundle: missing"),
+    (lambda e: e.update(bundle="elsewhere"), "line 3: bundle: expected BundleRef, found 'elsewhere'"),
+    (lambda e: e["bundle"].pop("final_sha256"), "line 3: bundle.final_sha256: missing"),
+    (lambda e: e.update(verdict="MAYBE"), "line 3: verdict: expected Outcome, found 'MAYBE'"),
+    (lambda e: e["effect"].update(k="four"), "line 3: effect.k: expected int, found 'four'"),
+], ids=["no-bundle", "bundle-a-string", "no-final-sha", "unknown-verdict", "mistyped-effect"])
+def test_a_forged_or_mistyped_entry_is_named_by_line_and_field(two_bundles, ledger, capsys, change, expected):
+    """Issue 27: an entry without ``bundle`` (hash recomputed) passed verify; others gave KeyError/AttributeError."""
+    _forge(ledger, 2, change)
+
+    for action in ("verify", "show"):
+        code, out, err = cli(capsys, "ledger", action, "--ledger", str(ledger))
+        assert code == 1 and expected in out, (action, out, err)
+        assert "Traceback" not in out + err
+    assert "#2! BROKEN, not an entry: line 3" in cli(capsys, "ledger", "show", "--ledger", str(ledger))[1]
+
+
+def test_show_checks_the_chain_and_marks_a_tampered_line(two_bundles, ledger, capsys):
+    """Issue 27: ``ledger show`` printed a tampered verdict as evidence, exit 0."""
+    _rewrite(ledger, 4, lambda entry: entry.update(verdict="PASS"), rehash=False)
+
+    code, out, err = cli(capsys, "ledger", "show", "--ledger", str(ledger))
+
+    assert code == 1 and "lines marked ! are not evidence" in err
+    row = next(line for line in out.splitlines() if line.startswith("4!"))
+    assert row.split()[-2] == "accepted"  # the tampered verdict is shown, marked
+    assert "      ! BROKEN: line 5: hash does not match its content (the line was changed)" in out
+    assert sum(line.split(" ")[0].endswith("!") for line in out.splitlines()) == 1, "only that line is marked"
+
+
+def test_a_line_that_is_not_json_is_marked_and_the_rest_still_shown(two_bundles, ledger, capsys):
+    lines = ledger.read_text().splitlines(keepends=True)
+    ledger.write_text("".join([*lines[:3], "not json at all\n", *lines[4:]]))
+
+    code, out, _ = cli(capsys, "ledger", "show", "--ledger", str(ledger))
+
+    assert code == 1 and "#3! BROKEN, not an entry: line 4: not JSON" in out
+    assert "== hardware 8x910b1: 7 entries" in out and "line 5: prev does not match" in out
+    assert "line 4: not JSON" in " ".join(verify_ledger(ledger).problems)
+
+
+@pytest.mark.parametrize("action", ["add", "show", "verify"])
+def test_a_ledger_path_that_is_a_directory_is_one_line(tmp_path, capsys, action):
+    """Issue 27: ``ledger add BUNDLE --ledger <a directory>`` raised IsADirectoryError."""
+    extra = [str(plain_bundle(tmp_path / "evidence"))] if action == "add" else []
+
+    code, _, err = cli(capsys, "ledger", action, *extra, "--ledger", str(tmp_path))
+
+    assert code == 2 and err == f"h3bench: error: {tmp_path}: is a directory, not a ledger file (give the file with " \
+                                 "--ledger FILE)\n"
 
 
 def test_a_broken_chain_refuses_further_appends(two_bundles, ledger, tmp_path):
@@ -284,7 +377,7 @@ def test_two_writers_at_once_keep_one_intact_chain(tmp_path, ledger):
     assert [w.wait(timeout=300) for w in writers] == [0, 0]
 
     report = verify_ledger(ledger)
-    entries, _ = read_ledger(ledger)
+    entries = read_ledger(ledger).entries
     assert report.ok, report.problems
     assert len(entries) == 16 and len({e["bundle"]["final_sha256"] for e in entries}) == 8
 

@@ -32,7 +32,7 @@ from h3bench.evidence.files import now
 from h3bench.report import ReportFiles, default_out, write_report
 from h3bench.report.contents import read_contents
 from h3bench.report.markdown import MAX_LINES, render_summary
-from h3bench.report.page import SECTIONS
+from h3bench.report.page import SECTIONS, render_page
 from h3bench.report.pictures import worst_pair_pictures
 from h3bench.session.results import Results
 from h3bench.session.settings import Settings
@@ -386,3 +386,21 @@ def test_the_page_loads_in_headless_chromium_with_no_error_and_every_figure_draw
     assert page.sections == tuple(SECTIONS)
     (tmp_path / "report.png").write_bytes(page.screenshot)
     assert page.screenshot.startswith(b"\x89PNG\r\n\x1a\n") and len(page.screenshot) > 50_000
+
+
+def test_the_summary_states_an_interruption_as_the_page_does(tmp_path):
+    """Issue 27: summary.md (the pull-request comment) hid an interruption that report.html stated."""
+    from tests_unit.bundlesim import npu_spec, write_bundle
+
+    latency = lambda block, index: {"baseline": 100.0, "clean": 90.0}[block.arm] * (1 + 0.001 * index)  # noqa: E731
+    stopped = write_bundle(tmp_path / "a", npu_spec(clean={}), latency, started_at="2026-11-20T10:00:00.000Z",
+                           stop_after=6)
+    whole = write_bundle(tmp_path / "b", npu_spec(clean={}), latency, started_at="2026-11-20T10:00:00.000Z")
+
+    summary = render_summary(read_contents(stopped), tmp_path / "report.html").splitlines()
+    page = render_page(read_contents(stopped), [], {}, "now")
+
+    assert "The run was interrupted: interrupted (KeyboardInterrupt)" in page
+    assert summary[2] == ("> **INTERRUPTED**: interrupted (KeyboardInterrupt). Blocks that did not run are missing "
+                          "from every table below; `--resume` the bundle to complete it.")
+    assert "INTERRUPTED" not in render_summary(read_contents(whole), tmp_path / "report.html")

@@ -90,7 +90,7 @@ def test_a_candidate_only_run_runs_the_anchored_order_and_matches_stored_baselin
     assert all(p.baseline.block.design == "paired" for p in pairs)
     assert len({p.id for p in pairs}) == len(pairs)
     baseline, candidate = schedule.lossless_processes(CandidateWorkload("clean", 5.0))
-    assert len(baseline) == 2 + 4 + 2 and len(candidate) == 4  # controls, stored A blocks, today's anchors
+    assert len(baseline) == 2 and len(candidate) == 4  # today's anchors only: stored processes may have shifted
     assert len(set(schedule.case_by_id())) == sum(len(schedule.cases(f)) for f in
                                                   ("block", "baseline_output", "matched_pair", "candidate_workload"))
     assert [b.letter for b in schedule.stored_series(5.0, "clean")] == ["A"] * 4

@@ -119,3 +119,18 @@ def test_the_header_of_a_candidate_only_run_shows_the_anchored_order_it_runs(pyt
     result.stdout.fnmatch_lines(["*h3bench arms: candidate; candidate-only run: anchored order BABBAB*",
                                  "h3bench 5 s runs: clean BABBAB"])
     assert "order ABBA" not in result.stdout.str()
+
+
+def test_h3bench_run_takes_the_same_marker_expression_as_pytest(pytester, capsys):
+    from h3bench.cli import main
+
+    spec = write_campaign(pytester.path, durations=(5, 15), protocol={"audit": False})
+
+    code = main(["run", "--runspec", str(spec), "--evidence-dir", str(pytester.path / "evidence"), "-m", "ref2va_5s"])
+
+    out = capsys.readouterr().out
+    assert code in (0, 1, 3), out
+    assert "ref2va_15s not selected" in out and "ref2va 15s" not in out
+    (bundle,) = bundles_in(pytester.path / "evidence")
+    verdict = json.loads((bundle / "verdict.json").read_text())
+    assert list(verdict["candidates"]["clean"]["durations"]) == ["5s"] and verdict["not_selected"] == {"clean": ["15s"]}

@@ -226,6 +226,6 @@ def test_the_ledger_shows_which_stage_moved_beside_the_verdict_and_says_it_is_no
         row = next(i for i, line in enumerate(lines) if f" {candidate} " in line and " 5s " in line)
         note = next(line for line in lines[row + 1:] if "stages (attribution, not the verdict)" in line)
         assert re.search(rf"interval excludes 1: .*{re.escape(changed)} 0\.\d+ \[", note), note
-    entries, _ = read_ledger(ledger)
+    entries = read_ledger(ledger).entries
     assert all(e["stages"]["statement"].startswith("attribution, not a verdict") for e in entries)
     assert verify_ledger(ledger).ok, verify_ledger(ledger).problems

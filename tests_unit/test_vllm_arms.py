@@ -226,3 +226,14 @@ def test_the_rules_name_the_release_they_were_checked_against():
     assert "vllm-omni 0.30.0" in CHECKED_AGAINST
     assert "141cb0c7b9c07970e5c92a99aab9696e81682dbfa3d2bfcde359c3c1533385f4" in CHECKED_AGAINST
     assert "141cb0c7b9c07970e5c92a99aab9696e81682dbfa3d2bfcde359c3c1533385f4" in NPU_SPEC.read_text()
+
+
+def test_the_quantization_registry_names_the_vllm_release_it_comes_from():
+    from h3bench.runspec.vllm_rules import SUPPORTED_QUANTIZATION_METHODS
+
+    assert "vllm 0.30.0" in CHECKED_AGAINST and "ef52ee58c410ead0" in CHECKED_AGAINST
+    # vLLM's names first, then the ones only vLLM-Omni's factory adds, as upstream's refusal prints them.
+    assert SUPPORTED_QUANTIZATION_METHODS[:3] == ("awq", "auto_awq", "fp8")
+    assert SUPPORTED_QUANTIZATION_METHODS[-7:] == ("int8", "bitsandbytes", "mxfp4_dualscale", "svdquant", "auto-round",
+                                                   "auto_round", "torchao_float8_weight_only")
+    assert len(SUPPORTED_QUANTIZATION_METHODS) == 37

@@ -396,6 +396,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # The reader went away (``h3bench probe --json | head``); silence the flush at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_ERROR
+    except OSError as exc:
+        # A path the command could not read or write (a directory, read-only, a full disk): one line, no traceback.
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"h3bench: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ERROR
 
 
 def console() -> int:

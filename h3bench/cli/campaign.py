@@ -51,13 +51,18 @@ def configure_run(parser: argparse.ArgumentParser) -> None:
 def run_campaign(args: argparse.Namespace) -> int:
     """Run, judge, seal and summarise one campaign; the exit code is its verdict (130 if interrupted)."""
     from h3bench import interrupts
+    from h3bench.errors import NothingToResume
     from h3bench.run.block import interrupt_name
     from h3bench.run.progress import Progress
     from h3bench.session.campaign import start_campaign
 
     with interrupts.installed():
         settings = settings_from(args)
-        campaign = start_campaign(settings, Progress.on(sys.stderr, interval_s=settings.progress_interval_s))
+        try:
+            campaign = start_campaign(settings, Progress.on(sys.stderr, interval_s=settings.progress_interval_s))
+        except NothingToResume as exc:
+            print(f"h3bench: {exc}")
+            return 0
         if args.markexpr:
             campaign.select_blocks(_selects(args.markexpr))
         for line in campaign.header():
@@ -70,10 +75,9 @@ def run_campaign(args: argparse.Namespace) -> int:
             interrupted = f"interrupted by {interrupt_name(exc)}"
         finally:
             document = campaign.finish(interrupted)
-        for line in campaign.summary():
+        for line in [*campaign.summary(), *campaign.ending()]:
             print(line)
-        if interrupted:
-            print(f"the bundle is sealed as INTERRUPTED: {interrupted}")
+        if campaign.interrupted:
             return EXIT_INTERRUPTED
         return _EXIT[document.outcome] if document is not None else _EXIT[Outcome.INCONCLUSIVE]
 
@@ -119,7 +123,8 @@ def run_plan(args: argparse.Namespace) -> int:
     spec = load_runspec(settings.runspec)
     plan = make_plan(spec, arms=settings.arm, selects=_selects(args.markexpr),
                      history=[settings.evidence_root, *args.history], lpips_dir=settings.lpips_dir,
-                     lock_path=settings.device_lock, anchored=settings.baseline_evidence is not None)
+                     lock_path=settings.device_lock, anchored=settings.baseline_evidence is not None,
+                     evidence_root=settings.evidence_root)
     for line in plan_lines(plan):
         print(line)
     if args.shards:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import json
-from collections.abc import Sequence
+import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,8 +38,12 @@ def _outcome_text(value: Any) -> str:
     return "not run" if value is None else str(getattr(value, "outcome", value))
 
 
-def ledger_table(lines: Sequence[tuple[int, LedgerEntry]]) -> list[str]:
-    """The ledger as text: one table per hardware kind, entries in ledger order, reasons under each line."""
+def ledger_table(lines: Sequence[tuple[int, LedgerEntry]], marks: Mapping[int, Sequence[str]] | None = None) -> list[str]:
+    """The ledger as text: one table per hardware kind, entries in ledger order, reasons under each line.
+
+    ``marks``: per entry (its ``#``), what is wrong with its line or what replaced it, printed under it with ``!``.
+    """
+    marks = marks or {}
     header = ("#", "DATE", "SPEC", "CANDIDATE", "DUR", "SOURCE", "EFFECT (B/A, bounds)", "QUALITY", "LOSSLESS",
               "HELD-OUT", "VERDICT", "VALIDATOR")
     from h3bench.report.terminal import part_ratio_text
@@ -65,7 +71,7 @@ def ledger_table(lines: Sequence[tuple[int, LedgerEntry]]) -> list[str]:
                 found += [f"contract changed since line {before[0] + 1}: {change}" for change in changed]
             latest = (seq, e)
         for seq, e in group:
-            rows.append((str(seq), e.bundle.started_at[:10], e.spec_id[:12],
+            rows.append((f"{seq}!" if seq in marks else str(seq), e.bundle.started_at[:10], e.spec_id[:12],
                          e.candidate + (" (final)" if e.final_combination else ""), f"{e.duration}s",
                          str((e.source or {}).get("kind", "-")), e.effect.text(), _outcome_text(e.quality),
                          _outcome_text(e.lossless), _outcome_text(e.heldout), e.word,
@@ -74,7 +80,9 @@ def ledger_table(lines: Sequence[tuple[int, LedgerEntry]]) -> list[str]:
         out.append(f"== hardware {kind}: {len(group)} entries")
         for index, row in enumerate(rows):
             out.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
-            entry = group[index - 1][1] if index else None
+            seq, entry = group[index - 1] if index else (-1, None)
+            for mark in marks.get(seq, ()):
+                out.append(f"      ! {mark}")
             if entry is not None and entry.hypothesis:
                 out.append(f"      hypothesis: {entry.hypothesis}")
             for reason in entry.reasons if entry is not None else ():
@@ -85,8 +93,8 @@ def ledger_table(lines: Sequence[tuple[int, LedgerEntry]]) -> list[str]:
 
 def run_ledger(args: argparse.Namespace) -> int:
     # Imported here: the ledger's imports (evidence bundles, environment) would cost every h3bench command 50 ms.
-    from h3bench.ledger.chain import add_bundle, read_ledger, verify_ledger
-    from h3bench.ledger.entries import WORDS, LedgerEntry
+    from h3bench.ledger.chain import add_bundle, verify_ledger
+    from h3bench.ledger.entries import WORDS
     from h3bench.outcome import Outcome
 
     path = Path(args.ledger)
@@ -96,15 +104,12 @@ def run_ledger(args: argparse.Namespace) -> int:
             print(note)
         for entry in added.entries:
             word = WORDS[Outcome(entry["verdict"])]
-            print(f"{path}: line {entry['seq'] + 1}: {entry['candidate']} {entry['duration']} s {word}")
+            replaces = entry.get("supersedes") or []
+            also = f" (supersedes line {', '.join(str(s + 1) for s in replaces)})" if replaces else ""
+            print(f"{path}: line {entry['seq'] + 1}: {entry['candidate']} {entry['duration']} s {word}{also}")
         return 0
     if args.action == "show":
-        if not path.is_file():
-            raise UsageError(f"{path}: no such ledger file")
-        entries, _ = read_ledger(path)
-        typed = [(e.get("seq", i), LedgerEntry.from_dict(e, where=f"{path}: line {i + 1}")) for i, e in enumerate(entries)]
-        print(json.dumps(entries, indent=2) if args.json else "\n".join(ledger_table(typed)))
-        return 0
+        return _show(path, as_json=args.json)
     report = verify_ledger(path, args.bundles)
     print(f"{path}: {'OK' if report.ok else 'PROBLEMS'} ({report.entries} entries, "
           f"{report.bundles_checked} bundles checked, {len(report.not_found)} entries' bundles not found)")
@@ -112,7 +117,38 @@ def run_ledger(args: argparse.Namespace) -> int:
         print(f"  {problem}")
     for missing in report.not_found:
         print(f"  not checked: {missing}")
+    for note in report.notes:
+        print(f"  note: {note}")
     return 0 if report.ok else 1
+
+
+def _show(path: Path, *, as_json: bool) -> int:
+    """The table (or JSON) of every entry, each broken line marked and listed; exit 1 when any line is broken.
+
+    ``show`` checks every line and the chain as ``verify`` does (not the bundles):
+    a tampered line is never printed as if it were evidence without its mark.
+    """
+    from h3bench.ledger.chain import read_ledger
+
+    found = read_ledger(path)
+    marks: dict[int, list[str]] = {}
+    for line in found.lines:
+        marks.setdefault(line.seq, []).extend(f"BROKEN: line {line.number}: {p}" for p in line.problems)
+        if line.seq in found.superseded_by:
+            marks[line.seq].append(f"superseded by #{found.superseded_by[line.seq]} (a later state of its bundle)")
+    typed = [(line.seq, line.entry) for line in found.lines if line.entry is not None]
+    if as_json:
+        print(json.dumps([line.record for line in found.lines if line.record is not None], indent=2))
+    else:
+        table = ledger_table(typed, {seq: found for seq, found in marks.items() if found})
+        untyped = [f"#{line.seq}! BROKEN, not an entry: line {line.number}: {'; '.join(line.problems)}"
+                   for line in found.lines if line.entry is None]
+        print("\n".join(table + untyped) if table or untyped else f"{path}: no entries")
+    if found.problems:
+        print(f"h3bench: {path}: {len(found.problems)} problem(s); the lines marked ! are not evidence as they "
+              "stand (h3bench ledger verify checks their bundles too)", file=sys.stderr)
+        return 1
+    return 0
 
 
 def configure_history(parser: argparse.ArgumentParser) -> None:
@@ -121,20 +157,41 @@ def configure_history(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", dest="json", help="print the series and steps as JSON")
 
 
+def writable_file(path: Path, what: str) -> None:
+    """Refuse, in one line and before any work, an output path that is a directory or in no directory."""
+    if path.is_dir():
+        raise UsageError(f"{path}: is a directory; {what} needs a file name")
+    if not path.parent.is_dir():
+        raise UsageError(f"{path}: its directory {path.parent} does not exist; {what} cannot be written")
+
+
+def output_error(exc: OSError, path: Path, what: str) -> UsageError:
+    """A failed write of an output file as one line that names the path and the reason (read-only, full, ...)."""
+    reason = "no space left on its file system" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else \
+        (exc.strerror or str(exc))
+    return UsageError(f"{path}: {what} cannot be written ({reason})")
+
+
 def run_history(args: argparse.Namespace) -> int:
     from h3bench.ledger import history
 
     for directory in args.dirs:
         if not Path(directory).is_dir():
             raise UsageError(f"{directory}: not a directory")
+    html = Path(args.html) if args.html else None
+    if html is not None:
+        writable_file(html, "the --html page")
     found = history.read_history([Path(d) for d in args.dirs])
     if args.json:
         print(json.dumps(history.history_json(found), indent=2))
     else:
         print("\n".join(history.history_lines(found)))
-    if args.html:
+    if html is not None:
         from h3bench.ledger.plot import write_history_page
 
-        write_history_page(found, Path(args.html))
-        print(f"plot: {args.html}")
+        try:
+            write_history_page(found, html)
+        except OSError as exc:
+            raise output_error(exc, html, "the --html page") from exc
+        print(f"plot: {html}")
     return 1 if any(series.ongoing_regression for series in found.series) else 0

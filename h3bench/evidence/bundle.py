@@ -24,11 +24,25 @@ Layout of a bundle (``<root>/<UTC timestamp>-<spec name>-<spec id[:12]>/``)::
     addenda.jsonl            one line per file added after close (re-validation),
                              with its SHA-256 and size
     resume-<n>/              one segment per resume of an interrupted run: its own
-                             resume.json, samples, servers, lifecycle, logs, quality,
-                             verdict and final.json; outputs go to the shared outputs/
+                             resume.json (with the SHA-256 of every earlier final.json,
+                             so the last seal pins every segment), samples, servers,
+                             lifecycle, logs, quality, verdict and final.json; outputs
+                             go to the shared outputs/
+    .writer.lock             not evidence: the lock that the one process writing the
+                             bundle holds (:class:`WriterLock`), with its pid
 
 Readers see every segment in order (:meth:`Bundle.segments`);
 :meth:`Bundle.by_segment` also says which segment each record came from.
+
+A bundle's identity is its content, not its path: the SHA-256 of its last
+``final.json`` (:meth:`Bundle.seals`), which through the resume records pins
+every segment before it. A copy is the same bundle; a bundle that was resumed
+is a later state of the same bundle, whose earlier seals it still holds.
+
+A bundle is written by one process at a time: :meth:`Bundle.create` and
+:meth:`Bundle.resume` hold its :class:`WriterLock` until :meth:`Bundle.close`
+(or until the process dies: the kernel releases it), and a second writer is
+refused at once, naming the first one's pid.
 
 Nothing in a bundle is ever rewritten: the raw samples are kept, and a newer
 validator writes a new result beside the frozen old one. How each write is made
@@ -42,8 +56,11 @@ records what the run wrote, not what happened to be on disk at close, and
 from __future__ import annotations
 
 import enum
+import fcntl
+import json
 import os
 import re
+import socket
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -52,12 +69,13 @@ from typing import Any
 
 import h3bench
 from h3bench import interrupts
-from h3bench.errors import EvidenceError
+from h3bench.errors import BundleBusyError, EvidenceError
 from h3bench.evidence import files
 from h3bench.evidence.hashing import Digest, sha256_file
 from h3bench.evidence.scrub import Scrubber
 
-__all__ = ["DEFAULT_ROOT", "FORMAT", "LIFECYCLE", "SAMPLES", "SAMPLE_KINDS", "SERVERS", "Bundle", "segments_of"]
+__all__ = ["DEFAULT_ROOT", "FORMAT", "LIFECYCLE", "SAMPLES", "SAMPLE_KINDS", "SERVERS", "WRITER_LOCK", "Bundle",
+           "WriterLock", "segments_of"]
 
 FORMAT = "h3bench-evidence/1"
 DEFAULT_ROOT = "h3bench-evidence"
@@ -78,6 +96,7 @@ QUALITY = "quality"
 PROFILES = "profiles"
 METRICS = "metrics"
 CONTRACTS = "contracts"
+WRITER_LOCK = ".writer.lock"  # not evidence: who writes the bundle now (verify and the seals ignore it)
 
 OUTPUT_NAME = re.compile(r"([0-9a-f]{64})\.mp4")
 
@@ -88,6 +107,88 @@ def segments_of(path: Path) -> list[str]:
     """The segments of the bundle at ``path``, in order: ``""`` and each ``"resume-<n>/"``."""
     resumes = [p.name for p in path.glob("resume-*") if p.is_dir() and p.name[7:].isdigit()]
     return ["", *(f"{name}/" for name in sorted(resumes, key=lambda name: int(name[7:])))]
+
+
+class WriterLock:
+    """The one process that writes a bundle: an exclusive ``flock`` on ``<bundle>/.writer.lock``.
+
+    The lock file holds the writer's pid, host, run id and start, so a second
+    writer is refused naming the first. ``flock`` belongs to the open file, so
+    the kernel releases it when the writer exits, even by SIGKILL: a killed
+    run never leaves a bundle locked. The descriptor is not inherited by
+    child processes (servers), so none of them can keep it.
+    """
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self._fd: int | None = fd
+        self.path = path
+
+    @classmethod
+    def acquire(cls, bundle: Path, session: str | None = None) -> WriterLock:
+        """Take the lock of the bundle at ``bundle`` now; BundleBusyError naming the holder when another has it."""
+        path = bundle / WRITER_LOCK
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            except OSError as exc:
+                raise files.write_error(exc, path, "cannot open the bundle's writer lock") from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _holder(fd)
+                os.close(fd)
+                raise _busy(bundle, holder) from None
+            if _same_file(fd, path):
+                break
+            os.close(fd)  # the last holder removed that file as it let go: lock the one that is there now
+        record = {"pid": os.getpid(), "host": socket.gethostname(), "session": session, "since": files.now()}
+        os.ftruncate(fd, 0)
+        files.write_all(fd, (json.dumps(record) + "\n").encode())
+        return cls(fd, path)
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Let another writer in; safe to call twice.
+
+        The file goes first, while the lock is still held: whoever opened it
+        meanwhile sees that it is no longer the lock file and opens the new one.
+        """
+        if self._fd is not None:
+            if _same_file(self._fd, self.path):
+                self.path.unlink(missing_ok=True)
+            os.close(self._fd)
+            self._fd = None
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        here = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (here.st_dev, here.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _busy(bundle: Path, holder: dict[str, Any]) -> BundleBusyError:
+    pid = holder.get("pid") if isinstance(holder.get("pid"), int) else None
+    who = (f"pid {pid} on {holder.get('host', 'this host')}, run {holder.get('session')}, since {holder.get('since')}"
+           if pid is not None else "a process that has not written its pid yet")
+    return BundleBusyError(f"{bundle}: another campaign is writing this bundle ({who}); a bundle is written by one "
+                           "campaign at a time: wait until it ends (or stop it), then --resume", path=str(bundle),
+                           pid=pid)
+
+
+def _holder(fd: int) -> dict[str, Any]:
+    """What the lock file says of its holder; empty when it is not (yet) readable."""
+    try:
+        data = os.pread(fd, 4096, 0)
+        found = json.loads(data) if data else {}
+    except (OSError, ValueError):
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 class _State(enum.Enum):
@@ -104,7 +205,8 @@ class Bundle:
     Every attempt to rewrite a file raises :class:`~h3bench.errors.EvidenceError`.
     """
 
-    def __init__(self, path: Path, spec_id: str, state: _State, segment: str = "") -> None:
+    def __init__(self, path: Path, spec_id: str, state: _State, segment: str = "",
+                 lock: WriterLock | None = None) -> None:
         self.path = path
         self.spec_id = spec_id
         self._state = state
@@ -113,6 +215,7 @@ class Bundle:
         self._written: dict[str, Digest] = {}
         self._manifest: dict[str, Any] | None = None
         self._telemetry_lock = threading.Lock()  # telemetry comes from the sampler's thread
+        self._lock = lock  # the writer lock, held while WRITING
 
     # ---- lifecycle
 
@@ -186,10 +289,15 @@ class Bundle:
         document = files.json_document(Scrubber().record(manifest), root_path / MANIFEST)
         label = name if name is not None else spec.get("name", "run")
         path = cls._make_dir(root_path, cls.planned_path(root_path, str(label), spec_id, started_at).name)
-        for sub in (OUTPUTS, LOGS, QUALITY):
-            (path / sub).mkdir()
-        files.fsync_dir(path)
-        bundle = cls(path, spec_id, _State.WRITING)
+        lock = WriterLock.acquire(path, session)
+        try:
+            for sub in (OUTPUTS, LOGS, QUALITY):
+                (path / sub).mkdir()
+            files.fsync_dir(path)
+        except OSError as exc:
+            lock.release()
+            raise files.write_error(exc, path, "cannot create the bundle's directories") from exc
+        bundle = cls(path, spec_id, _State.WRITING, lock=lock)
         bundle._write_once(MANIFEST, [document])
         return bundle
 
@@ -221,6 +329,8 @@ class Bundle:
                 path.mkdir()
             except FileExistsError:
                 continue
+            except OSError as exc:
+                raise files.write_error(exc, path, "cannot create the bundle directory") from exc
             files.fsync_dir(root)
             return path
         raise EvidenceError(f"{root}: too many bundles named {base}", path=str(root))
@@ -244,25 +354,42 @@ class Bundle:
         return segments_of(self.path)
 
     @classmethod
-    def resume(cls, path: _PathLike, record: Mapping[str, Any]) -> Bundle:
+    def resume(cls, path: _PathLike, record: Mapping[str, Any], *, lock: WriterLock | None = None) -> Bundle:
         """Start a new segment of an interrupted run; ``record`` (what the resume found, and the environment it
-        runs in) goes in its resume.json.
+        runs in) goes in its resume.json, with the SHA-256 of every earlier segment's final.json.
 
-        A last segment that never closed (the run was killed) is sealed first, with
-        the hashes its files have now: ``final.json`` says so (outcome ``killed``).
+        ``lock``: the bundle's writer lock, taken by the caller (else taken here);
+        BundleBusyError when another process writes the bundle. A last segment
+        that never closed (the run was killed) is sealed first, with the hashes
+        its files have now: ``final.json`` says so (outcome ``killed``).
         """
         bundle = cls.open(path)
-        last = bundle.segments()[-1]
-        if not (bundle.path / last / FINAL).is_file():
-            bundle._seal_killed(last)
-        segment = f"resume-{len(bundle.segments())}/"
-        for sub in ("", LOGS, QUALITY):
-            (bundle.path / segment / sub).mkdir(parents=True, exist_ok=sub != "")
-        files.fsync_dir(bundle.path)
-        bundle._state, bundle.segment = _State.WRITING, segment
-        document = {"resumed_at": files.now(), **record}
-        bundle._write_once(segment + RESUME, [files.json_document(document, bundle.path / segment / RESUME)])
+        bundle._lock = lock if lock is not None and lock.held else WriterLock.acquire(bundle.path)
+        try:
+            last = bundle.segments()[-1]
+            if not (bundle.path / last / FINAL).is_file():
+                bundle._seal_killed(last)
+            segment = f"resume-{len(bundle.segments())}/"
+            try:
+                for sub in ("", LOGS, QUALITY):
+                    (bundle.path / segment / sub).mkdir(parents=True, exist_ok=sub != "")
+                files.fsync_dir(bundle.path)
+            except OSError as exc:
+                raise files.write_error(exc, bundle.path / segment, "cannot create the resume's segment") from exc
+            # The new segment's seal lists resume.json, which pins every earlier seal: the last final.json pins all.
+            sealed = {s + FINAL: sha for s, sha in bundle.seals()}
+            bundle._state, bundle.segment = _State.WRITING, segment
+            document = {"resumed_at": files.now(), **record, "sealed_before": sealed}
+            bundle._write_once(segment + RESUME, [files.json_document(document, bundle.path / segment / RESUME)])
+        except BaseException:
+            bundle._release()
+            raise
         return bundle
+
+    def _release(self) -> None:
+        if self._lock is not None:
+            self._lock.release()
+            self._lock = None
 
     def _listed(self) -> set[str]:
         listed: set[str] = set()
@@ -278,14 +405,14 @@ class Bundle:
         others = [s for s in self.segments() if s and s != segment]
         present = sorted(p.relative_to(self.path).as_posix() for p in self.path.rglob("*") if p.is_file())
         # The segment's own files, and the outputs it stored (they live in the shared outputs/).
-        mine = [rel for rel in present if rel not in listed and rel != ADDENDA
+        mine = [rel for rel in present if rel not in listed and rel not in (ADDENDA, WRITER_LOCK)
                 and not any(rel.startswith(other) for other in others)
                 and (rel.startswith((segment, f"{OUTPUTS}/")))]
         final = {
             "ended_at": files.now(),
             "outcome": "killed",
             "error": None,
-            "interrupted": "the run ended without closing its bundle (killed, or the host went down)",
+            "interrupted": "the run ended without closing its bundle (killed, the host went down, or its disk was full)",
             "sealed_by": "resume: the hashes are those the files had when the resume began",
             "files": {rel: sha256_file(self.path / rel).to_dict() for rel in mine},
         }
@@ -312,6 +439,7 @@ class Bundle:
         }
         self._write_once_sealed(self.segment + FINAL, final)
         self._state = _State.SEALED
+        self._release()
 
     def __enter__(self) -> Bundle:
         return self
@@ -484,6 +612,11 @@ class Bundle:
             self._manifest = files.read_json(self.path / MANIFEST)
         return self._manifest
 
+    def seals(self) -> list[tuple[str, str]]:
+        """``(segment, SHA-256 of its final.json)`` of every sealed segment, in order; the last is the bundle's identity."""
+        return [(s, sha256_file(self.path / s / FINAL).hexdigest) for s in self.segments()
+                if (self.path / s / FINAL).is_file()]
+
     @property
     def is_complete(self) -> bool:
         """Whether the last run closed (its ``final.json`` exists)."""
@@ -536,9 +669,12 @@ class Bundle:
             raise EvidenceError(f"{path}: no stored output with SHA-256 {sha256}", path=str(path))
         return path
 
-    def read_verdict(self) -> dict[str, Any] | None:
-        """The latest verdict, or None when none has been written yet."""
-        paths = [self.path / s / VERDICT for s in self.segments() if (self.path / s / VERDICT).is_file()]
+    def read_verdict(self, upto: str | None = None) -> dict[str, Any] | None:
+        """The latest verdict (of the segments up to ``upto``, default all), or None when none was written."""
+        segments = self.segments()
+        if upto is not None:
+            segments = segments[: segments.index(upto) + 1]
+        paths = [self.path / s / VERDICT for s in segments if (self.path / s / VERDICT).is_file()]
         return files.read_json(paths[-1]) if paths else None
 
     def quality_versions(self) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ not.
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -23,13 +24,35 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from h3bench.errors import EvidenceError
+from h3bench.errors import DiskFullError, EvidenceError
 from h3bench.evidence.hashing import CHUNK, Digest
 
 TMP_PREFIX = ".tmp-"
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 # Names that callers choose (log names, validator versions) become file names.
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
+
+
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def filesystem_of(path: Path) -> Path:
+    """The mount point of the file system that holds ``path`` (or would hold it)."""
+    here = Path(os.path.abspath(path))
+    while not os.path.ismount(here) and here != here.parent:
+        here = here.parent
+    return here
+
+
+def write_error(exc: OSError, path: Path, what: str) -> EvidenceError:
+    """A failed write as the error that says what happened; a full file system is a :class:`DiskFullError`.
+
+    A full disk is not this file's problem but the campaign's: every later
+    write would fail too, so the caller stops rather than carrying on.
+    """
+    if exc.errno in _NO_SPACE:
+        return DiskFullError(f"no space left on {filesystem_of(path)} (writing {path}): {what}", path=str(path))
+    return EvidenceError(f"{path}: {what} ({exc})", path=str(path))
 
 
 def now() -> str:
@@ -108,7 +131,12 @@ def stage(directory: Path, chunks: Iterable[bytes]) -> tuple[Path, Digest]:
     """Write ``chunks`` to a new temporary file in ``directory``, fsynced, and hash them."""
     tmp = directory / f"{TMP_PREFIX}{secrets.token_hex(8)}"
     digest = Digest()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError as exc:
+        if exc.errno in _NO_SPACE:
+            raise write_error(exc, tmp, "the file could not be created, nothing written") from exc
+        raise
     try:
         try:
             for chunk in chunks:
@@ -117,6 +145,11 @@ def stage(directory: Path, chunks: Iterable[bytes]) -> tuple[Path, Digest]:
             os.fsync(fd)
         finally:
             os.close(fd)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.errno in _NO_SPACE:
+            raise write_error(exc, tmp, "write failed, nothing written") from exc
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -133,6 +166,10 @@ def commit(tmp: Path, target: Path) -> bool:
         created = True
     except FileExistsError:
         created = False
+    except OSError as exc:
+        if exc.errno in _NO_SPACE:
+            raise write_error(exc, target, "the file could not be named, nothing written") from exc
+        raise
     finally:
         tmp.unlink(missing_ok=True)
     fsync_dir(target.parent)
@@ -145,16 +182,19 @@ def append_line(path: Path, line: bytes) -> None:
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise EvidenceError(f"{path}: cannot open for append ({exc})", path=str(path)) from exc
+        raise write_error(exc, path, "cannot open for append") from exc
     try:
         end = os.fstat(fd).st_size
         try:
             write_all(fd, line)
             os.fsync(fd)
         except OSError as exc:
-            # Drop only our own partial bytes, so the file still ends on a complete line.
+            # Drop only our own partial bytes, so the file still ends on a complete line (and a file this
+            # append made, which holds nothing, goes again).
             os.ftruncate(fd, end)
-            raise EvidenceError(f"{path}: append failed, line not written ({exc})", path=str(path)) from exc
+            if created:
+                path.unlink(missing_ok=True)
+            raise write_error(exc, path, "append failed, line not written") from exc
     finally:
         os.close(fd)
     if created:

@@ -16,9 +16,11 @@ from h3bench.evidence.bundle import (
     MANIFEST,
     OUTPUT_NAME,
     OUTPUTS,
+    RESUME,
     SAMPLES,
     SERVERS,
     TELEMETRY,
+    WRITER_LOCK,
     segments_of,
 )
 from h3bench.evidence.hashing import Digest, sha256_file
@@ -102,7 +104,9 @@ def verify(path: _PathLike, expect_final_sha256: str | None = None) -> VerifyRep
             hashes[rel] = sha256_file(root / rel)
         return hashes[rel]
 
-    present = sorted(p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file() or p.is_symlink())
+    # The writer's lock is not evidence: it says who writes the bundle now.
+    present = sorted(kept for p in root.rglob("*") if (p.is_file() or p.is_symlink())
+                     and (kept := p.relative_to(root).as_posix()) != WRITER_LOCK)
 
     try:
         manifest = files.read_json(root / MANIFEST)
@@ -131,6 +135,7 @@ def verify(path: _PathLike, expect_final_sha256: str | None = None) -> VerifyRep
                 problems.append(f"{path}: listed twice ({name})")
             listed[path] = value
     finals = {segment + FINAL for segment in segments}
+    problems += _seal_chain_problems(root, segments)
     if expect_final_sha256 is not None:
         found = final_sha256(root)
         if found != expect_final_sha256.lower():
@@ -186,6 +191,32 @@ def verify(path: _PathLike, expect_final_sha256: str | None = None) -> VerifyRep
         files_checked=len(hashes),
         problems=tuple(problems),
     )
+
+
+def _seal_chain_problems(root: Path, segments: list[str]) -> list[str]:
+    """Each resume recorded the SHA-256 of every final.json before it: an earlier seal rewritten since is named.
+
+    The last final.json lists its segment's resume.json, so it pins every seal
+    before it, and with them every file: the last seal is the bundle's identity.
+    """
+    problems = []
+    for segment in segments[1:]:
+        record = root / segment / RESUME
+        if not record.is_file():
+            continue
+        try:
+            sealed = files.read_json(record).get("sealed_before")
+        except (EvidenceError, AttributeError):
+            continue  # reported with the segment's own files
+        if not isinstance(sealed, dict):
+            continue  # written before resumes recorded the seals
+        for rel, sha in sealed.items():
+            path = root / rel
+            found = sha256_file(path).hexdigest if path.is_file() else None
+            if found != sha:
+                problems.append(f"{rel}: {'missing' if found is None else f'sha256 {found}'}, but {segment}{RESUME} "
+                                f"recorded {sha} when the resume sealed it (an earlier seal was rewritten)")
+    return problems
 
 
 def _jsonl_problems(path: Path, rel: str) -> list[str]:

@@ -2,24 +2,41 @@
 
 Each line is one entry (:class:`h3bench.ledger.entries.LedgerEntry`) plus its place in the chain::
 
-    seq     0, 1, 2, ... (the line's index)
-    prev    the hash of the line before (64 zeros for the first)
-    hash    SHA-256 of the entry's canonical JSON (sorted keys, no spaces, ASCII), without "hash"
+    seq         0, 1, 2, ... (the line's index)
+    prev        the hash of the line before (64 zeros for the first)
+    supersedes  the seqs of earlier entries this one replaces (absent or empty: none)
+    hash        SHA-256 of the entry's canonical JSON (sorted keys, no spaces, ASCII), without "hash"
 
 Changing any line breaks its own hash; rewriting its hash too breaks the
 ``prev`` of the next line; rewriting the last line whole is caught by
-:func:`verify_ledger`, which derives every entry again from its bundle.
+:func:`verify_ledger`, which derives every entry again from its bundle; a
+line whose fields are missing or of the wrong type is named with the field.
 Rejected and inconclusive candidates are kept like accepted ones; nothing
 is ever removed or rewritten.
+
+A bundle is one campaign whatever its path: it is known by its seals (the
+SHA-256 of each segment's ``final.json``; :class:`~h3bench.ledger.entries.BundleRef`).
+Adding a bundle whose latest seal is already in the ledger (the same path
+again, or a copy) is refused. A bundle entered while interrupted and again
+after ``--resume`` completed it is one history: each new entry names, in
+``supersedes``, the entry of the earlier state it replaces, so the chain
+itself records the replacement and both entries verify (the earlier one
+against the bundle as it was at its seal). An earlier state of a bundle whose
+later state is in the ledger is refused.
 
 Appends are made under an exclusive ``flock`` on ``<ledger>.lock``, so two
 writers cannot both extend the same tail: the second one reads the first
 one's lines, checks the chain and duplicates again, and appends after them.
 All the entries of one bundle are written in one ``O_APPEND`` write and
-fsynced (:func:`h3bench.evidence.files.append_line`); an append that a crash
-left unfinished (a last line with no newline) is no entry, and the next
-``add`` drops it and says so. Adding a bundle whose ``final.json`` is
-already in the ledger is refused.
+fsynced (:func:`h3bench.evidence.files.append_line`).
+
+Reading never drops a line. A last line without its newline that is a
+complete, hash-valid entry is an entry (the next ``add`` writes the newline
+before its own lines). A last line without its newline that is not a JSON
+object is what a crash left of an append: it is reported, and the next
+``add`` moves its bytes to ``<ledger>.fragments`` (appended, with the line's
+number and SHA-256) before appending. Any other line that does not parse, or
+breaks the chain, is reported by ``show`` and ``verify`` and stops ``add``.
 """
 
 from __future__ import annotations
@@ -30,21 +47,25 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import h3bench
 from h3bench.errors import EvidenceError, UsageError
 from h3bench.evidence import files
 
-__all__ = ["GENESIS", "Added", "LedgerReport", "add_bundle", "entry_hash", "read_ledger",
-           "verify_ledger"]
+if TYPE_CHECKING:
+    from h3bench.ledger.entries import LedgerEntry
+
+__all__ = ["FRAGMENTS", "GENESIS", "Added", "LedgerFile", "LedgerLine", "LedgerReport", "add_bundle", "entry_hash",
+           "read_ledger", "verify_ledger"]
 
 GENESIS = "0" * 64
+FRAGMENTS = ".fragments"  # beside the ledger: what crashes left of appends, moved out by the next add
 _CHAIN = ("seq", "prev", "hash")
-# Not derived from the bundle: when and by which h3bench the entry was written, and where the bundle was then.
-_NOT_DERIVED = (*_CHAIN, "added_at", "written_by")
+# Not derived from the bundle: the chain, when and by which h3bench the entry was written, what it replaces.
+_NOT_DERIVED = (*_CHAIN, "added_at", "written_by", "supersedes")
 
 
 def entry_hash(entry: dict[str, Any]) -> str:
@@ -54,31 +75,156 @@ def entry_hash(entry: dict[str, Any]) -> str:
                           .encode("ascii")).hexdigest()
 
 
-def read_ledger(path: Path) -> tuple[list[dict[str, Any]], bool]:
-    """The ledger's entries, and whether its last line is unterminated (an unfinished append, not an entry)."""
-    entries = [record for _, record in files.iter_jsonl(path)]
-    unterminated = False
-    if path.is_file() and path.stat().st_size:
-        with path.open("rb") as f:
-            f.seek(-1, os.SEEK_END)
-            unterminated = f.read(1) != b"\n"
-    return entries, unterminated
+# -- reading ----------------------------------------------------------------------------------------------------
 
 
-def chain_problems(entries: Sequence[dict[str, Any]]) -> list[str]:
-    """Every break in the chain: a wrong sequence number, a ``prev`` that is not the last hash, a wrong hash."""
-    problems, prev = [], GENESIS
-    for index, entry in enumerate(entries):
-        line = f"line {index + 1}"
-        if entry.get("seq") != index:
-            problems.append(f"{line}: seq is {entry.get('seq')!r}, expected {index}")
-        if entry.get("prev") != prev:
-            problems.append(f"{line}: prev does not match the hash of the line before (a line was changed, "
-                            "removed or inserted)")
-        if entry.get("hash") != entry_hash(entry):
-            problems.append(f"{line}: hash does not match its content (the line was changed)")
-        prev = str(entry.get("hash"))
+@dataclass(frozen=True)
+class LedgerLine:
+    """One line of the ledger file as it is on disk."""
+
+    number: int  # 1-based
+    raw: bytes  # without its newline
+    terminated: bool
+    record: dict[str, Any] | None  # None: not a JSON object
+    entry: LedgerEntry | None  # the record read as an entry; None when a field is missing or mistyped
+    problems: tuple[str, ...]  # why this line is broken; empty for a good line
+
+    @property
+    def seq(self) -> int:
+        return self.number - 1
+
+    @property
+    def fragment(self) -> bool:
+        """What a crash left of an append: an unterminated line that is not even a JSON object."""
+        return not self.terminated and self.record is None
+
+
+@dataclass(frozen=True)
+class LedgerFile:
+    """Every line of a ledger, each with its problems (a line is never dropped), and the supersessions."""
+
+    path: Path
+    lines: tuple[LedgerLine, ...]
+    notes: tuple[str, ...] = ()
+    superseded_by: dict[int, int] = field(default_factory=dict)  # seq → seq of the entry that replaces it
+
+    @property
+    def problems(self) -> list[str]:
+        return [f"line {line.number}: {problem}" for line in self.lines for problem in line.problems]
+
+    @property
+    def entries(self) -> list[dict[str, Any]]:
+        """The records of every line that is a JSON object (broken or not), in order."""
+        return [line.record for line in self.lines if line.record is not None]
+
+    @property
+    def fragment(self) -> LedgerLine | None:
+        last = self.lines[-1] if self.lines else None
+        return last if last is not None and last.fragment else None
+
+
+def _typed(record: dict[str, Any]) -> tuple[LedgerEntry | None, str | None]:
+    from h3bench.ledger.entries import LedgerEntry  # the verdict types load only when a ledger is read
+
+    try:
+        return LedgerEntry.from_dict(record, where=""), None
+    except EvidenceError as exc:
+        return None, str(exc)
+
+
+def _chain_fields(record: dict[str, Any], index: int, prev: str) -> list[str]:
+    problems = []
+    if record.get("seq") != index:
+        problems.append(f"seq is {record.get('seq')!r}, expected {index}")
+    if record.get("prev") != prev:
+        problems.append("prev does not match the hash of the line before (a line was changed, removed or inserted)")
+    if record.get("hash") != entry_hash(record):
+        problems.append("hash does not match its content (the line was changed)")
+    supersedes = record.get("supersedes", [])
+    if not isinstance(supersedes, list) or not all(type(s) is int for s in supersedes):
+        problems.append(f"supersedes: expected a list of line seqs, found {supersedes!r}")
     return problems
+
+
+def read_ledger(path: str | Path) -> LedgerFile:
+    """Every line of the ledger at ``path`` with its problems; UsageError when it is missing or not a file."""
+    ledger = Path(path)
+    if ledger.is_dir():
+        raise UsageError(f"{ledger}: is a directory, not a ledger file (give the file with --ledger FILE)")
+    try:
+        data = ledger.read_bytes()
+    except FileNotFoundError:
+        raise UsageError(f"{ledger}: no such ledger file") from None
+    except OSError as exc:
+        raise UsageError(f"{ledger}: cannot read the ledger ({exc.strerror or exc})") from exc
+    pieces = data.split(b"\n")
+    terminated = [True] * (len(pieces) - 1) + [False]
+    if pieces and pieces[-1] == b"":  # the file ends with a newline (or is empty)
+        pieces, terminated = pieces[:-1], terminated[:-1]
+    lines: list[LedgerLine] = []
+    notes: list[str] = []
+    prev = GENESIS
+    for index, (raw, ended) in enumerate(zip(pieces, terminated, strict=True)):
+        number = index + 1
+        why: str | None = None
+        try:
+            parsed = json.loads(raw)
+        except ValueError as exc:
+            parsed, why = None, f"not JSON ({exc})"
+        if parsed is not None and not isinstance(parsed, dict):
+            why = f"not a JSON object but {type(parsed).__name__}"
+        record = parsed if isinstance(parsed, dict) else None
+        if record is None:
+            if not ended:
+                why = (f"{why}: what a crash left of an unfinished append ({len(raw)} bytes, no newline); not an "
+                       f"entry: the next `ledger add` moves it to {ledger.name}{FRAGMENTS}")
+            lines.append(LedgerLine(number, raw, ended, None, None, (str(why),)))
+            continue
+        problems = _chain_fields(record, index, prev)
+        entry, mistyped = _typed(record)
+        if mistyped is not None:
+            problems.append(mistyped)
+        if not ended and not problems:
+            notes.append(f"line {number}: a complete, hash-valid entry without its newline (an append that stopped "
+                         "just before it); it is kept, and the next add ends it")
+        lines.append(LedgerLine(number, raw, ended, record, entry, tuple(problems)))
+        prev = str(record.get("hash"))
+    found = LedgerFile(ledger, tuple(lines), tuple(notes))
+    return _with_supersessions(found)
+
+
+def _with_supersessions(found: LedgerFile) -> LedgerFile:
+    """Check every ``supersedes``: an earlier entry of an earlier seal of the same bundle, same candidate and duration.
+
+    A line that names a line it cannot replace is broken; so is a line replaced twice.
+    """
+    lines = list(found.lines)
+    superseded: dict[int, int] = {}
+    for position, line in enumerate(lines):
+        entry, record = line.entry, line.record
+        if entry is None or record is None:
+            continue
+        wrong = []
+        for seq in record.get("supersedes", []) if isinstance(record.get("supersedes", []), list) else ():
+            older = lines[seq].entry if isinstance(seq, int) and 0 <= seq < line.seq else None
+            if older is None:
+                wrong.append(f"supersedes line {seq + 1 if isinstance(seq, int) else seq!r}, which is not an entry "
+                             "before it")
+            elif (older.candidate, older.duration) != (entry.candidate, entry.duration) or \
+                    older.bundle.final_sha256 not in entry.bundle.seals[:-1]:
+                wrong.append(f"supersedes line {seq + 1}, which is not an earlier state of the same bundle's "
+                             f"{entry.candidate} at {entry.duration} s")
+            elif seq in superseded:
+                wrong.append(f"supersedes line {seq + 1}, which line {superseded[seq] + 1} already supersedes")
+            else:
+                superseded[seq] = line.seq
+        if wrong:
+            lines[position] = LedgerLine(line.number, line.raw, line.terminated, line.record, line.entry,
+                                         (*line.problems, *wrong))
+    return LedgerFile(found.path, tuple(lines), found.notes, superseded)
+
+
+# -- appending --------------------------------------------------------------------------------------------------
 
 
 @contextmanager
@@ -87,7 +233,7 @@ def _locked(path: Path) -> Iterator[None]:
     try:
         fd = os.open(lock, os.O_WRONLY | os.O_CREAT, 0o644)
     except OSError as exc:
-        raise EvidenceError(f"{lock}: cannot open the ledger's lock file ({exc})", path=str(lock)) from exc
+        raise files.write_error(exc, lock, "cannot open the ledger's lock file") from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -103,47 +249,99 @@ class Added:
     notes: tuple[str, ...]
 
 
+def _ledger_target(path: Path) -> None:
+    """Refuse, in one line, a ledger path that cannot be a ledger file: a directory, or in no directory."""
+    if path.is_dir():
+        raise UsageError(f"{path}: is a directory, not a ledger file (give the file with --ledger FILE)")
+    if not path.parent.is_dir():
+        raise UsageError(f"{path}: the ledger's directory {path.parent} does not exist")
+
+
+def _move_fragment(found: LedgerFile, fragment: LedgerLine) -> str:
+    """Append the fragment's bytes to ``<ledger>.fragments``, then cut them from the ledger; the note that says so."""
+    path = found.path
+    store = path.with_name(path.name + FRAGMENTS)
+    record = {"ledger": path.name, "line": fragment.number, "size": len(fragment.raw),
+              "sha256": hashlib.sha256(fragment.raw).hexdigest(), "text": fragment.raw.decode("utf-8", "replace"),
+              "moved_at": files.now()}
+    files.append_line(store, files.json_line(record, store))
+    os.truncate(path, path.stat().st_size - len(fragment.raw))
+    return (f"{path}: line {fragment.number} was what a crash left of an unfinished append ({len(fragment.raw)} bytes,"
+            f" not an entry); moved to {store}")
+
+
+def _identity(new: list[dict[str, Any]], lines: Sequence[LedgerLine], superseded: dict[int, int],
+              stored_path: Path) -> dict[tuple[str, str], list[int]]:
+    """Which earlier entries each new entry replaces; UsageError when the bundle's state is already entered."""
+    ref = new[0]["bundle"] if new else None
+    if ref is None:
+        return {}
+    seal, earlier_seals = ref["final_sha256"], ref["seals"][:-1]
+    entries = [line for line in lines if line.entry is not None]
+    known = [line for line in entries if line.entry is not None and line.entry.bundle.final_sha256 == seal]
+    if known:
+        raise UsageError(f"{stored_path}: already in the ledger (lines {', '.join(str(e.number) for e in known)}, "
+                         f"final.json {seal[:12]}); a bundle is entered once, by its content, whatever its path")
+    later = [line for line in entries if line.entry is not None and seal in line.entry.bundle.seals[:-1]]
+    if later:
+        raise UsageError(f"{stored_path}: an earlier state of a bundle whose later state is in the ledger (lines "
+                         f"{', '.join(str(e.number) for e in later)}); it was resumed since, nothing appended")
+    replaces: dict[tuple[str, str], list[int]] = {}
+    for line in entries:
+        entry = line.entry
+        if entry is not None and entry.bundle.final_sha256 in earlier_seals and line.seq not in superseded:
+            replaces.setdefault((entry.candidate, entry.duration), []).append(line.seq)
+    return replaces
+
+
 def add_bundle(bundle: str | Path, ledger: str | Path) -> Added:
     """Verify ``bundle`` and append one entry per candidate and duration to ``ledger``, atomically.
 
     Raises
     ------
     EvidenceError
-        The bundle does not verify (the problems are named), or the ledger's chain is broken.
+        The bundle does not verify (the problems are named), or the ledger has a broken line.
     UsageError
-        The bundle is DIAGNOSTIC, or its ``final.json`` is already in the ledger.
+        The bundle is DIAGNOSTIC, or this state of it is already in the ledger, or a later one is;
+        or ``ledger`` is a directory, or in a directory that does not exist.
     """
     from h3bench.ledger.entries import entries_of  # stats and the spec load only when a bundle is read
     from h3bench.session.stored import open_verified
 
+    path = Path(ledger)
+    _ledger_target(path)
     stored = open_verified(bundle)
     new = [entry.to_dict() for entry in entries_of(stored)]
-    path = Path(ledger)
-    if not path.parent.is_dir():
-        raise UsageError(f"{path}: the ledger's directory {path.parent} does not exist")
     notes: list[str] = []
     with _locked(path):
-        entries, unterminated = read_ledger(path)
-        problems = chain_problems(entries)
-        if problems:
-            raise EvidenceError(f"{path}: the ledger does not verify, nothing appended: " + "; ".join(problems),
+        found = read_ledger(path) if path.exists() else LedgerFile(path, ())
+        fragment = found.fragment
+        if fragment is not None and not [p for line in found.lines[:-1] for p in line.problems]:
+            notes.append(_move_fragment(found, fragment))
+            found = read_ledger(path)
+        if found.problems:
+            raise EvidenceError(f"{path}: the ledger does not verify, nothing appended: " + "; ".join(found.problems),
                                 path=str(path))
-        if unterminated:
-            complete = path.read_bytes().rfind(b"\n") + 1
-            os.truncate(path, complete)
-            notes.append(f"{path}: dropped an unfinished last line (an append that a crash cut short; no entry)")
-        known = [e for e in entries if e.get("bundle", {}).get("final_sha256") == stored.final_sha256]
-        if known:
-            raise UsageError(f"{stored.path}: already in the ledger (lines {', '.join(str(e['seq'] + 1) for e in known)},"
-                             f" final.json {stored.final_sha256[:12]}); a bundle is entered once")
-        prev, added_at, chained = entries[-1]["hash"] if entries else GENESIS, files.now(), []
+        replaces = _identity(new, found.lines, found.superseded_by, stored.path)
+        lines = found.lines
+        prefix = b"\n" if lines and not lines[-1].terminated else b""  # a complete last entry gets its newline
+        if prefix:
+            notes.append(f"{path}: line {lines[-1].number} had no newline; it is kept, and now ends with one")
+        prev = str(lines[-1].record["hash"]) if lines and lines[-1].record else GENESIS
+        added_at, chained = files.now(), []
         for offset, entry in enumerate(new):
-            full = {**entry, "seq": len(entries) + offset, "prev": prev, "added_at": added_at,
+            full = {**entry, "seq": len(lines) + offset, "prev": prev, "added_at": added_at,
                     "written_by": f"h3bench {h3bench.__version__}"}
+            older = replaces.get((entry["candidate"], entry["duration"]), [])
+            if older:
+                full["supersedes"] = older
             full["hash"] = prev = entry_hash(full)
             chained.append(full)
-        files.append_line(path, b"".join(files.json_line(entry, path) for entry in chained))
+        files.append_line(path, prefix + b"".join(files.json_line(entry, path) for entry in chained))
     return Added(tuple(chained), tuple(notes))
+
+
+# -- verifying --------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -152,34 +350,43 @@ class LedgerReport:
 
     path: str
     entries: int
-    bundles_checked: int  # bundles found, verified and derived again
+    bundles_checked: int  # bundle states found, verified and derived again
     problems: tuple[str, ...]  # each names its line; any one makes the ledger fail
     not_found: tuple[str, ...]  # entries whose bundle is neither at its recorded path nor under --bundles
+    notes: tuple[str, ...] = ()  # true but worth saying: an earlier state nobody superseded, a line without newline
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
 
+def _seals_of(bundle: Path) -> list[str]:
+    from h3bench.evidence import Bundle
+
+    try:
+        return [sha for _, sha in Bundle.open(bundle).seals()]
+    except (EvidenceError, OSError):
+        return []
+
+
 def _bundle_index(dirs: Sequence[Path]) -> dict[str, Path]:
-    """final.json SHA-256 → bundle directory, for every bundle under ``dirs`` (moved bundles are found by it)."""
+    """Every seal → bundle directory, for every bundle under ``dirs`` (moved or copied bundles are found by it)."""
     index: dict[str, Path] = {}
     for root in dirs:
         for manifest in sorted(root.rglob("manifest.json")):
-            final = manifest.parent / "final.json"
-            if final.is_file():
-                index.setdefault(hashlib.sha256(final.read_bytes()).hexdigest(), manifest.parent)
+            for seal in _seals_of(manifest.parent):
+                index.setdefault(seal, manifest.parent)
     return index
 
 
-def _locate(reference: dict[str, Any], index: dict[str, Path]) -> Path | None:
-    recorded = Path(str(reference.get("path", "")))
-    final = recorded / "final.json"
-    if final.is_file() and hashlib.sha256(final.read_bytes()).hexdigest() == reference.get("final_sha256"):
+def _locate(entry: LedgerEntry, index: dict[str, Path]) -> Path | None:
+    """The bundle an entry names: at its recorded path if that bundle holds the recorded seal, else found by seal."""
+    recorded = Path(entry.bundle.path)
+    if entry.bundle.final_sha256 in _seals_of(recorded):
         return recorded
-    found = index.get(str(reference.get("final_sha256")))
-    if found is None and final.is_file():
-        return recorded  # there, but its final.json changed: checked below, and reported
+    found = index.get(entry.bundle.final_sha256)
+    if found is None and (recorded / "manifest.json").is_file():
+        return recorded  # there, but without the recorded seal: checked below, and reported
     return found
 
 
@@ -195,43 +402,49 @@ def _derived_problems(line: str, entry: dict[str, Any], derived: list[dict[str, 
 
 
 def verify_ledger(ledger: str | Path, bundle_dirs: Sequence[str | Path] = ()) -> LedgerReport:
-    """Re-check the chain, and every referenced bundle that can be found (at its recorded path or under ``bundle_dirs``).
+    """Re-check every line and the chain, and every referenced bundle that can be found.
 
-    A found bundle is verified (:func:`h3bench.session.stored.open_verified`), its
-    ``final.json`` hash compared with the entry's, and the entry derived again
-    from it and compared field by field (the entry's format permitting).
+    A bundle is found at its recorded path or, by its seal, under
+    ``bundle_dirs``; it is verified (:func:`h3bench.session.stored.open_verified`)
+    and read as of the seal the entry recorded (an entry of an earlier state
+    is checked against the bundle as it was then), and the entry is derived
+    again from it and compared field by field.
     """
     from h3bench.ledger.entries import entries_of  # stats and the spec load only when a bundle is read
     from h3bench.session.stored import open_verified
 
-    path = Path(ledger)
-    if not path.is_file():
-        raise UsageError(f"{path}: no such ledger file")
-    entries, unterminated = read_ledger(path)
-    problems = chain_problems(entries)
-    if unterminated:
-        problems.append(f"line {len(entries) + 1}: unterminated (an unfinished append; not an entry)")
+    found = read_ledger(ledger)
+    problems = found.problems
+    notes = list(found.notes)
     index = _bundle_index([Path(d) for d in bundle_dirs])
-    derived: dict[str, list[dict[str, Any]]] = {}
+    derived: dict[tuple[str, str], list[dict[str, Any]]] = {}
     not_found: list[str] = []
-    for number, entry in enumerate(entries, start=1):
-        reference = entry.get("bundle") or {}
-        where = _locate(reference, index)
+    for line in found.lines:
+        entry, record = line.entry, line.record
+        if entry is None or record is None:
+            continue  # already a problem: nothing to check it against
+        name = f"line {line.number}"
+        where = _locate(entry, index)
         if where is None:
-            not_found.append(f"line {number}: {reference.get('path')} (give --bundles DIR if it moved)")
+            not_found.append(f"{name}: {entry.bundle.path} (give --bundles DIR if it moved)")
             continue
-        key = str(where)
+        key = (str(where), entry.bundle.final_sha256)
+        seals = _seals_of(where)
+        if key not in derived and entry.bundle.final_sha256 not in seals:
+            derived[key] = []
+            problems.append(f"{name}: {where}/final.json changed (sha256 {seals[-1] if seals else 'absent'}, recorded "
+                            f"{entry.bundle.final_sha256}): no seal of the bundle there is the one entered")
         if key not in derived:
             try:
-                stored = open_verified(where)
-                derived[key] = [] if stored.final_sha256 != reference.get("final_sha256") else [
-                    entry.to_dict() for entry in entries_of(stored)]
-                if not derived[key]:
-                    problems.append(f"line {number}: {where}/final.json changed (sha256 {stored.final_sha256}, "
-                                    f"recorded {reference.get('final_sha256')})")
+                stored = open_verified(where, seal=entry.bundle.final_sha256)
+                derived[key] = [e.to_dict() for e in entries_of(stored)]
+                if not stored.latest and line.seq not in found.superseded_by:
+                    notes.append(f"{name}: an earlier state of {where} (it was resumed since, and that state is not "
+                                 "entered yet): `ledger add` it to supersede this entry")
             except (EvidenceError, UsageError) as exc:
                 derived[key] = []
-                problems.append(f"line {number}: {exc}")
+                problems.append(f"{name}: {exc}")
         if derived[key]:
-            problems += _derived_problems(f"line {number}", entry, derived[key])
-    return LedgerReport(str(path), len(entries), len(derived), tuple(problems), tuple(not_found))
+            problems += _derived_problems(name, record, derived[key])
+    return LedgerReport(str(found.path), len(found.lines), len(derived), tuple(problems), tuple(not_found),
+                        tuple(notes))

@@ -52,13 +52,20 @@ WORDS = {Outcome.PASS: "accepted", Outcome.FAIL: "rejected", Outcome.INCONCLUSIV
 
 @dataclass(frozen=True)
 class BundleRef:
-    """Which bundle an entry comes from: where it was, and the hash that pins it."""
+    """Which bundle an entry comes from: where it was, and the hashes that pin it (its identity, not its path).
+
+    ``final_sha256`` is the seal of the state the entry describes; ``seals``
+    every seal of the bundle up to it, in order (a resumed bundle's earlier
+    states: an entry of one of them is superseded, never duplicated).
+    """
 
     path: str
     name: str
     started_at: str
     final_sha256: str
     outcome: str  # final.json's: completed, interrupted, aborted
+    seals: tuple[str, ...] = ()
+    manifest_sha256: str | None = None
 
 
 @dataclass(frozen=True)
@@ -175,7 +182,9 @@ def entries_of(bundle: StoredBundle) -> list[LedgerEntry]:
     document = bundle.document() or VerdictDocument(spec.spec_id, spec.name, "", "FORMAL", None, {})
     campaign = document.accepted
     outcome = str(bundle.final.get("outcome"))
-    ref = BundleRef(str(bundle.path), bundle.path.name, bundle.started_at, bundle.final_sha256, outcome)
+    seals = bundle.seals[: bundle.seals.index(bundle.final_sha256) + 1] if bundle.final_sha256 in bundle.seals else ()
+    ref = BundleRef(str(bundle.path), bundle.path.name, bundle.started_at, bundle.final_sha256, outcome, seals,
+                    bundle.manifest_sha256 or None)
     entries = []
     found = bundle.contract()
     contract = found if found.recorded else None

@@ -3,11 +3,23 @@
 :func:`read_history` reads every bundle under the given directories. Each
 is verified first (:func:`h3bench.session.stored.open_verified`); one that does not
 verify, or is DIAGNOSTIC (not a campaign result), is skipped and named with
-the reason. The rest are grouped into series by
+the reason. A campaign counts once, whatever its paths: bundles are known by
+their content (the manifest every state and copy of a campaign's bundle
+shares, and its seals), so one directory named twice (relatively and
+absolutely), a copy, or an earlier copy of a bundle resumed since is the same
+campaign, counted in its latest state and named among the skipped. Copies
+resumed apart (their seals diverge) are not counted. The rest are grouped
+into series by
 
 - the hardware kind (``8x910b1`` and ``4x910c`` are never mixed),
 - the workload at one duration (size, fps, steps, seed, shifts),
 - the baseline arm's launch (argv or vLLM command table, and environment),
+- the spec apart from the engine under test (:func:`comparable_id`): bundles
+  of different spec ids are compared only when their specs differ in nothing
+  but ``source`` (the engine commit and image digest whose changes history
+  follows), ``hints`` (planning estimates) and descriptions; a spec that
+  differs in anything that shapes a measurement (protocol, gates, inputs,
+  model, arms) starts a series of its own,
 
 so that a series compares only campaigns that ran the same thing on the same
 kind of host. Within a series, campaigns are ordered by the bundle's start
@@ -23,6 +35,7 @@ command.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,7 +48,11 @@ from h3bench.ledger.changepoint import StepReport, detect_steps
 from h3bench.runspec import BASELINE
 from h3bench.session.stored import Contract, StoredBundle, contract_changes, open_verified
 
-__all__ = ["CampaignPoint", "History", "Series", "contract_lines", "history_json", "history_lines", "read_history"]
+__all__ = ["CampaignPoint", "History", "Series", "comparable_id", "contract_lines", "history_json",
+           "history_lines", "read_history"]
+
+# What a history may differ in between campaigns of one series: the engine it follows, and words.
+_NOT_COMPARED = ("source", "hints", "description")
 
 
 @dataclass(frozen=True)
@@ -60,6 +77,7 @@ class Series:
     command: str  # canonical JSON of the baseline's launch
     campaigns: tuple[CampaignPoint, ...]
     steps: StepReport
+    spec: str = ""  # comparable_id of the campaigns' specs
 
     @property
     def ongoing_regression(self) -> bool:
@@ -74,7 +92,7 @@ class Series:
                                                               sort_keys=True)
         short = argv if len(argv) <= 70 else argv[:67] + "..."
         return (f"{self.hardware} · {self.duration} s · {workload.get('size')} {workload.get('fps')} fps "
-                f"{workload.get('steps')} steps · baseline: {short}")
+                f"{workload.get('steps')} steps · baseline: {short} · spec {self.spec[:12]} (but its engine)")
 
 
 @dataclass(frozen=True)
@@ -84,8 +102,41 @@ class History:
 
 
 def _bundle_dirs(dirs: Sequence[Path]) -> list[Path]:
-    found = {manifest.parent for root in dirs for manifest in root.rglob("manifest.json")}
+    """Every bundle directory under ``dirs``, each once however it was named (relative, absolute, via a link)."""
+    found = {manifest.parent.resolve() for root in dirs for manifest in root.rglob("manifest.json")}
     return sorted(found)
+
+
+def comparable_id(stored: StoredBundle) -> str:
+    """SHA-256 of the bundle's spec without what a history may change between campaigns (engine, hints, words)."""
+    data = json.loads(stored.runspec().canonical_json())
+    for key in _NOT_COMPARED:
+        data.pop(key, None)
+    for arm in (data.get("arms") or {}).values():
+        if isinstance(arm, dict):
+            arm.pop("description", None)
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _one_per_campaign(bundles: list[StoredBundle]) -> tuple[list[StoredBundle], list[tuple[str, str]]]:
+    """One bundle per campaign, in its latest state; the others named with why they do not count again."""
+    by_campaign: dict[str, list[StoredBundle]] = {}
+    for stored in bundles:
+        by_campaign.setdefault(stored.manifest_sha256 or str(stored.path), []).append(stored)
+    kept: list[StoredBundle] = []
+    skipped: list[tuple[str, str]] = []
+    for states in by_campaign.values():
+        latest = max(states, key=lambda s: (len(s.seals), -states.index(s)))
+        if any(latest.seals[: len(s.seals)] != s.seals for s in states):
+            names = ", ".join(str(s.path) for s in states)
+            skipped += [(str(s.path), f"copies of one campaign resumed apart (their seals diverge: {names}); none is "
+                         "counted") for s in states]
+            continue
+        kept.append(latest)
+        skipped += [(str(s.path), f"the same campaign as {latest.path} ("
+                     f"{'a copy' if s.seals == latest.seals else 'an earlier state of it, resumed since'}): counted once")
+                    for s in states if s is not latest]
+    return kept, skipped
 
 
 def _points(stored: StoredBundle) -> dict[tuple[str, str, str], CampaignPoint]:
@@ -105,29 +156,39 @@ def _points(stored: StoredBundle) -> dict[tuple[str, str, str], CampaignPoint]:
 
 
 def read_history(dirs: Sequence[Path]) -> History:
-    """Every verified, non-diagnostic bundle under ``dirs``, in series; see the module docstring."""
-    grouped: dict[tuple[str, str, str, str], list[CampaignPoint]] = {}
+    """Every verified, non-diagnostic bundle under ``dirs``, once per campaign, in series; see the module docstring."""
+    grouped: dict[tuple[str, str, str, str, str], list[CampaignPoint]] = {}
     skipped: list[tuple[str, str]] = []
+    verified: list[StoredBundle] = []
     for path in _bundle_dirs(dirs):
         try:
             stored = open_verified(path)
-            if stored.diagnostic:
-                skipped.append((str(path), "DIAGNOSTIC run (not a campaign result)"))
-                continue
-            points = _points(stored)
         except H3BenchError as exc:
             skipped.append((str(path), str(exc)))
             continue
+        if stored.diagnostic:
+            skipped.append((str(path), "DIAGNOSTIC run (not a campaign result)"))
+            continue
+        verified.append(stored)
+    campaigns, again = _one_per_campaign(verified)
+    skipped += again
+    for stored in campaigns:
+        try:
+            points = _points(stored)
+            spec = comparable_id(stored)
+        except H3BenchError as exc:
+            skipped.append((str(stored.path), str(exc)))
+            continue
         if not points:
-            skipped.append((str(path), "no successful baseline block"))
+            skipped.append((str(stored.path), "no successful baseline block"))
         for (duration, workload, command), campaign in points.items():
-            grouped.setdefault((stored.hardware_kind, duration, workload, command), []).append(campaign)
+            grouped.setdefault((stored.hardware_kind, duration, workload, command, spec), []).append(campaign)
     series = []
-    for (hardware, duration, workload, command), campaigns in sorted(grouped.items()):
-        ordered = tuple(sorted(campaigns, key=lambda c: (c.started_at, c.engine_commit or "")))
+    for (hardware, duration, workload, command, spec), found in sorted(grouped.items()):
+        ordered = tuple(sorted(found, key=lambda c: (c.started_at, c.engine_commit or "")))
         steps = detect_steps([c.median_s for c in ordered])
-        series.append(Series(hardware, duration, workload, command, ordered, steps))
-    return History(tuple(series), tuple(skipped))
+        series.append(Series(hardware, duration, workload, command, ordered, steps, spec))
+    return History(tuple(series), tuple(sorted(skipped)))
 
 
 def _step_line(series: Series, step: Any) -> str:
@@ -182,7 +243,7 @@ def history_lines(history: History) -> list[str]:
 def history_json(history: History) -> dict[str, Any]:
     """The history as plain JSON data."""
     return {
-        "series": [{"hardware": s.hardware, "duration": s.duration, "workload": json.loads(s.workload),
+        "series": [{"hardware": s.hardware, "duration": s.duration, "spec": s.spec, "workload": json.loads(s.workload),
                     "command": json.loads(s.command), "campaigns": [to_json(c) for c in s.campaigns],
                     "contract_changes": contract_lines(s),
                     "pieces": [list(p) for p in s.steps.pieces], "steps": [step.__dict__ for step in s.steps.steps]}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import io
+import os
 import statistics
 from pathlib import Path
 from typing import Any
@@ -74,4 +75,11 @@ def write_history_page(history: History, path: Path) -> None:
     for series in history.series:
         parts.append(f"<h2>{html.escape(series.title)}</h2><figure>{series_svg(series)}</figure>")
     parts.append(f"<pre>{html.escape(chr(10).join(history_lines(history)))}</pre></body></html>")
-    path.write_text("".join(parts), encoding="utf-8")
+    # Whole or not at all: a full disk leaves no truncated page under the name.
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_text("".join(parts), encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from h3bench.errors import H3BenchError
-from h3bench.evidence import Bundle
+from h3bench.evidence import Bundle, files
 from h3bench.h3 import expected_shape, workload_marker
 from h3bench.host.devices import DeviceLock
 from h3bench.plan.design import design_problems, design_warnings
@@ -198,6 +198,11 @@ def _campaign_costs(spec: RunSpec, history: Iterable[Path]) -> tuple[CampaignCos
     return CampaignCosts(order, baseline, candidates), ratios
 
 
+# The campaign simulation draws every request of every block (warmup rule, audits, outliers); beyond this many
+# measured requests per block it would need more memory than any plan is worth, and the plan says so instead.
+SIMULATED_REQUESTS = 1000
+
+
 def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 2000) -> tuple[DeviceEstimate, ...]:
     """Expected device time of the spec's design and of the fixed design: no effect, a true 10 %, the costs' own.
 
@@ -209,7 +214,7 @@ def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 20
     candidate passes).
     """
     found = _campaign_costs(spec, history)
-    if found is None or not spec.candidates:
+    if found is None or not spec.candidates or spec.protocol.requests_per_block > SIMULATED_REQUESTS:
         return ()
     costs, own = found
     design = design_of(spec)
@@ -278,8 +283,14 @@ def _extra_h(spec: RunSpec, costs: CampaignCosts) -> float:
     return seconds / 3600
 
 
-def _problems(spec: RunSpec, lpips_dir: Path | None, lock_path: Path | None) -> list[str]:
+def _problems(spec: RunSpec, lpips_dir: Path | None, lock_path: Path | None, evidence: tuple[Path, float] | None = None,
+              ) -> list[str]:
     problems = [f"{path} is {UNPINNED}: a formal campaign needs it pinned" for path in spec.unpinned]
+    if evidence is not None:  # what the campaign itself refuses before any server starts
+        try:
+            files.require_writable(*evidence)
+        except H3BenchError as exc:
+            problems.append(str(exc))
     try:
         spec.verify_inputs()
     except H3BenchError as exc:
@@ -326,12 +337,15 @@ def make_plan(
     lpips_dir: Path | None = None,
     lock_path: Path | None = None,
     anchored: bool = False,
+    evidence_root: Path | None = None,
 ) -> Plan:
     """The plan of the blocks that ``arms`` and ``selects`` keep, with costs from the best source at hand.
 
     ``anchored``: a candidate-only run, which runs the spec's anchored order.
     ``lock_path``: the device lock the campaign would take (:class:`h3bench.session.settings.Settings`);
     a spec with device checks cannot start while another campaign holds it.
+    ``evidence_root``: where the bundle would go; a directory that cannot hold it is a problem, as it is
+    for the campaign.
     """
     protocol = spec.protocol
     counts = (protocol.warmups_per_block, protocol.requests_per_block, int(protocol.audit))
@@ -365,7 +379,8 @@ def make_plan(
         source = "nothing: no earlier bundle of this spec and no [hints] in it"
     if unpriced:
         source += f"; {', '.join(unpriced)} priced as the baseline (no figure of their own)"
-    return Plan(spec, blocks, counts, seconds, disk, source, tuple(_problems(spec, lpips_dir, lock_path)),
+    evidence = (evidence_root.resolve(), disk) if evidence_root is not None else None
+    return Plan(spec, blocks, counts, seconds, disk, source, tuple(_problems(spec, lpips_dir, lock_path, evidence)),
                 device_estimates(spec, history) if not anchored else (), anchored)
 
 
@@ -419,6 +434,9 @@ def lossless_rate_line(spec: RunSpec) -> str:
 
 
 def _device_lines(p: Plan) -> list[str]:
+    if not p.device and p.requests_per_block[1] > SIMULATED_REQUESTS:
+        return [f"expected device time: not simulated ({p.requests_per_block[1]} measured requests per block; the "
+                f"campaign simulation draws at most {SIMULATED_REQUESTS})"]
     if not p.device:
         return ["expected device time: unknown (no cost for some arm or duration)"]
     design = p.spec.protocol.design

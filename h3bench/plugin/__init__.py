@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import warnings
 from collections.abc import Callable, Generator, Mapping
 from pathlib import Path
@@ -48,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from h3bench import interrupts
-from h3bench.errors import H3BenchError
+from h3bench.errors import DiskFullError, H3BenchError, NothingToResume
 from h3bench.h3 import expected_shape, workload_marker
 from h3bench.plugin.paths import repair_rootdir
 from h3bench.run.progress import Progress
@@ -150,6 +149,8 @@ def campaign_for(config: pytest.Config) -> Campaign:
                 raise H3BenchError("the xdist controller could not load the RunSpec, so no campaign runs")
             else:
                 campaign = read_campaign(settings, Path(workerinput[_BUNDLE_INPUT]), workerinput[_SESSION_INPUT])
+        except NothingToResume as exc:  # not an error: the session ends having done nothing
+            pytest.exit(f"h3bench: {exc}", returncode=0)
         except H3BenchError as exc:
             raise pytest.UsageError(f"h3bench: {exc}") from exc
         _register_markers(config, campaign.spec.workload.durations)
@@ -163,31 +164,16 @@ def _progress(config: pytest.Config) -> Progress:
     terminal = os.fdopen(os.dup(1), "w", encoding="utf-8", errors="replace")
     config.add_cleanup(terminal.close)
     reporter = config.pluginmanager.get_plugin("terminalreporter")
-    width = shutil.get_terminal_size().columns - 1
-    shown = [0]
 
-    def live(text: str) -> None:
-        text = text[:width]
-        terminal.write("\r" + text.ljust(shown[0]))
-        terminal.flush()
-        shown[0] = len(text)
-
-    def clear() -> None:
-        if shown[0]:
-            # Give the line back to pytest as it was: what it had written, its own progress.
-            current = getattr(getattr(reporter, "_tw", None), "_current_line", "")
-            terminal.write("\r" + " " * shown[0] + "\r" + current)
-            terminal.flush()
-            shown[0] = 0
+    def pytests_line() -> str:  # give the line back to pytest as it was: what it had written, its own progress
+        return getattr(getattr(reporter, "_tw", None), "_current_line", "")
 
     def line(text: str) -> None:
         terminal.write(f"\n{text}\n")
         terminal.flush()
 
-    interval = config.stash[_SETTINGS_KEY].progress_interval_s
-    if terminal.isatty():
-        return Progress(live=live, clear=clear, interval_s=interval)
-    return Progress(line=line, interval_s=interval)
+    return Progress.on(terminal, interval_s=config.stash[_SETTINGS_KEY].progress_interval_s, restore=pytests_line,
+                       line=line)
 
 
 def _names_campaign_tests(config: pytest.Config) -> bool:
@@ -349,6 +335,9 @@ def pytest_runtest_call(item: pytest.Item) -> Generator[None, None, None]:
         skip, message = True, str(exc)
     except BlockFailed as exc:
         skip, message = False, str(exc)
+    except DiskFullError as exc:  # no evidence can be kept: no later test runs
+        item.session.shouldstop = f"h3bench: {exc}"
+        skip, message = False, f"{type(exc).__name__}: {exc}"
     except H3BenchError as exc:
         skip, message = False, f"{type(exc).__name__}: {exc}"
     finally:
@@ -407,10 +396,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if campaign is None or not campaign.wrote_anything:
         return
     terminalreporter.section("h3bench campaign summary")
-    for line in campaign.summary():
+    for line in [*campaign.summary(), *campaign.ending()]:
         terminalreporter.write_line(line)
-    if campaign.interrupted:
-        terminalreporter.write_line(f"the bundle is sealed as INTERRUPTED: {campaign.interrupted}")
     anchor = campaign.anchor()
     if anchor is not None:
         terminalreporter.write_line(f"final.json SHA-256 {anchor} (h3bench verify BUNDLE --expect {anchor})")

@@ -316,6 +316,8 @@ class Engine:
                     del live[key]
                 else:
                     frames[key] = item
+            if not frames:  # every stream has ended: no frame index here
+                break
             both = [p for p in pairs if id(p.base) in frames and id(p.cand) in frames]
             for pair in both:
                 if pair.video_error is None:

@@ -56,9 +56,11 @@ lossless candidate's lossless verdict is FAIL in about 9 %
 duration and, for 90 % power at α/2, 7 + 4 processes (three control blocks). Ten processes do not resolve a 3x
 change on one metric only, or 1.5x on all, reliably (see the README).
 
-A candidate-only run takes its baseline processes from the stored bundle and
-its own anchors, which assumes that the stored outputs are exchangeable with
-today's (the environment really unchanged); the verdict says so.
+A candidate-only run takes its baseline processes from today's anchors only:
+the stored bundle's processes are exchangeable with today's only when the
+environment is really unchanged, and a day shift in the outputs made a
+lossless candidate fail far above α with them as controls
+(tests_unit/test_lossless_anchored.py); the verdict says so.
 
 Deterministic baseline, and words
 ---------------------------------

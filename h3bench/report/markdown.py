@@ -1,5 +1,8 @@
 """``summary.md``: the verdict and one table per duration, short enough for a pull-request comment.
 
+A run that did not end normally says so on the line after the heading, as
+``report.html`` does: the pull-request comment never reads as a complete
+campaign when it was interrupted.
 Per duration, one row per candidate: n and median E2E of each arm, the
 paired ratio and its interval, and the speed, quality and lossless outcomes;
 below it, each gate's worst candidate value against its threshold, and
@@ -93,6 +96,10 @@ def render_summary(contents: Contents, report: Path) -> str:
     spec = contents.spec
     overall = overall_outcome(contents)
     lines = [f"## h3bench: {overall or 'no verdict'} for `{spec.name}` (spec id `{spec.spec_id[:16]}`)", ""]
+    interrupted = contents.document.interrupted if contents.document is not None else None
+    if interrupted:
+        lines += [f"> **INTERRUPTED**: {_cell(interrupted)[:_STOP_CHARS]}. Blocks that did not run are missing from "
+                  "every table below; `--resume` the bundle to complete it.", ""]
     candidates = contents.document.candidates if contents.document is not None else {}
     for candidate, verdict in candidates.items():
         why = f" (stopped: {_cell(verdict.stopped.reason)[:_STOP_CHARS]})" if verdict.stopped else ""

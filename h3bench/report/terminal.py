@@ -70,8 +70,8 @@ def report_header(spec: RunSpec, *, arms: str, evidence: str, baseline_evidence:
         lines.append(f"h3bench {name}: {' '.join(Scrubber.for_command(command, arm.env).argv(command))}")
     lines.append(f"h3bench evidence: {evidence}")
     if baseline_evidence is not None:
-        lines.append(f"h3bench baseline evidence: {baseline_evidence} (quality references, the "
-                     f"day's shift and lossless processes; speed against today's anchors, order "
+        lines.append(f"h3bench baseline evidence: {baseline_evidence} (quality references and the "
+                     f"day's shift; speed and lossless against today's anchors, order "
                      f"{spec.protocol.anchored_order})")
     return lines
 

@@ -33,6 +33,7 @@ from typing import Any
 from h3bench.errors import (
     AttentionBackendError,
     CleanupError,
+    DiskFullError,
     H3BenchError,
     InterferenceError,
     RequestError,
@@ -365,7 +366,10 @@ def run_block(
     """Run one block and record everything it produced; a failure is in the result, not raised.
 
     An interrupt (Ctrl-C, SIGTERM, SIGHUP) stops the server through its normal
-    path, records the block as interrupted, and is raised again.
+    path, records the block as interrupted, and is raised again. So does a
+    full disk (:class:`~h3bench.errors.DiskFullError`): the campaign cannot
+    keep evidence any more, so it must stop, not carry on block after block;
+    what could not be written of this block is found incomplete by ``--resume``.
     ``campaign_id`` goes into the server's environment, so that a resume can
     find what a killed run left behind; ``pace`` shows each step's progress.
     ``profile``: this block also runs the profiled request (after the audit).
@@ -400,6 +404,9 @@ def run_block(
                     (script or _formal)(recorder, client, server, measure)
                     if profile and profile_dir is not None:
                         recorder.profiled(client, profile_dir)
+    except DiskFullError as exc:  # nothing more can be kept: the server is stopped, the campaign stops
+        interruption = exc
+        failure = (FailureKind.INTERRUPTED, f"stopped: {exc}: the block did not finish and is not used")
     except H3BenchError as exc:
         failure = _describe_failure(exc)
     except BaseException as exc:  # Ctrl-C or a signal: the server is stopped, the block recorded as incomplete
@@ -433,6 +440,26 @@ def run_block(
     text = scrubber.text(failure[1]) if failure is not None else None
     attention = {**read_attention_backends(log_path).to_dict(),
                  "expected": spec.arms[block.arm].expected_attention_backend}
+    try:
+        lifecycle = _record_block(spec, block, bundle, server, exit_report, log_path, scrubber, text, attention,
+                                  failure, failure_outcome, interruption, contract)
+    except DiskFullError:
+        if not isinstance(interruption, DiskFullError):
+            raise
+        raise interruption from None  # the block's record cannot be kept either; --resume finds it incomplete
+    if interruption is not None:
+        raise interruption
+    return BlockResult(block, server.pid, tuple(recorder.samples), Lifecycle.from_record(lifecycle),
+                       failure_of(lifecycle))
+
+
+def _record_block(spec: RunSpec, block: Block, bundle: Bundle, server: ServerProcess, exit_report: ExitReport | None,
+                  log_path: Path, scrubber: Scrubber, text: str | None, attention: dict[str, Any],
+                  failure: tuple[FailureKind, str] | None, failure_outcome: Outcome,
+                  interruption: BaseException | None, contract: ServerContract | None) -> dict[str, Any]:
+    """Store the server log and append the block's lifecycle record (with the contract its server recorded at
+    its start, None when it never answered); the record."""
+    protocol = spec.protocol
     log_rel = bundle.store_log(log_path, f"{block.id}.log") if log_path.exists() else ""
     if text is not None and log_rel:
         text += f"\n(the server log is kept in the bundle: {bundle.path / log_rel})"
@@ -454,7 +481,4 @@ def run_block(
     }
     lifecycle = scrubber.record(lifecycle)
     bundle.append_lifecycle(lifecycle)
-    if interruption is not None:
-        raise interruption
-    return BlockResult(block, server.pid, tuple(recorder.samples), Lifecycle.from_record(lifecycle),
-                       failure_of(lifecycle))
+    return lifecycle

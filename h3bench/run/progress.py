@@ -95,10 +95,15 @@ class Progress:
         self.current: Step | None = None
 
     @classmethod
-    def on(cls, stream: TextIO, *, interval_s: float = 60.0) -> Progress:
-        """Progress on ``stream`` (a command's stderr): a live line on a terminal, else a plain line per interval."""
+    def on(cls, stream: TextIO, *, interval_s: float = 60.0, restore: Callable[[], str] = lambda: "",
+           line: Callable[[str], None] | None = None) -> Progress:
+        """Progress on ``stream`` (a command's stderr): a live line on a terminal, else a plain line per interval.
+
+        ``restore`` gives the text the live line covered (what pytest had written on that line), put back when
+        a step ends; ``line`` prints a plain line its own way.
+        """
         if not stream.isatty():
-            return cls(line=lambda text: print(text, file=stream, flush=True), interval_s=interval_s)
+            return cls(line=line or (lambda text: print(text, file=stream, flush=True)), interval_s=interval_s)
         width = shutil.get_terminal_size().columns - 1
         shown = [0]
 
@@ -110,7 +115,7 @@ class Progress:
 
         def clear() -> None:
             if shown[0]:
-                stream.write("\r" + " " * shown[0] + "\r")
+                stream.write("\r" + " " * shown[0] + "\r" + restore())
                 stream.flush()
                 shown[0] = 0
 

@@ -1,8 +1,15 @@
 """Resuming an interrupted campaign: what the killed run left behind is stopped, the rest runs again.
 
 ``pytest --resume BUNDLE`` (and ``h3bench run --resume BUNDLE``) continues a
-run that Ctrl-C, a signal, SIGKILL, an OOM kill or a host reboot ended:
+run that Ctrl-C, a signal, SIGKILL, an OOM kill, a full disk or a host reboot ended:
 
+0. A bundle whose run completed has nothing to resume: that is said, and
+   nothing is written (:class:`~h3bench.errors.NothingToResume`). A bundle
+   that another live process writes (a run, or another resume) is refused at
+   once with that process's pid (:class:`~h3bench.evidence.bundle.WriterLock`,
+   taken before anything is stopped and held until the bundle is sealed), so
+   two campaigns never write one bundle, and a resume never stops the servers
+   of a run that is still going.
 1. The spec must be the bundle's: a different spec, or an edited one (its id
    changes with any value), is refused with the reason.
 2. Server processes that the interrupted run left are found and stopped
@@ -30,8 +37,10 @@ from typing import Any
 
 import psutil
 
-from h3bench.errors import EvidenceError, RunSpecError
+from h3bench.errors import EvidenceError, NothingToResume, RunSpecError
 from h3bench.evidence import Bundle
+from h3bench.evidence.bundle import WriterLock
+from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
 from h3bench.run.records import incomplete_attempts
 from h3bench.runspec import RunSpec
@@ -96,13 +105,31 @@ def _sweep(bundle: Bundle) -> tuple[list[str], list[str]]:
 
 
 def resume_bundle(path: Path, spec: RunSpec, session: str) -> Resumed:
-    """Check the spec, stop what the interrupted run left, and open the bundle's next segment."""
+    """Check the spec, stop what the interrupted run left, and open the bundle's next segment.
+
+    Raises
+    ------
+    NothingToResume
+        The bundle's run completed; nothing was written.
+    BundleBusyError
+        Another live process writes the bundle; nothing was stopped or written.
+    """
     if not Path(path, "manifest.json").is_file():
         raise EvidenceError(f"{path}: not an evidence bundle to resume (no manifest.json)", path=str(path))
     bundle = Bundle.open(path)
-    _refuse_other_spec(bundle, spec)
-    stopped, left_alone = _sweep(bundle)
-    incomplete = incomplete_attempts(bundle)
-    record = {"environment": environment(), "session": session, "spec_id": spec.spec_id, "stopped": stopped,
-              "left_alone": left_alone, "incomplete": incomplete}
-    return Resumed(Bundle.resume(path, record), tuple(stopped), tuple(left_alone), tuple(incomplete))
+    final = bundle.final()
+    if final is not None and final.get("outcome") == "completed":
+        raise NothingToResume(f"{path}: nothing to resume: its run completed at {final.get('ended_at')} "
+                              f"(final.json SHA-256 {final_sha256(path)}); nothing was run or written", path=str(path))
+    lock = WriterLock.acquire(bundle.path, session)
+    try:
+        _refuse_other_spec(bundle, spec)
+        stopped, left_alone = _sweep(bundle)
+        incomplete = incomplete_attempts(bundle)
+        record = {"environment": environment(), "session": session, "spec_id": spec.spec_id, "stopped": stopped,
+                  "left_alone": left_alone, "incomplete": incomplete}
+        resumed = Bundle.resume(path, record, lock=lock)
+    except BaseException:
+        lock.release()
+        raise
+    return Resumed(resumed, tuple(stopped), tuple(left_alone), tuple(incomplete))

@@ -42,6 +42,7 @@ from h3bench.runspec.vllm_rules import (
     Problem,
     invalid_choice,
     parse_offload_config,
+    quantization_problems,
 )
 
 __all__ = ["Attention", "Cache", "LegacyDlo", "Offload", "Profiler", "Vae", "VllmArm"]
@@ -321,6 +322,10 @@ def _online_method(quantization: Any, component: str) -> str | None:
 
 
 def _quantization(arm: VllmArm, plan: OffloadPlan, group: int) -> list[Problem]:
+    if arm.quantization is not None:
+        unknown = quantization_problems(arm.quantization)
+        if unknown:  # refused when the stage launches, before the AllGather rule could be reached
+            return [(("quantization", *where), message, arm.quantization) for where, message in unknown]
     if arm.quantization is None or plan.strategy != DLO or group <= 1:
         return []
     methods = {ALLGATHER_UNSUPPORTED[method] for component in plan.allgather

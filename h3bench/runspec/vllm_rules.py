@@ -12,7 +12,11 @@ campaign pins were not available to read):
   default) and ``diffusion/attention/backends/registry.py`` (known names);
 - MiniMax-H3: ``pipeline_minimax_h3.py`` (CFG parallel, text-encoder TP) and
   ``vae.py`` (VAE mode and patch-parallel size);
-- quantization with DLO+AllGather: ``model_loader/diffusers_loader.py``.
+- quantization with DLO+AllGather: ``model_loader/diffusers_loader.py``;
+- quantization methods: ``quantization/factory.py`` (``build_quant_config``,
+  run when the stage launches: vLLM-Omni's own builders, else vLLM's
+  registry, ``QUANTIZATION_METHODS`` of the vLLM release of the same minor
+  version, 0.30.0: ``vllm/model_executor/layers/quantization/__init__.py``).
 
 This module holds the rules as data and parsers; :mod:`h3bench.runspec.vllm`
 applies them to an arm when the spec loads. Upstream meets several of them
@@ -44,16 +48,20 @@ __all__ = [
     "LOGGED_AS",
     "NO_OFFLOAD",
     "QUANT_PREFIX",
+    "SUPPORTED_QUANTIZATION_METHODS",
     "TASK_TYPES",
     "VAE_PARALLEL_MODES",
     "OffloadPlan",
     "Problem",
     "invalid_choice",
     "parse_offload_config",
+    "quantization_problems",
 ]
 
 CHECKED_AGAINST = ("vllm-omni 0.30.0: PyPI wheel vllm_omni-0.30.0-py3-none-any.whl, "
-                   "sha256 141cb0c7b9c07970e5c92a99aab9696e81682dbfa3d2bfcde359c3c1533385f4")
+                   "sha256 141cb0c7b9c07970e5c92a99aab9696e81682dbfa3d2bfcde359c3c1533385f4; its quantization "
+                   "registry from vllm 0.30.0: PyPI wheel vllm-0.30.0-cp38-abi3-manylinux_2_28_x86_64.whl, "
+                   "sha256 ef52ee58c410ead0b8afb190838fa4cbcb52075596f67862a03859d984966ac4")
 DEVICE_ENV = "ASCEND_RT_VISIBLE_DEVICES"  # vllm-ascend's device control variable
 TASK_TYPES = ("auto", "combined", "t2va", "fl2va", "ref2va")
 VAE_PARALLEL_MODES = ("tile", "spatial_shard_height", "spatial_shard_width")
@@ -72,6 +80,21 @@ QUANT_PREFIX = {"dit": "transformer", "text_encoder": "text_encoder"}
 # Online methods DLO+AllGather cannot transport, with the NPU linear method upstream names.
 ALLGATHER_UNSUPPORTED = {"mxfp4": "NPUMxfp4OnlineLinearMethod",
                           "mxfp4_dualscale": "NPUMxfp4DualScaleOnlineLinearMethod"}
+# vLLM 0.30.0's registry (QuantizationMethods), in its order; vLLM-Omni warns unless vLLM's minor version is its own.
+VLLM_QUANTIZATION_METHODS = (
+    "awq", "auto_awq", "fp8", "fbgemm_fp8", "fp_quant", "modelopt", "modelopt_fp4", "modelopt_mxfp8",
+    "modelopt_mixed", "auto_gptq", "gptq", "gptq_marlin", "awq_marlin", "humming", "compressed-tensors",
+    "experts_int8", "quark", "moe_wna16", "torchao", "inc", "mxfp4", "gpt_oss_mxfp4", "deepseek_v4_fp8", "online",
+    "fp8_per_tensor", "fp8_per_block", "fp8_per_channel", "int8_per_channel_weight_only", "nvfp4_per_token", "mxfp8",
+)
+# vLLM-Omni's own builders (factory.py ``_OVERRIDES``), looked up first.
+OMNI_QUANTIZATION_METHODS = ("int8", "bitsandbytes", "mxfp8", "mxfp4", "mxfp4_dualscale", "svdquant", "inc",
+                             "auto-round", "auto_round", "torchao", "torchao_float8_weight_only")
+# The list upstream's refusal prints (``SUPPORTED_QUANTIZATION_METHODS``): vLLM's, then Omni's new names.
+SUPPORTED_QUANTIZATION_METHODS = tuple(dict.fromkeys(VLLM_QUANTIZATION_METHODS + OMNI_QUANTIZATION_METHODS))
+_MODELOPT_METHODS = ("modelopt", "modelopt_fp4", "modelopt_mixed")
+_MODELOPT_ALGOS = ("FP8", "FP8_PER_CHANNEL_PER_TOKEN", "NVFP4", "MIXED_PRECISION")
+
 # Flags a field builds (or whose rules depend on one): refused in extra_args.
 BUILT_BY = {
     **dict.fromkeys(("--omni", "--host", "--port"), "the command itself"),
@@ -188,3 +211,77 @@ def parse_offload_config(config: Mapping[str, Any]) -> OffloadPlan:
     if not any(t == "allgather" or r for t, r in settings.values()):
         return OffloadPlan("layer_wise")
     return OffloadPlan(DLO, frozenset(c for c, (t, _) in settings.items() if t == "allgather"))
+
+
+# ---- quantization methods (quantization/factory.py)
+
+def _normalized(method: Any) -> str:
+    return str(method).lower().replace("-", "_")
+
+
+def _unknown_method(method: Any) -> str | None:
+    """Upstream's refusal of a method name that neither vLLM-Omni's builders nor vLLM's registry knows.
+
+    Upstream normalizes first (lower case, ``-`` to ``_``) and then looks the
+    name up as it is, so a name with a hyphen in vLLM's list
+    (``compressed-tensors``) is refused too, as upstream refuses it.
+    """
+    name = _normalized(method)
+    if name in OMNI_QUANTIZATION_METHODS or name in VLLM_QUANTIZATION_METHODS:
+        return None
+    return f"Unknown quantization method: {name!r}. Supported: {list(SUPPORTED_QUANTIZATION_METHODS)!r}"
+
+
+def _modelopt(config: Mapping[str, Any]) -> bool:
+    """Whether upstream resolves this config as a ModelOpt one (its method name is then not looked up)."""
+    nested = config.get("quantization")
+    algo = str((nested if isinstance(nested, Mapping) else config).get("quant_algo", "")).upper()
+    method = config.get("method", config.get("quant_method"))
+    producer = config.get("producer")
+    modelopt = (method is not None and _normalized(method) in _MODELOPT_METHODS) or (
+        isinstance(producer, Mapping) and str(producer.get("name", "")).lower() == "modelopt")
+    return modelopt and algo in _MODELOPT_ALGOS
+
+
+def _method_config(config: Mapping[str, Any], where: tuple[str, ...]) -> list[tuple[tuple[str, ...], str]]:
+    if _modelopt(config):
+        return []
+    method = config.get("method", config.get("quant_method"))
+    problem = _unknown_method(method) if method is not None else None
+    return [(where, problem)] if problem else []
+
+
+def quantization_problems(spec: Any) -> list[tuple[tuple[str, ...], str]]:
+    """What ``build_quant_config`` refuses in ``--diffusion-quantization-config``: (path inside it, upstream's message).
+
+    A string is one method (``"none"`` is no quantization); a mapping is a
+    per-component config (module prefixes, each a method, a config or None)
+    when no key names a method and at least one value is None or a config
+    with a method, else one config, which must name its method.
+    """
+    if isinstance(spec, str):
+        problem = None if spec.lower() == "none" else _unknown_method(spec)
+        return [((), problem)] if problem else []
+    if not isinstance(spec, Mapping):
+        return []
+    values = spec.values()
+    per_component = "method" not in spec and "quant_method" not in spec and all(
+        isinstance(v, (Mapping, str, type(None))) for v in values) and any(
+        v is None or (isinstance(v, Mapping) and ("method" in v or "quant_method" in v)) for v in values)
+    if not per_component:
+        if _modelopt(spec) or "method" in spec or "quant_method" in spec:
+            return _method_config(spec, ())
+        return [((), "Dict quantization config must have a 'method' or 'quant_method' key or be a per-component "
+                     "config with component prefixes as keys.")]
+    found: list[tuple[tuple[str, ...], str]] = []
+    for prefix, value in spec.items():
+        if isinstance(value, str):
+            problem = _unknown_method(value)
+            found += [((prefix,), problem)] if problem else []
+        elif isinstance(value, Mapping):
+            if "method" not in value and "quant_method" not in value:
+                found.append(((prefix,), f"Component '{prefix}' config dict must have a 'method' or 'quant_method' "
+                              "key"))
+            else:
+                found += _method_config(value, (prefix,))
+    return found

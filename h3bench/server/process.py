@@ -6,7 +6,9 @@ once, stopped once, and then proven gone. The stop follows upstream's harness
 kill the children and the parent) with changes made so that the check can be
 trusted: the server runs in its own session, so SIGTERM and SIGKILL reach the
 whole process group at once, and every process of its life is recorded and
-proven gone (:mod:`h3bench.server.proctree`).
+proven gone (:mod:`h3bench.server.proctree`). A harness that is killed cannot
+stop its server: the server gets a parent-death signal, and a guard that
+outlives the harness stops what is left of it (:mod:`h3bench.server.guard`).
 
 Typical use::
 
@@ -38,6 +40,7 @@ import httpx
 from h3bench import interrupts
 from h3bench.errors import CleanupError, InterferenceError, ServerStartError, UsageError
 from h3bench.host.devices import DeviceCheck
+from h3bench.server.guard import Guard
 from h3bench.server.ports import port_free, port_holder
 from h3bench.server.proctree import SERVER_ID_ENV, ProcessInfo, ProcessTree, become_subreaper, describe_exit, die_with_parent
 
@@ -214,6 +217,7 @@ class ServerProcess:
         self._state = ServerState.NEW
         self._proc: subprocess.Popen[bytes] | None = None
         self._tree: ProcessTree | None = None
+        self._guard: Guard | None = None  # stops the server if this process dies before it does
         self._t_launch = 0.0
         self.startup_s: float | None = None
         self.warmup_s: float | None = None
@@ -314,6 +318,12 @@ class ServerProcess:
         self._tree = ProcessTree(self._proc, self.server_id)
         self._tree.scan()
         _LIVE.add(self)
+        try:
+            self._guard = Guard(self._proc.pid, self.server_id, self.stop_budget_s)
+        except OSError as exc:  # without a guard a killed harness could leave workers behind: no server runs
+            self._terminate(0.0)
+            raise ServerStartError(f"cannot start the guard of server {self.argv[0]!r}: {exc}",
+                                   log_path=str(self.log_path)) from exc
         if self.on_launch is not None:
             self.on_launch(self)
 
@@ -421,6 +431,8 @@ class ServerProcess:
             self.exit_code = None  # still running after SIGKILL: verify_exited() reports it
         self._state = ServerState.STOPPED
         _LIVE.discard(self)
+        if self._guard is not None:
+            self._guard.release()
 
     def kill_now(self) -> None:
         """SIGKILL the whole tree at once (a second interrupt); a stop under way then finds it gone."""

@@ -142,6 +142,18 @@ class Campaign:
         """SHA-256 of the sealed bundle's final.json (None before it is sealed, or in a reader)."""
         return self.runner.anchor() if self.runner is not None else None
 
+    def ending(self) -> list[str]:
+        """How the bundle was left, after the summary: sealed as interrupted, or not sealed at all (and what then)."""
+        runner = self.runner
+        if runner is None:
+            return []
+        if runner.unsealed is not None:
+            return [f"the bundle is NOT sealed: {runner.unsealed}",
+                    f"free some space, then: pytest --resume {self.bundle.path} (or h3bench run --resume)"]
+        if runner.interrupted:
+            return [f"the bundle is sealed as INTERRUPTED: {runner.interrupted}"]
+        return []
+
 
 def start_campaign(settings: Settings, progress: Progress | None = None) -> Campaign:
     """Check what must hold before the first server starts, and make the live campaign.

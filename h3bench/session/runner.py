@@ -15,7 +15,11 @@
 - :meth:`Runner.finish` writes the quality results, runs the held-out phase,
   writes ``verdict.json`` (the :class:`~h3bench.verdict.verdicts.VerdictDocument`
   that every presentation reads) and seals the bundle as completed, or as
-  interrupted with the reason.
+  interrupted with the reason;
+- a full disk (:class:`~h3bench.errors.DiskFullError`) halts the runner at the
+  first failed write: no later block starts, the verdict of what ran is
+  still computed and summarised, and the bundle is sealed as interrupted
+  when the seal fits, else left as it is for ``--resume``.
 
 What must hold before the first server starts (the pins, the host, the
 design, the disk) is checked by :func:`h3bench.session.campaign.start_campaign`,
@@ -30,6 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from h3bench.errors import DiskFullError
 from h3bench.evidence import Bundle
 from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
@@ -83,6 +88,8 @@ class Runner:
         self._profiled = profiled_blocks(self.schedule.blocks) if spec.protocol.profile else set()
         self.interrupted: str | None = None  # why the session did not run to its end (set by finish)
         self.document: VerdictDocument | None = None  # what finish() wrote to verdict.json
+        self.halted: DiskFullError | None = None  # the first write a full disk refused: nothing runs after it
+        self.unsealed: str | None = None  # why finish() could not seal the bundle (it stays resumable)
         pace.status = self.status
 
     @property
@@ -191,6 +198,8 @@ class Runner:
         that a stop rule skipped.
         """
         results = self.results
+        if self.halted is not None and block.id not in results.ran:
+            raise DiskFullError(f"{block.id} not run: the campaign stopped at {self.halted}", path=self.halted.path)
         if block.id not in results.ran:
             self._run_earlier(block)
             stop = results.stopped(block.candidate)
@@ -201,9 +210,13 @@ class Runner:
                 self.pace.finished(block)  # the campaign's ETA no longer counts it
                 raise CandidateStopped(f"{block.id}: {why}")
             measure = measure or PlainMeasure()
-            result = run_block(self.spec, block, bundle=self.bundle, inputs=self.inputs, scratch=self.scratch,
-                               measure=measure, campaign_id=self.session, pace=self.pace,
-                               profile=block.id in self._profiled, device_lock=self.device_lock)
+            try:
+                result = run_block(self.spec, block, bundle=self.bundle, inputs=self.inputs, scratch=self.scratch,
+                                   measure=measure, campaign_id=self.session, pace=self.pace,
+                                   profile=block.id in self._profiled, device_lock=self.device_lock)
+            except DiskFullError as exc:
+                self.halted = exc
+                raise
             self.pace.finished(block)
             results.take(result)
             measure.annotate(block_info(self.spec, result))
@@ -233,6 +246,9 @@ class Runner:
                 progress(f"h3bench: block {block.id}: {exc.result.failure.headline}")
             except CandidateStopped as exc:
                 progress(f"h3bench: block {block.id}: {exc}")
+            except DiskFullError as exc:
+                progress(f"h3bench: block {block.id}: stopped: {exc}; no later block runs")
+                return
             key = (block.duration, block.candidate)
             found = self.results.decision(*key) if block.design == "paired" else None
             if found is not None and found.stop and key not in announced:
@@ -267,11 +283,17 @@ class Runner:
         uninterrupted session of every arm and workload (a selection accepts
         nothing, so it needs none). Nothing is written if no block ran.
         """
+        if interrupted is None and self.halted is not None:
+            interrupted = f"stopped: {self.halted}"
         self.interrupted = interrupted
         if self._bundle is None:
             self._remove_scratch()
             return None
-        self.results.write_quality()
+        try:
+            self.results.write_quality()
+        except DiskFullError as exc:
+            self.halted = self.halted or exc
+            return self._unsealed(interrupted or f"stopped: {exc}", exc)
         heldout: dict[str, dict[str, HeldoutVerdict]] = {}
         full = self.settings.arm == "all" and not self.results.not_selected
         if interrupted is None and self.spec.heldout is not None and full:
@@ -286,8 +308,22 @@ class Runner:
                               not_selected=self.results.not_selected)
         self.document = self.results.document(interrupted=interrupted, heldout=heldout, accepted=accepted,
                                               verdicts=verdicts)
-        self.bundle.write_verdict(self.document.to_dict())
-        self.bundle.close(interrupted=interrupted)
+        try:
+            self.bundle.write_verdict(self.document.to_dict())
+            self.bundle.close(interrupted=interrupted)
+        except DiskFullError as exc:
+            self.unsealed = f"the bundle could not be sealed ({exc}); it is left as it is for --resume"
+        return self.document
+
+    def _unsealed(self, interrupted: str, exc: DiskFullError) -> VerdictDocument:
+        """The verdict of what ran, for the summary, when not even the quality results fit on the disk."""
+        self._remove_scratch()
+        self.interrupted = interrupted
+        self.unsealed = f"the bundle could not be sealed ({exc}); it is left as it is for --resume"
+        verdicts = self.results.verdicts()
+        accepted = acceptance(self.spec, verdicts, {}, diagnostic=self.diagnostic,
+                              not_selected=self.results.not_selected)
+        self.document = self.results.document(interrupted=interrupted, verdicts=verdicts, accepted=accepted)
         return self.document
 
     def _remove_scratch(self) -> None:

