@@ -23,6 +23,7 @@ from typing import Any
 from h3bench import quality
 from h3bench.evidence import Bundle
 from h3bench.outcome import Outcome
+from h3bench.run.contract import ContractPart, ServerContract
 from h3bench.runspec import RunSpec, load_runspec, parse_runspec
 from h3bench.runspec.schedule import Block, Schedule
 from h3bench.session.results import Results
@@ -56,11 +57,15 @@ def write_bundle(root: Path, spec: RunSpec, latency: Callable[[Block, int], floa
                  heldout: Mapping[str, dict[str, HeldoutVerdict]] | None = None, accepted: Acceptance | None = None,
                  final: dict[str, Any] | None = None,
                  spec_extra: Mapping[str, Any] | None = None, run_kind: str = "FORMAL",
-                 engine_commit: str | None = None, stop_after: int | None = None) -> Path:
+                 engine_commit: str | None = None, stop_after: int | None = None,
+                 contract: Mapping[str, tuple[bytes, bytes | None]] | None = None) -> Path:
     """A sealed bundle whose measured requests took ``latency(block, index)`` seconds.
 
     ``stop_after``: only the first blocks ran, and the bundle is sealed as
     interrupted (as Ctrl-C seals it); :func:`resume_bundle` runs the rest.
+    ``contract`` gives, per arm, what its servers answered as ``/openapi.json``
+    and ``vllm serve --help=all`` (None: not a vllm arm); each block records it
+    as a real server start does (:mod:`h3bench.run.contract`).
     """
     data = spec.model_dump(mode="json")
     for key, value in (spec_extra or {}).items():  # research fields: arms.<name>.<field> or a top-level key
@@ -75,7 +80,7 @@ def write_bundle(root: Path, spec: RunSpec, latency: Callable[[Block, int], floa
     bundle = Bundle.create(root, spec_id=spec.spec_id, spec=data, inputs={}, source=source, model=data["model"],
                            started_at=started_at, extra={"run": {"kind": run_kind, "unpinned": [], "unverified": []}})
     blocks = Schedule(spec).blocks
-    _run_blocks(bundle, spec, blocks[:stop_after], latency)
+    _run_blocks(bundle, spec, blocks[:stop_after], latency, contract)
     interrupted = "interrupted (KeyboardInterrupt)" if stop_after is not None else None
     _seal(bundle, spec, parts=parts, heldout=heldout, accepted=accepted, interrupted=interrupted)
     if final:
@@ -95,14 +100,23 @@ def resume_bundle(path: Path, spec: RunSpec, latency: Callable[[Block, int], flo
     return bundle.path
 
 
-def _run_blocks(bundle: Bundle, spec: RunSpec, blocks: Sequence[Block], latency: Callable[[Block, int], float]) -> None:
+def _run_blocks(bundle: Bundle, spec: RunSpec, blocks: Sequence[Block], latency: Callable[[Block, int], float],
+                contract: Mapping[str, tuple[bytes, bytes | None]] | None = None) -> None:
     for block in blocks:
         for index in range(spec.protocol.requests_per_block):
             bundle.append_sample({"block_id": block.id, "kind": "measured", "index": index, "seed": 0, "ok": True,
                                   "e2e_s": latency(block, index), "arm": block.arm, "candidate": block.candidate,
                                   "duration": block.duration, "position": block.position})
+        recorded = None
+        if contract is not None and block.arm in contract:
+            openapi, engine_help = contract[block.arm]
+            files = [bundle.store_contract(data, suffix) if data is not None else None
+                     for data, suffix in ((openapi, "json"), (engine_help, "txt"))]
+            recorded = ServerContract(ContractPart(*files[0]) if files[0] else ContractPart(None, None, "none"),
+                                      ContractPart(*files[1]) if files[1] else None).to_dict()
         bundle.append_lifecycle({"block": block.id, "arm": block.arm, "duration": block.duration,
-                                 "position": block.position, "failure": None, "interrupted": None})
+                                 "position": block.position, "failure": None, "interrupted": None,
+                                 "contract": recorded})
 
 
 def _seal(bundle: Bundle, spec: RunSpec, *, parts: Mapping[str, Mapping[str, Outcome]] | None = None,

@@ -360,6 +360,12 @@ def test_a_server_on_another_attention_backend_than_the_arm_expects_fails_its_bl
         f"h3bench {CANDIDATE}: vllm serve *--enable-distributed-layerwise-offload --dlo-no-use-allgather",
     ])
     events = lifecycle_of(pytester)
+    # Every server start recorded the engine's contract: its /openapi.json and this engine's vllm serve --help=all.
+    for event in events.values():
+        engine_help = (bundle_of(pytester) / event["contract"]["help"]["relpath"]).read_text()
+        assert engine_help.startswith("usage: vllm serve [model_tag] --omni [options]"), engine_help[:200]
+        assert "--dlo-resident-layers" in engine_help and event["contract"]["openapi"]["sha256"]
+    assert len({e["contract"]["help"]["sha256"] for e in events.values()}) == 1
     failed = events[failed_block]
     assert failed["failure_outcome"] == verdict and failed["pid"] is not None
     assert failed["attention_backend"] == {"used": ["SDPA"], "via": ["platform default"], "expected": "FLASH_ATTN"}

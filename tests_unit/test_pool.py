@@ -117,6 +117,14 @@ def test_three_hosts_pool_into_one_sealed_verdict_with_a_line_per_host(hosts: di
     assert [r.final_sha256 for r in document.pool.shards] == [document_seal(hosts[n]) for n in ("a1", "a2", "a3")]
     for host in ("host-1", "host-2", "host-3"):
         assert f"host {host}: ratio" in done.stdout
+    # Every block's evidence came along: the raw /metrics scrapes its samples name, the contract files its server
+    # start recorded; the shards ran the same simulator, so no change of contract is named.
+    pooled = Bundle.open(path)
+    scrapes = [r["scrapes"][side] for r in pooled.samples() for side in ("before", "after")]
+    assert scrapes and all(s and (path / s).is_file() and s.startswith("metrics/") for s in scrapes)
+    for event in pooled.lifecycle():
+        assert (path / event["contract"]["openapi"]["relpath"]).is_file(), event["contract"]
+    assert "contract changed between shards" not in done.stdout
     # report, ledger add and history take it like any other bundle.
     env = _env(project, "fan-in", "1.0")
     for args in (["report", str(path)], ["ledger", "add", str(path), "--ledger", str(project / "ledger.jsonl")],

@@ -46,10 +46,30 @@ def ledger_table(lines: Sequence[tuple[int, LedgerEntry]], marks: Mapping[int, S
     marks = marks or {}
     header = ("#", "DATE", "SPEC", "CANDIDATE", "DUR", "SOURCE", "EFFECT (B/A, bounds)", "QUALITY", "LOSSLESS",
               "HELD-OUT", "VERDICT", "VALIDATOR")
+    from h3bench.report.terminal import part_ratio_text
+    from h3bench.session.stored import contract_changes
+
     out: list[str] = []
     for kind in sorted({e.hardware for _, e in lines}):
         group = [(seq, e) for seq, e in lines if e.hardware == kind]
         rows = [header]
+        notes: dict[int, list[str]] = {}
+        # The last entry with a contract, and the last one of the bundle before its bundle.
+        latest: tuple[int, LedgerEntry] | None = None
+        before: tuple[int, LedgerEntry] | None = None
+        for seq, e in group:
+            found = notes.setdefault(seq, [])
+            if e.stages is not None:
+                moved = [f"{p.part} {part_ratio_text(p)}" for p in e.stages.parts if p.moved and p.part != "e2e"]
+                found.append(f"stages (attribution, not the verdict): interval excludes 1: {', '.join(moved) or 'none'}")
+            if e.contract is None:
+                continue
+            if latest is not None and latest[1].bundle.final_sha256 != e.bundle.final_sha256:
+                before = latest
+            if before is not None and before[1].contract is not None:
+                changed = contract_changes(before[1].contract, e.contract, arms=("baseline", e.candidate))
+                found += [f"contract changed since line {before[0] + 1}: {change}" for change in changed]
+            latest = (seq, e)
         for seq, e in group:
             rows.append((f"{seq}!" if seq in marks else str(seq), e.bundle.started_at[:10], e.spec_id[:12],
                          e.candidate + (" (final)" if e.final_combination else ""), f"{e.duration}s",
@@ -67,6 +87,7 @@ def ledger_table(lines: Sequence[tuple[int, LedgerEntry]], marks: Mapping[int, S
                 out.append(f"      hypothesis: {entry.hypothesis}")
             for reason in entry.reasons if entry is not None else ():
                 out.append(f"      - {reason}")
+            out += [f"      {note}" for note in (notes.get(group[index - 1][0], []) if index else [])]
     return out
 
 

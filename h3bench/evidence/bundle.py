@@ -13,6 +13,10 @@ Layout of a bundle (``<root>/<UTC timestamp>-<spec name>-<spec id[:12]>/``)::
     outputs/<sha256>.mp4     the returned MP4s, named by their content hash
     logs/<name>              server logs, copied in at the end of each block
     profiles/<block>/...     profiler traces of the profiled request (h3bench.run.profiling)
+    metrics/<block>/NN.prom  the server's raw GET /metrics, once when it is ready (00) and after each
+                             request (h3bench.run.server_metrics; the deltas are in samples.jsonl)
+    contracts/<sha256>.<ext> the engine's contract, once per distinct content: its /openapi.json and,
+                             for vllm arms, its ``vllm serve --help=all`` (h3bench.run.contract)
     verdict.json             written once
     quality/<version>.json   one result per validator version, beside the older ones
     final.json               written once at close: end time, outcome, and the SHA-256
@@ -90,6 +94,8 @@ OUTPUTS = "outputs"
 LOGS = "logs"
 QUALITY = "quality"
 PROFILES = "profiles"
+METRICS = "metrics"
+CONTRACTS = "contracts"
 WRITER_LOCK = ".writer.lock"  # not evidence: who writes the bundle now (verify and the seals ignore it)
 
 OUTPUT_NAME = re.compile(r"([0-9a-f]{64})\.mp4")
@@ -513,6 +519,30 @@ class Bundle:
         (self.path / relpath).parent.mkdir(parents=True, exist_ok=True)
         self._write_once(relpath, files.read_chunks(Path(src)))
         return relpath, self._written[relpath].to_dict()
+
+    def store_scrape(self, block_id: str, index: int, text: str) -> str:
+        """Write one raw ``GET /metrics`` of a block's server to ``metrics/<block>/<NN>.prom``; returns the relpath."""
+        block = files.safe_name(block_id, "block id", self.path)
+        relpath = f"{self.segment}{METRICS}/{block}/{index:02d}.prom"
+        self._require_writing(relpath)
+        (self.path / relpath).parent.mkdir(parents=True, exist_ok=True)
+        self._write_once(relpath, [text.encode("utf-8")])
+        return relpath
+
+    def store_contract(self, data: bytes, suffix: str) -> tuple[str, str]:
+        """Write a contract file as ``contracts/<sha256>.<suffix>``, once per content in a segment.
+
+        Returns ``(sha256, relpath)``; the same content again is not written twice.
+        """
+        digest = Digest()
+        digest.update(data)
+        name = files.safe_name(f"{digest.hexdigest}.{suffix}", "contract file", self.path)
+        relpath = f"{self.segment}{CONTRACTS}/{name}"
+        self._require_writing(relpath)
+        if relpath not in self._written:
+            (self.path / relpath).parent.mkdir(parents=True, exist_ok=True)
+            self._write_once(relpath, [data])
+        return digest.hexdigest, relpath
 
     def write_verdict(self, verdict: dict[str, Any]) -> None:
         """Write ``verdict.json`` (of this segment), once."""

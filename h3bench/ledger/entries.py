@@ -4,7 +4,8 @@ An entry (:class:`LedgerEntry`) holds the spec id and the SHA-256 of the
 bundle's ``final.json`` (which lists the hash of every other file, so it pins
 the whole bundle), the hardware kind, the candidate with its hypothesis and
 source attribution, the effect with its bounds, the quality, lossless and
-held-out outcomes, and the verdict. Every figure and outcome is read from the
+held-out outcomes, the verdict, which stages moved (attribution, never the
+verdict) and the engine's contract. Every figure and outcome is read from the
 verdict the run wrote (``verdict.json``, :class:`~h3bench.verdict.verdicts.VerdictDocument`),
 never recomputed, so the ledger says what the campaign said:
 
@@ -28,13 +29,16 @@ from typing import Any
 from h3bench.errors import UsageError
 from h3bench.evidence.codec import from_json, to_json
 from h3bench.outcome import Outcome, combine
+from h3bench.run.contract import Contract
 from h3bench.session.stored import StoredBundle
+from h3bench.verdict.stage_effects import StageEffects
 from h3bench.verdict.verdicts import (
     Acceptance,
     DurationVerdict,
     HeldoutVerdict,
     LookRecord,
     LosslessSummary,
+    RecipeStep,
     VerdictDocument,
     duration_key,
 )
@@ -111,6 +115,10 @@ class LedgerEntry:
     engine: dict[str, Any]
     harness: dict[str, Any]
     looks: LookRecord | None = None  # where the series stopped, and the device time it took
+    # Which stage moved (verdict.json's per-part paired effects): attribution at its own level, never the verdict.
+    stages: StageEffects | None = None
+    recipe_steps: tuple[RecipeStep, ...] = ()
+    contract: Contract | None = None  # what the bundle's servers said they accept (h3bench.run.contract)
 
     @property
     def word(self) -> str:
@@ -178,6 +186,8 @@ def entries_of(bundle: StoredBundle) -> list[LedgerEntry]:
     ref = BundleRef(str(bundle.path), bundle.path.name, bundle.started_at, bundle.final_sha256, outcome, seals,
                     bundle.manifest_sha256 or None)
     entries = []
+    found = bundle.contract()
+    contract = found if found.recorded else None
     for candidate in spec.candidates:
         verdict = document.candidates.get(candidate)
         acceptance = campaign.candidates.get(candidate) if campaign is not None else None
@@ -200,5 +210,6 @@ def entries_of(bundle: StoredBundle) -> list[LedgerEntry]:
                 lossless=d.lossless if d is not None else None, heldout=heldout, verdict=decided,
                 reasons=tuple(reasons), final_combination=campaign is not None and campaign.final == candidate,
                 campaign=campaign, engine=bundle.engine(), harness=bundle.harness(),
-                looks=d.looks if d is not None else None))
+                looks=d.looks if d is not None else None, stages=d.stages if d is not None else None,
+                recipe_steps=d.recipe_steps if d is not None else (), contract=contract))
     return entries

@@ -27,7 +27,10 @@ time, then the engine commit. A campaign's value is the median of its
 baseline blocks' medians (each block is one fresh server; the campaign
 median is over those; the run computed it once and wrote it to verdict.json), and
 :func:`h3bench.ledger.changepoint.detect_steps` proposes
-and flags the steps.
+and flags the steps. A change of the baseline's contract between two
+campaigns of a series (its ``/openapi.json`` or ``vllm serve --help=all``,
+:mod:`h3bench.run.contract`) is named: the engine changed under the same
+command.
 """
 
 from __future__ import annotations
@@ -40,10 +43,13 @@ from pathlib import Path
 from typing import Any
 
 from h3bench.errors import H3BenchError
+from h3bench.evidence.codec import to_json
 from h3bench.ledger.changepoint import StepReport, detect_steps
-from h3bench.session.stored import StoredBundle, open_verified
+from h3bench.runspec import BASELINE
+from h3bench.session.stored import Contract, StoredBundle, contract_changes, open_verified
 
-__all__ = ["CampaignPoint", "History", "Series", "comparable_id", "history_json", "history_lines", "read_history"]
+__all__ = ["CampaignPoint", "History", "Series", "comparable_id", "contract_lines", "history_json",
+           "history_lines", "read_history"]
 
 # What a history may differ in between campaigns of one series: the engine it follows, and words.
 _NOT_COMPARED = ("source", "hints", "description")
@@ -58,6 +64,7 @@ class CampaignPoint:
     engine_commit: str | None
     median_s: float  # median of the baseline blocks' medians
     blocks: int
+    contract: Contract | None = None  # what the bundle's baseline servers said they accept; None: not recorded
 
 
 @dataclass(frozen=True)
@@ -138,11 +145,13 @@ def _points(stored: StoredBundle) -> dict[tuple[str, str, str], CampaignPoint]:
     document = stored.document()
     levels = document.baseline if document is not None else {}
     engine = stored.engine().get("engine_commit")
+    found = stored.contract()
+    contract = Contract({BASELINE: found.arms[BASELINE]}) if BASELINE in found.arms else None
     points = {}
     for key, level in levels.items():
         duration = key.removesuffix("s")
         points[(duration, json.dumps({**workload, "duration": duration}, sort_keys=True), stored.baseline_command())] = \
-            CampaignPoint(str(stored.path), stored.started_at, engine, level.median_e2e_s, level.blocks)
+            CampaignPoint(str(stored.path), stored.started_at, engine, level.median_e2e_s, level.blocks, contract)
     return points
 
 
@@ -195,6 +204,21 @@ def _step_line(series: Series, step: Any) -> str:
             f"campaign(s), {lasted}")
 
 
+def contract_lines(series: Series) -> list[str]:
+    """Where the baseline's contract changed between consecutive campaigns that both recorded one."""
+    lines, before = [], None
+    for index, campaign in enumerate(series.campaigns):
+        if campaign.contract is None:
+            continue
+        if before is not None:
+            assert before[1].contract is not None
+            for change in contract_changes(before[1].contract, campaign.contract):
+                lines.append(f"  CONTRACT CHANGED at #{index} (since #{before[0]}): {change}: the engine these "
+                             "campaigns compare is not the same")
+        before = (index, campaign)
+    return lines
+
+
 def history_lines(history: History) -> list[str]:
     """The history as text: per series a table of campaigns, then its steps."""
     lines: list[str] = []
@@ -206,6 +230,7 @@ def history_lines(history: History) -> list[str]:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
         lines += [_step_line(series, step) for step in series.steps.steps]
+        lines += contract_lines(series)
         if not series.steps.flagged:
             lines.append(f"  no step flagged over {len(series.campaigns)} campaign(s)")
     for path, why in history.skipped:
@@ -219,7 +244,8 @@ def history_json(history: History) -> dict[str, Any]:
     """The history as plain JSON data."""
     return {
         "series": [{"hardware": s.hardware, "duration": s.duration, "spec": s.spec, "workload": json.loads(s.workload),
-                    "command": json.loads(s.command), "campaigns": [c.__dict__ for c in s.campaigns],
+                    "command": json.loads(s.command), "campaigns": [to_json(c) for c in s.campaigns],
+                    "contract_changes": contract_lines(s),
                     "pieces": [list(p) for p in s.steps.pieces], "steps": [step.__dict__ for step in s.steps.steps]}
                    for s in history.series],
         "skipped": [{"path": path, "why": why} for path, why in history.skipped],

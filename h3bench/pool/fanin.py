@@ -22,7 +22,14 @@ matched pair), then, per candidate and duration:
   every host's test reached PASS, else INCONCLUSIVE naming the hosts;
 - a host whose **baseline** stands out against the others is named
   (:func:`h3bench.stats.hosts.baseline_outliers`);
-- **missing shards** make every outcome INCONCLUSIVE, and are named.
+- **missing shards** make every outcome INCONCLUSIVE, and are named;
+- a shard whose engine's **contract** (:mod:`h3bench.run.contract`) differs
+  from the first shard's is named in the run's notes: its hosts ran another
+  engine under the same spec.
+
+Each copied block keeps its evidence whole: the raw ``/metrics`` scrapes its
+samples name and the contract files its lifecycle record names are copied
+too, and the records point at the copies.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
 from h3bench.outcome import Outcome
 from h3bench.pool.shards import ShardBundle, Shards, read_shards
+from h3bench.run.contract import Contract, contract_changes
 from h3bench.run.records import BlockResult, finished_attempts
 from h3bench.runspec import BASELINE, RunSpec
 from h3bench.runspec.schedule import budget_of, lossless_level, series_of
@@ -63,7 +71,7 @@ from h3bench.verdict.verdicts import (
     duration_key,
 )
 
-__all__ = ["Pooled", "pool_bundles", "pooled_results"]
+__all__ = ["Pooled", "contract_notes", "pool_bundles", "pooled_results"]
 
 _CODE = {Outcome.PASS: intervals.PASS, Outcome.FAIL: intervals.FAIL, Outcome.INCONCLUSIVE: intervals.INCONCLUSIVE}
 _OUTCOME = {v: k for k, v in _CODE.items()}
@@ -78,8 +86,39 @@ class Pooled:
     anchor: str
 
 
+def _copy_scrapes(source: Bundle, into: Bundle, record: dict[str, Any], copied: dict[str, str]) -> dict[str, Any]:
+    """The sample with its raw /metrics scrapes copied into the pooled bundle, and pointing at the copies."""
+    scrapes = record.get("scrapes")
+    if not isinstance(scrapes, dict):
+        return record
+    moved: dict[str, str | None] = {}
+    for side, relpath in scrapes.items():
+        if relpath and relpath not in copied:
+            name = Path(relpath)
+            copied[relpath] = into.store_scrape(str(record["block_id"]), int(name.stem),
+                                                (source.path / name).read_text(encoding="utf-8"))
+        moved[side] = copied[relpath] if relpath else None
+    return {**record, "scrapes": moved}
+
+
+def _copy_contract(source: Bundle, into: Bundle, event: dict[str, Any]) -> dict[str, Any]:
+    """The lifecycle record with its contract files copied into the pooled bundle (stored once per content)."""
+    contract = event.get("contract")
+    if not isinstance(contract, dict):
+        return event
+    moved = dict(contract)
+    for key in ("openapi", "help"):
+        part = contract.get(key)
+        if isinstance(part, dict) and part.get("relpath"):
+            relpath = str(part["relpath"])
+            _, moved_to = into.store_contract((source.path / relpath).read_bytes(), relpath.rsplit(".", 1)[-1])
+            moved[key] = {**part, "relpath": moved_to}
+    return {**event, "contract": moved}
+
+
 def _copy_blocks(shard: ShardBundle, into: Bundle, seen: dict[str, str], stored: set[str]) -> int:
-    """Copy the shard's finished blocks (samples of their finished attempt, lifecycle, outputs); their count."""
+    """Copy the shard's finished blocks (samples of their finished attempt, lifecycle, outputs, the scrapes and
+    contract files they name); their count."""
     source = Bundle.open(shard.path)
     finished = finished_attempts(source)
     for block in finished:
@@ -87,18 +126,30 @@ def _copy_blocks(shard: ShardBundle, into: Bundle, seen: dict[str, str], stored:
             raise UsageError(f"block {block} is in {shard.path} and in {seen[block]}: shards never share a block, "
                              "so these are not shards of one campaign")
         seen[block] = str(shard.path)
+    copied: dict[str, str] = {}
     for segment, record in source.by_segment(SAMPLES):
         attempt = finished.get(str(record.get("block_id")))
         if attempt is None or attempt[0] != segment:
             continue  # an interrupted attempt: it stays in the shard, no statistic uses it
-        into.append_sample(dict(record))
+        into.append_sample(_copy_scrapes(source, into, dict(record), copied))
         sha = record.get("output_sha256")
         if sha and sha not in stored:
             into.store_output(source.output_path(sha))
             stored.add(sha)
     for _, event in finished.values():
-        into.append_lifecycle(dict(event))
+        into.append_lifecycle(_copy_contract(source, into, dict(event)))
     return len(finished)
+
+
+def contract_notes(contracts: Sequence[tuple[str, Contract]]) -> tuple[str, ...]:
+    """One note per shard whose engine's contract differs from the first shard's (what both recorded)."""
+    if not contracts:
+        return ()
+    (first, reference), notes = contracts[0], []
+    for label, contract in contracts[1:]:
+        notes += [f"contract changed between shards: {label} against {first}: {change}: these hosts ran "
+                  "another engine under the same spec" for change in contract_changes(reference, contract)]
+    return tuple(notes)
 
 
 def _quality(shards: Shards) -> tuple[dict[str, Any] | None, dict[str, dict[str, dict[str, Any]]]]:
@@ -311,7 +362,8 @@ def _judge(spec: RunSpec, bundle: Bundle, shards: Shards, records: list[ShardRec
     out = {n: dataclasses.replace(v, notes=(*v.notes, *notes)) for n, v in out.items()}
     document = results.document(verdicts=out)
     names = ", ".join(f"{r.host} ({r.index}/{r.count}, round {r.round})" for r in records)
+    contracts = contract_notes([(f"{s.label} (host {s.host_name})", s.stored.contract()) for s in shards.bundles])
     run_notes = (f"pooled over {len(records)} shard bundle(s) of {shards.count} shards: {names}", *missing,
-                 *document.run_notes)
+                 *contracts, *document.run_notes)
     return dataclasses.replace(document, run_notes=run_notes,
                                pool=PoolRecord(tuple(records), shards.missing, pooled, outliers))

@@ -94,6 +94,7 @@ def write_report(
     spec = contents.spec
     drawn = [charts.e2e_figure(spec, s) for s in contents.series]
     drawn += [charts.stage_figure(spec, s) for s in contents.series]
+    drawn += [charts.stage_ratio_figure(spec, s) for s in contents.series]
     drawn += [charts.ratio_figure(spec, contents.series), charts.lifecycle_figure(spec, contents.series)]
     if contents.telemetry is not None:
         drawn.append(charts.telemetry_figure(contents.telemetry))

@@ -21,6 +21,7 @@ matplotlib.use("Agg")  # before anything imports pyplot (librosa.display does)
 
 from matplotlib import rc_context
 from matplotlib.figure import Figure as MplFigure
+from matplotlib.ticker import FuncFormatter
 
 from h3bench.report.contents import DERIVED_STAGE, Series, stage_medians
 from h3bench.runspec import BASELINE, RunSpec
@@ -36,6 +37,7 @@ __all__ = [
     "png_figure",
     "ratio_figure",
     "stage_figure",
+    "stage_ratio_figure",
     "styled",
     "svg_figure",
     "telemetry_figure",
@@ -195,6 +197,38 @@ def stage_figure(spec: RunSpec, series: Series) -> Figure | None:
                f"({', '.join(s for s in stages if s != DERIVED_STAGE)}) over the measured requests, stacked; "
                f"{DERIVED_STAGE} is the median of E2E minus their sum, not a profiler key.")
     return svg_figure(fig, f"fig-stages-{series.key}", "stages", f"Stage breakdown, {series.label}", caption)
+
+
+# --- which stage moved ---------------------------------------------------------------------
+
+
+@styled
+def stage_ratio_figure(spec: RunSpec, series: Series) -> Figure | None:
+    """Every part's paired ratio with its interval against 1, as verdict.json holds them (attribution, not a verdict)."""
+    stages = series.verdict.stages if series.verdict is not None else None
+    rows = [p for p in stages.parts if p.ratio is not None] if stages is not None else []
+    if stages is None or not rows:
+        return None
+    fig = new_figure(9, 1.2 + 0.26 * len(rows))
+    axes = fig.subplots()
+    for row, part in enumerate(rows):
+        color = "#c44e52" if part.moved else BASELINE_COLOR
+        if part.ratio_low is not None and part.ratio_high is not None:
+            axes.hlines(row, part.ratio_low, part.ratio_high, color=color, linewidth=3)
+        axes.plot([float(part.ratio or 0.0)], [row], "s", color="black", markersize=3)
+    axes.axvline(1.0, color="#444444", linewidth=1)
+    axes.set_xscale("log")
+    plain = FuncFormatter(lambda value, _: f"{value:g}")  # 0.7, not 7×10⁻¹
+    axes.xaxis.set_major_formatter(plain)
+    axes.xaxis.set_minor_formatter(plain)
+    axes.tick_params(axis="x", which="minor", labelsize=6)
+    axes.set_yticks(range(len(rows)), [p.part for p in rows], fontsize=7)
+    axes.invert_yaxis()
+    axes.set_xlabel(f"candidate / baseline, paired over k = {max(p.k for p in rows)} AB/BA pairs (log scale)")
+    caption = (f"{series.label}: each part's geometric-mean ratio of block medians (square) and its two-sided "
+               f"{1 - 2 * stages.level:.0%} interval; red where the interval excludes 1. {stages.statement}.")
+    return svg_figure(fig, f"fig-stage-ratios-{series.key}", "stage-ratios", f"Which stage moved, {series.label}",
+                      caption)
 
 
 # --- paired ratio ----------------------------------------------------------------------------

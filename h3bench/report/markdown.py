@@ -5,8 +5,9 @@ A run that did not end normally says so on the line after the heading, as
 campaign when it was interrupted.
 Per duration, one row per candidate: n and median E2E of each arm, the
 paired ratio and its interval, and the speed, quality and lossless outcomes;
-below it, each gate's worst candidate value against its threshold. The last
-line is the path of the full report.
+below it, each gate's worst candidate value against its threshold, and
+which stages moved (attribution, not a verdict) with the DiT per-step time
+and the real-time factor. The last line is the path of the full report.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 
 from h3bench.report.contents import Contents, Series, gate_rows
 from h3bench.report.page import overall_outcome
+from h3bench.report.terminal import part_ratio_text
+from h3bench.verdict.stage_effects import DIT_PER_FORWARD, E2E
 from h3bench.verdict.verdicts import key_marker
 
 __all__ = ["MAX_LINES", "render_summary"]
@@ -64,6 +67,30 @@ def _gates_line(series: Series) -> str:
             + ("; ".join(parts) if parts else "no pair compared"))
 
 
+def _stages_line(series: Series) -> str | None:
+    """Which stage moved, DiT per step and RTF, on one line: attribution at its own level, never a verdict."""
+    d = series.verdict
+    if d is None or d.stages is None:
+        return None
+    stages = d.stages
+    moved = ", ".join(f"{p.part} {part_ratio_text(p)}" for p in stages.parts if p.moved and p.part != E2E) or "none"
+    text = (f"- {series.candidate} stages (attribution, not a verdict; two-sided {1 - 2 * stages.level:.0%} per "
+            f"part): interval excludes 1: {moved}")
+    step = next((p for p in stages.parts if p.part == DIT_PER_FORWARD), None)
+    if step is not None and step.baseline_median_s is not None and step.candidate_median_s is not None:
+        text += (f"; DiT per step {step.baseline_median_s:.4g} → {step.candidate_median_s:.4g} s "
+                 f"({part_ratio_text(step)})")
+    if d.recipe_steps:
+        text += "; recipe " + ", ".join(f"{r.arm} {r.seconds:g} s" for r in d.recipe_steps)
+    rtf = {r.arm: r.rtf_e2e for r in stages.rtf}
+    if "A" in rtf and "B" in rtf:
+        text += f"; RTF {rtf['A']:.3f} → {rtf['B']:.3f}"
+    findings = sum(len(b.reconciliation) for b in d.blocks)
+    if findings:
+        text += f"; {findings} reconciliation finding(s) (full report)"
+    return _cell(text)
+
+
 def render_summary(contents: Contents, report: Path) -> str:
     """The Markdown summary, at most :data:`MAX_LINES` lines."""
     spec = contents.spec
@@ -97,6 +124,7 @@ def render_summary(contents: Contents, report: Path) -> str:
         lines += [_gates_line(s) for s in rows]
         lines += [f"- {s.candidate}: {s.verdict.looks.describe()}" for s in rows
                   if s.verdict is not None and s.verdict.looks is not None]
+        lines += [line for s in rows if (line := _stages_line(s)) is not None]
     lines += ["", f"Full report: `{report}`"]
     if len(lines) > MAX_LINES:
         # Many candidates: keep the head and the path of the full report, which has everything.

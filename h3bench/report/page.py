@@ -1,9 +1,11 @@
 """The self-contained HTML page: inline CSS, inline SVG charts, PNG pictures as data URIs; no script, no network.
 
 Sections, in reading order (:data:`SECTIONS`): the verdict with its reasons,
-manifest highlights, E2E per request, stage breakdown, paired ratio, quality
-gates with the lossless test, the worst pair's pictures, lifecycle,
-device telemetry and profiled requests. A section without data says why.
+manifest highlights, E2E per request, stage breakdown with which stage
+moved (per-part paired ratios, DiT per step, real-time factor,
+reconciliation), paired ratio, quality gates with the lossless test, the
+worst pair's pictures, lifecycle, device telemetry and profiled requests. A
+section without data says why.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from h3bench.h3 import STAGE_KEYS, STAGE_PREFIX
 from h3bench.outcome import Outcome
 from h3bench.report.contents import Contents, Series, describe_lpips_source, gate_rows
 from h3bench.report.figures import Figure
+from h3bench.report.terminal import part_ratio_text
 from h3bench.runspec.schedule import design_text
+from h3bench.verdict.stage_effects import DIT_PER_FORWARD
 from h3bench.verdict.verdicts import key_marker
 
 __all__ = ["SECTIONS", "overall_outcome", "render_page"]
@@ -208,12 +212,54 @@ def e2e_section(contents: Contents, figures: dict[str, Figure]) -> str:
     return _section("e2e", "".join(parts))
 
 
+def _stage_effects(series: Series, figures: dict[str, Figure]) -> str:
+    """Which stage moved: the chart of stage ratios, the table, DiT per step beside the recipe's, RTF, findings."""
+    d = series.verdict
+    if d is None or d.stages is None:
+        return _note(f"{series.label}: no AB/BA pair of both arms: no per-stage effect.")
+    stages = d.stages
+    figure = figures.get(f"fig-stage-ratios-{series.key}")
+    parts = [f"<h3>{_e(series.label)}: which stage moved</h3>", f"<p>{_e(stages.statement)}.</p>"]
+    if figure is not None:
+        parts.append(_figure(figure))
+    rows = [[_e(p.part), _e(p.source), _num(p.baseline_median_s, 4), _num(p.candidate_median_s, 4),
+             _e(part_ratio_text(p)), _e({True: "excludes 1", False: "includes 1", None: "-"}[p.moved])]
+            for p in stages.parts]
+    parts.append(_table(["part", "clock", "baseline median (s)", "candidate median (s)", "ratio [interval]",
+                         "interval"], rows, numeric=(2, 3)))
+    step = next((p for p in stages.parts if p.part == DIT_PER_FORWARD), None)
+    recipe = {r.arm: r for r in d.recipe_steps}
+    if step is not None or recipe:
+        measured = {d.control: step.baseline_median_s if step else None,
+                    series.candidate: step.candidate_median_s if step else None}
+        steps = [[_e(arm), _num(value, 4), _num(recipe[arm].seconds, 2) if arm in recipe else "-"]
+                 for arm, value in measured.items()]
+        source = f" Recipe: {d.recipe_steps[0].source}." if d.recipe_steps else ""
+        parts.append(f"<p>DiT per step (the profiler's diffuse over the DiT forwards), measured beside the "
+                     f"published figure.{_e(source)}</p>")
+        parts.append(_table(["arm", "measured (s)", "recipe (s)"], steps, numeric=(1, 2)))
+    if stages.rtf:
+        names = {"A": d.control, "B": series.candidate}
+        parts.append(_table(["arm", "n", "RTF (E2E / s of video)", "RTF (server generation / s of video)"],
+                            [[_e(names[r.arm]), str(r.n), _num(r.rtf_e2e, 4), _num(r.rtf_server, 4)]
+                             for r in stages.rtf], numeric=(1, 2, 3)))
+    findings = [f"{b.id}: {f}" for b in d.blocks for f in b.reconciliation]
+    absent = sorted({b.server_metrics for b in d.blocks if b.server_metrics and b.server_metrics != "available"})
+    for line in [*(f"/metrics {why} (noted, not failed)" for why in absent), *findings]:
+        parts.append(_note(line))
+    if not findings:
+        parts.append(f"<p>Reconciliation: the profiler, /metrics and the client's E2E agree in every block "
+                     f"(tolerance {_e(d.reconciliation_tolerance or '-')}).</p>")
+    return "".join(parts)
+
+
 def stages_section(contents: Contents, figures: dict[str, Figure]) -> str:
     parts = []
     for series in contents.series:
         figure = figures.get(f"fig-stages-{series.key}")
         parts.append(_figure(figure) if figure else _note(f"{series.label}: no stage durations were reported.",
                                                           "stages"))
+        parts.append(_stage_effects(series, figures))
     return _section("stages", "".join(parts))
 
 

@@ -6,9 +6,11 @@ document that the run wrote (:class:`~h3bench.verdict.verdicts.VerdictDocument`,
 ``verdict.json``), never recomputed: per duration and candidate, each arm's
 n, median, the percentiles its n supports and the stage medians, the paired
 ratio, the speed, quality and lossless outcomes with every reason (not only
-the first), any block whose warmup looks too short, then the research
-section (effects side by side, held-out results, acceptance, profiles) and
-every verdict.
+the first), any block whose warmup looks too short, which stage moved
+(per-part paired ratios: attribution, never a verdict), the DiT per-step
+time, the real-time factor and any disagreement between the server's
+accounts and the client's; then the research section (effects side by
+side, held-out results, acceptance, profiles) and every verdict.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from h3bench.evidence.scrub import Scrubber
-from h3bench.h3 import STAGE_PREFIX
+from h3bench.h3 import DIFFUSION_EXEC_PER_STEP_S, STAGE_PREFIX
 from h3bench.runspec import RunSpec
 from h3bench.runspec.schedule import Block, design_text, series_of
 from h3bench.server.ports import LOCALHOST
 from h3bench.stats.speed import Percentile, RatioEstimate
 from h3bench.stats.stages import DERIVED_STAGE
+from h3bench.verdict.stage_effects import DIT_PER_FORWARD, PartEffect, RealTimeFactor
 from h3bench.verdict.verdicts import (
     ArmStats,
     DeviceTime,
@@ -36,7 +39,7 @@ from h3bench.verdict.verdicts import (
     saving,
 )
 
-__all__ = ["DERIVED_STAGE", "report_header", "stage_text", "summary_lines"]
+__all__ = ["DERIVED_STAGE", "part_ratio_text", "report_header", "stage_lines", "stage_text", "summary_lines"]
 
 DIAGNOSTIC = "DIAGNOSTIC"
 
@@ -110,6 +113,64 @@ def ratio_text(estimate: RatioEstimate | None) -> str | None:
     return f"{estimate.geomean:.4f} {bounds}"
 
 
+def part_ratio_text(part: PartEffect) -> str:
+    """``0.702 [0.680, 0.724]``; the paired difference where no ratio is defined; the note without an estimate."""
+    if part.ratio is not None and part.ratio_low is not None and part.ratio_high is not None:
+        return f"{part.ratio:.3f} [{part.ratio_low:.3f}, {part.ratio_high:.3f}]"
+    if part.difference_s is not None and part.difference_low_s is not None and part.difference_high_s is not None:
+        return (f"difference {part.difference_s * 1e3:+.1f} ms "
+                f"[{part.difference_low_s * 1e3:+.1f}, {part.difference_high_s * 1e3:+.1f}]")
+    return part.note or "no estimate"
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g} s"
+
+
+def stage_lines(d: DurationVerdict, candidate: str, indent: str = "  ") -> list[str]:
+    """Which stage moved (attribution, never a verdict), DiT per step, real-time factor and reconciliation findings."""
+    lines: list[str] = []
+    stages = d.stages
+    if stages is not None and stages.parts:
+        k = max(p.k for p in stages.parts)
+        moved = [p for p in stages.parts if p.moved]
+        still = [p.part for p in stages.parts if p.moved is False]
+        unknown = [f"{p.part} ({p.note})" for p in stages.parts if p.moved is None]
+        lines.append(f"{indent}stages (attribution, not a verdict: two-sided {1 - 2 * stages.level:.0%} per part over "
+                     f"k = {k} AB/BA pairs, not adjusted for the {len(stages.parts)} parts; 1 = no change):")
+        lines.append(f"{indent}    interval excludes 1: "
+                     + (", ".join(f"{p.part} {part_ratio_text(p)}" for p in moved) or "none"))
+        lines.append(f"{indent}    interval includes 1: {', '.join(still) or 'none'}")
+        if unknown:
+            lines.append(f"{indent}    not estimated: {'; '.join(unknown)}")
+        step = next((p for p in stages.parts if p.part == DIT_PER_FORWARD), None)
+        if step is not None:
+            upstream = next((p for p in stages.parts if p.part == DIFFUSION_EXEC_PER_STEP_S), None)
+            line = (f"{indent}DiT per step (profiler's diffuse / DiT forwards): {d.control} "
+                    f"{_seconds(step.baseline_median_s)}, {candidate} {_seconds(step.candidate_median_s)}, "
+                    f"ratio {part_ratio_text(step)}")
+            if upstream is not None:
+                line += (f"; upstream's {DIFFUSION_EXEC_PER_STEP_S} (exec / configured steps): "
+                         f"{_seconds(upstream.baseline_median_s)}, {_seconds(upstream.candidate_median_s)}")
+            lines.append(line)
+        rtf: dict[str, RealTimeFactor] = {r.arm: r for r in stages.rtf}
+        if rtf:
+            shown = [f"{name} {r.rtf_e2e:.3f}" + (f" (server generation {r.rtf_server:.3f})" if r.rtf_server else "")
+                     for role, name in (("A", d.control), ("B", candidate)) if (r := rtf.get(role)) is not None]
+            lines.append(f"{indent}real-time factor (E2E per second of video): {', '.join(shown)}")
+    if d.recipe_steps:
+        lines.append(f"{indent}recipe's DiT per step: "
+                     + ", ".join(f"{r.arm} {r.seconds:g} s" for r in d.recipe_steps)
+                     + f" ({d.recipe_steps[0].source})")
+    absent = {b.server_metrics for b in d.blocks if b.server_metrics and b.server_metrics != "available"}
+    lines += [f"{indent}/metrics {why} (noted, not failed)" for why in sorted(absent)]
+    for block in d.blocks:
+        lines += [f"{indent}reconciliation {block.id}: {finding}" for finding in block.reconciliation]
+    if any(block.reconciliation for block in d.blocks) and d.reconciliation_tolerance:
+        lines.append(f"{indent}    (tolerance {d.reconciliation_tolerance})")
+    return lines
+
+
 def _duration_lines(duration: float, candidate: str, d: DurationVerdict) -> list[str]:
     lines = [f"ref2va {duration:g}s, {candidate} against {d.control}:"]
     for arm in d.arms:
@@ -127,7 +188,7 @@ def _duration_lines(duration: float, candidate: str, d: DurationVerdict) -> list
         lines.append(f"      worst over the pairs: {_worst(d.worst)}")
     if d.lossless is not None:
         lines += _reasons(f"lossless {d.lossless.label}", d.lossless.reasons)
-    return lines
+    return lines + stage_lines(d, candidate)
 
 
 def _device_line(key: str, device: DeviceTime) -> str:

@@ -45,12 +45,14 @@ from h3bench.evidence.scrub import Scrubber
 from h3bench.host.devices import DeviceLock, device_checks
 from h3bench.outcome import Outcome
 from h3bench.run.client import GenerationRequest, GenerationResult, Reference, VideoClient
+from h3bench.run.contract import ContractPart, ServerContract, record_help, record_openapi
 from h3bench.run.measure import Measure, PlainMeasure
 from h3bench.run.pace import Pace
 from h3bench.run.profiling import PROFILE, profiled_request, server_args
 from h3bench.run.progress import Progress
 from h3bench.run.records import BlockResult, FailureKind, Lifecycle, Sample, failure_of
-from h3bench.runspec import RunSpec
+from h3bench.run.server_metrics import Scrape, metrics_delta, scrape
+from h3bench.runspec import RunSpec, VllmArm
 from h3bench.runspec.schedule import Block
 from h3bench.server.log import read_attention_backends, require_attention_backend
 from h3bench.server.ports import LOCALHOST, find_free_port
@@ -86,6 +88,30 @@ class Recorder:
         self.samples: list[Sample] = []
         self._pending: tuple[str, int, int, GenerationResult] | None = None
         self._held: list[Sample] | None = None  # the profiled request's sample waits for its traces
+        self._base_url: str | None = None  # set by ready(): the server whose /metrics is scraped
+        self._scrapes = 0
+        self._last: tuple[Scrape, str | None] | None = None  # the latest scrape and its file in the bundle
+
+    def ready(self, base_url: str) -> None:
+        """Right after the server is ready: its first ``/metrics`` scrape, the start of the first request's delta."""
+        self._base_url = base_url
+        self._last = self._scrape()
+
+    def _scrape(self) -> tuple[Scrape, str | None]:
+        """One scrape, its raw text stored as ``metrics/<block>/<NN>.prom`` (nothing stored for a server without it)."""
+        assert self._base_url is not None
+        taken = scrape(self._base_url)
+        relpath = self.bundle.store_scrape(self.block.id, self._scrapes, taken.text) if taken.text else None
+        self._scrapes += 1
+        return taken, relpath
+
+    def _metrics(self) -> tuple[dict[str, Any] | None, dict[str, str | None] | None]:
+        """The untimed scrape after a request: what ``/metrics`` gained over it, and the two scrapes' files."""
+        if self._last is None:
+            return None, None
+        before, after = self._last, self._scrape()
+        self._last = after
+        return metrics_delta(before[0], after[0]).to_dict(), {"before": before[1], "after": after[1]}
 
     def _request(self, seed: int, references: tuple[Reference, ...] | None = None) -> GenerationRequest:
         w = self.spec.workload
@@ -117,7 +143,9 @@ class Recorder:
                 else:
                     result = client.generate_sync(request, output)
         except H3BenchError as exc:
-            self._record(Sample(self.block.id, kind, index, seed, ok=False, error=str(exc), phase=self._phase(kind)))
+            server_metrics, scrapes = self._metrics()  # what the server counted of the failed request
+            self._record(Sample(self.block.id, kind, index, seed, ok=False, error=str(exc), phase=self._phase(kind),
+                                server_metrics=server_metrics, scrapes=scrapes))
             raise
         self._pending = (kind, index, seed, result)
 
@@ -128,6 +156,7 @@ class Recorder:
         kind, index, seed, result = self._pending
         self._pending = None
         sha = self.bundle.store_output(result.output_path, move=True)[0]
+        server_metrics, scrapes = self._metrics()
         self._record(Sample(
             self.block.id, kind, index, seed, ok=True,
             e2e_s=result.e2e_s,
@@ -137,6 +166,9 @@ class Recorder:
             peak_memory_mb=result.peak_memory_mb,
             output_sha256=sha,
             phase=self._phase(kind),
+            server_metrics=server_metrics,
+            scrapes=scrapes,
+            phases=result.phases.to_dict() if result.phases is not None else None,
         ))
 
     def request(
@@ -271,6 +303,14 @@ def _started(server: ServerProcess, pace: Pace, block: Block) -> Iterator[Server
         server.stop()
 
 
+def _engine_help(spec: RunSpec, block: Block, bundle: Bundle) -> ContractPart | None:
+    """A vllm arm's ``vllm serve --omni --help=all``, run in its environment once per run; None for other arms."""
+    arm = spec.arms[block.arm]
+    if not isinstance(arm, VllmArm):
+        return None
+    return record_help(arm.launcher, arm.launch_env(), bundle)
+
+
 def interrupt_name(exc: BaseException) -> str:
     """``SIGTERM`` for a signal turned into an interrupt, else the exception's type (``KeyboardInterrupt``)."""
     return getattr(exc, "signame", None) or type(exc).__name__
@@ -348,15 +388,22 @@ def run_block(
     recorder = Recorder(spec, block, bundle, inputs, scratch, pace, phase)
     failure: tuple[FailureKind, str] | None = None
     interruption: BaseException | None = None
+    contract: ServerContract | None = None
     try:
         lock = DeviceLock(device_lock) if device_lock is not None else contextlib.nullcontext()
-        with lock, _started(server, pace, block):
-            # Before any request: a server on the wrong attention backend measures something else.
-            require_attention_backend(spec.arms[block.arm].expected_attention_backend, log_path)
-            with VideoClient(server.base_url, model=spec.model.path, timeout=protocol.request_timeout_s) as client:
-                (script or _formal)(recorder, client, server, measure)
-                if profile and profile_dir is not None:
-                    recorder.profiled(client, profile_dir)
+        with lock:
+            engine_help = _engine_help(spec, block, bundle)
+            with _started(server, pace, block):
+                # What the engine says it accepts, before anything else talks to it.
+                contract = ServerContract(record_openapi(server.base_url, bundle), engine_help)
+                # Before any request: a server on the wrong attention backend measures something else.
+                require_attention_backend(spec.arms[block.arm].expected_attention_backend, log_path)
+                recorder.ready(server.base_url)
+                with VideoClient(server.base_url, model=spec.model.path,
+                                 timeout=protocol.request_timeout_s) as client:
+                    (script or _formal)(recorder, client, server, measure)
+                    if profile and profile_dir is not None:
+                        recorder.profiled(client, profile_dir)
     except DiskFullError as exc:  # nothing more can be kept: the server is stopped, the campaign stops
         interruption = exc
         failure = (FailureKind.INTERRUPTED, f"stopped: {exc}: the block did not finish and is not used")
@@ -395,7 +442,7 @@ def run_block(
                  "expected": spec.arms[block.arm].expected_attention_backend}
     try:
         lifecycle = _record_block(spec, block, bundle, server, exit_report, log_path, scrubber, text, attention,
-                                  failure, failure_outcome, interruption)
+                                  failure, failure_outcome, interruption, contract)
     except DiskFullError:
         if not isinstance(interruption, DiskFullError):
             raise
@@ -409,8 +456,9 @@ def run_block(
 def _record_block(spec: RunSpec, block: Block, bundle: Bundle, server: ServerProcess, exit_report: ExitReport | None,
                   log_path: Path, scrubber: Scrubber, text: str | None, attention: dict[str, Any],
                   failure: tuple[FailureKind, str] | None, failure_outcome: Outcome,
-                  interruption: BaseException | None) -> dict[str, Any]:
-    """Store the server log and append the block's lifecycle record; the record."""
+                  interruption: BaseException | None, contract: ServerContract | None) -> dict[str, Any]:
+    """Store the server log and append the block's lifecycle record (with the contract its server recorded at
+    its start, None when it never answered); the record."""
     protocol = spec.protocol
     log_rel = bundle.store_log(log_path, f"{block.id}.log") if log_path.exists() else ""
     if text is not None and log_rel:
@@ -429,6 +477,7 @@ def _record_block(spec: RunSpec, block: Block, bundle: Bundle, server: ServerPro
         "failure_kind": str(failure[0]) if failure is not None else None,
         "failure_outcome": str(failure_outcome),
         "interrupted": interrupt_name(interruption) if interruption is not None else None,
+        "contract": contract.to_dict() if contract is not None else None,
     }
     lifecycle = scrubber.record(lifecycle)
     bundle.append_lifecycle(lifecycle)

@@ -11,13 +11,18 @@ from __future__ import annotations
 import enum
 import statistics
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from h3bench.errors import H3BenchError
 from h3bench.evidence import LIFECYCLE, SAMPLES, SERVERS, Bundle
 from h3bench.evidence.codec import from_json
 from h3bench.outcome import Outcome
+from h3bench.run.contract import ServerContract
 from h3bench.runspec.schedule import Block
+
+if TYPE_CHECKING:
+    from h3bench.run.phases import RequestPhases
+    from h3bench.run.server_metrics import RequestMetrics
 
 __all__ = [
     "BlockFailed",
@@ -54,9 +59,27 @@ class Sample:
     output_sha256: str | None = None
     error: str | None = None
     phase: str = "formal"  # "formal", "heldout" or "profile"; only formal requests enter statistics
+    # What the server's /metrics gained over this request (RequestMetrics.to_dict), and the scrapes it came from
+    # ({"before": relpath, "after": relpath}); None in bundles written before they were recorded.
+    server_metrics: dict[str, Any] | None = None
+    scrapes: dict[str, str | None] | None = None
+    phases: dict[str, float | None] | None = None  # the client's split of E2E (RequestPhases.to_dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+    @property
+    def metrics(self) -> RequestMetrics | None:
+        """The request's /metrics delta, typed; None when the sample has none."""
+        from h3bench.run.server_metrics import RequestMetrics  # httpx stays out of the plugin's imports
+
+        return RequestMetrics.from_dict(self.server_metrics) if self.server_metrics else None
+
+    @property
+    def request_phases(self) -> RequestPhases | None:
+        from h3bench.run.phases import RequestPhases
+
+        return RequestPhases.from_dict(self.phases) if self.phases else None
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Sample:
@@ -142,6 +165,7 @@ class Lifecycle:
     log_relpath: str = ""
     attention_backend: dict[str, Any] = field(default_factory=dict)
     interrupted: str | None = None  # the signal or exception that interrupted the block
+    contract: ServerContract | None = None  # what the server said it accepts (h3bench.run.contract); None: older
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Lifecycle:

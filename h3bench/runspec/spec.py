@@ -129,12 +129,13 @@ class RunSpec(Frozen):
             )
         if self.hints is not None:
             durations = {f"{d:g}" for d in self.workload.durations}
-            for hinted, per_duration in self.hints.e2e_s.items():
-                if hinted not in self.arms:
-                    problems.append((("hints", "e2e_s", hinted), f"no arm named {hinted!r}", hinted))
-                for duration in sorted(set(per_duration) - durations):
-                    message = f"{duration!r} is not one of the workload's durations {sorted(durations)}"
-                    problems.append((("hints", "e2e_s", hinted, duration), message, duration))
+            for table, figures in (("e2e_s", self.hints.e2e_s), ("dit_step_s", self.hints.dit_step_s)):
+                for hinted, per_duration in figures.items():
+                    if hinted not in self.arms:
+                        problems.append((("hints", table, hinted), f"no arm named {hinted!r}", hinted))
+                    for duration in sorted(set(per_duration) - durations):
+                        message = f"{duration!r} is not one of the workload's durations {sorted(durations)}"
+                        problems.append((("hints", table, hinted, duration), message, duration))
         problems += research_problems(self)
         raise_at(problems, "RunSpec")
         return self

@@ -279,10 +279,15 @@ class Hints(Frozen):
     ``shutdown_s`` one stop: each one figure for every arm, or a table by arm
     (an arm it does not name gets the baseline's). ``source`` says where the
     figures come from, and what a figure that was not measured was scaled from.
+    ``dit_step_s`` gives, per arm and duration, a published DiT per-step time
+    (the 950PR recipe's "DiT per-step", DiT total over its 49 forwards): the
+    summary and the report show it beside the measured one; nothing is judged
+    by it.
     """
 
     source: Annotated[StrictStr, Field(min_length=1)]
     e2e_s: dict[StrictStr, dict[StrictStr, _Positive]] = Field(default_factory=dict)
+    dit_step_s: dict[StrictStr, dict[StrictStr, _Positive]] = Field(default_factory=dict)
     startup_s: Annotated[StrictFloat, Field(ge=0)] | dict[StrictStr, Annotated[StrictFloat, Field(ge=0)]] = 0.0
     compile_s: Annotated[StrictFloat, Field(ge=0)] | dict[StrictStr, Annotated[StrictFloat, Field(ge=0)]] = 0.0
     shutdown_s: Annotated[StrictFloat, Field(ge=0)] | dict[StrictStr, Annotated[StrictFloat, Field(ge=0)]] = 0.0

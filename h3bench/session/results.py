@@ -22,6 +22,7 @@ holds and every presentation reads.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import statistics
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -34,8 +35,9 @@ from h3bench.outcome import Outcome, combine
 from h3bench.plan.design import design_warnings
 from h3bench.plan.preflight import diagnostic_reasons, is_diagnostic
 from h3bench.quality import lossless_design
+from h3bench.run.contract import ArmContract, Contract, contract_changes, engine_help
 from h3bench.run.records import BlockFailed, BlockResult, CandidateStopped, Sample, Stop, load_results
-from h3bench.runspec import BASELINE, RunSpec, parse_runspec, require_same_spec
+from h3bench.runspec import BASELINE, RunSpec, VllmArm, parse_runspec, require_same_spec
 from h3bench.runspec.schedule import (
     Block,
     CandidateWorkload,
@@ -59,8 +61,9 @@ from h3bench.stats.sequential import LookDecision
 from h3bench.stats.speed import RatioEstimate
 from h3bench.stats.stages import stage_median_values
 from h3bench.stats.warmup import warmup_checks
-from h3bench.verdict import looks
+from h3bench.verdict import attribution, looks
 from h3bench.verdict.judge import Judge, LosslessOutcome
+from h3bench.verdict.stage_effects import StageEffects
 from h3bench.verdict.verdicts import (
     Acceptance,
     ArmStats,
@@ -107,6 +110,7 @@ class Results:
         self.schedule = Schedule(spec, settings.arm, anchored=settings.baseline_evidence is not None,
                                  shard=settings.shard, window=_window(spec, settings))
         self.stored_baseline: Results | None = None  # set for a candidate-only run
+        self._stored_contract = Contract()  # the stored baseline's engine contract, per arm
         self._supply = supply
         self._bundle_path = bundle_path
         self._session = session  # a run's own id: its bundle is found by it, even under another name
@@ -146,7 +150,38 @@ class Results:
                 "campaign result and can never be --baseline-evidence; run the baseline formally", path=str(path))
         if not any(r.block.letter == "A" and r.ok for r in stored.ran.values()):
             raise EvidenceError(f"{path} holds no successful baseline block", path=str(path))
+        # Before any server starts: each vllm arm's engine must still accept what it accepted then. A reader (an
+        # xdist worker) runs no server, and leaves that to the process that does.
+        today = self._engines_today() if self._supply is not None else Contract()
+        changed = contract_changes(Contract.of(stored.bundle.lifecycle()), today)
+        if changed:
+            raise EvidenceError(f"{path}: the engine's contract differs from today's ({'; '.join(changed)}): its "
+                                "baseline was measured on another engine, so it is refused as --baseline-evidence",
+                                path=str(path))
         self.stored_baseline = stored
+        self._stored_contract = Contract.of(stored.bundle.lifecycle())
+
+    def _engines_today(self) -> Contract:
+        """Today's ``vllm serve --help=all`` of every vllm arm (no server needed); the rest is known at a server's start."""
+        arms = {}
+        for name, arm in self.spec.arms.items():
+            if isinstance(arm, VllmArm):
+                data, _ = engine_help(arm.launcher, arm.launch_env())
+                if data is not None:
+                    arms[name] = ArmContract(help=(hashlib.sha256(data).hexdigest(),))
+        return Contract(arms)
+
+    def _contract_refused(self, result: BlockResult) -> str | None:
+        """Why the stored baseline is refused once a server of today recorded another contract; None if it is not."""
+        if self.stored_baseline is None or result.lifecycle.contract is None:
+            return None
+        changed = contract_changes(self._stored_contract,
+                                   Contract.of_server(result.block.arm, result.lifecycle.contract))
+        if not changed:
+            return None
+        return (f"--baseline-evidence {self.stored_baseline.bundle_path} refused: the engine's contract differs from "
+                f"today's ({'; '.join(changed)}, seen at {result.block.id}'s start): its baseline was measured on "
+                "another engine")
 
     # -- the bundle and its blocks ------------------------------------------------
 
@@ -192,6 +227,10 @@ class Results:
         if result.failure is not None:
             block = result.block
             self.stop(block.candidate, Stop(f"{block.id}: {result.failure.headline}", result.failure.outcome))
+        refused = self._contract_refused(result)
+        if refused is not None:  # no candidate is compared with a baseline of another engine
+            for series in series_of(self.spec):
+                self.stop(series.name, Stop(refused, Outcome.INCONCLUSIVE))
 
     def stop(self, candidate: str, stop: Stop) -> None:
         """Apply a stop rule: the first reason stays, later blocks of the candidate are skipped."""
@@ -276,10 +315,21 @@ class Results:
         return speed.speed_report(blocks, margin=margin, levels=levels)
 
     def block_records(self, duration: float, candidate: str) -> list[BlockRecord]:
-        """Each block of the candidate's series with the warmup check, pooled over every block of the duration."""
+        """Each block of the candidate's series with the warmup check, pooled over every block of the duration,
+        and the reconciliation of its measured requests' three accounts (:mod:`h3bench.verdict.attribution`)."""
         ran = [r for r in self.ran.values() if r.block.duration == duration and r.ok]
         checks = {c.block_id: c for c in warmup_checks([(r.block.id, r.latencies) for r in ran])}
-        return [BlockRecord(r.block.id, r.median_e2e_s, checks.get(r.block.id)) for r in self.series(duration, candidate)]
+        tolerance = attribution.tolerance_for(self.spec)
+        return [BlockRecord(r.block.id, r.median_e2e_s, checks.get(r.block.id),
+                            *attribution.block_reconciliation(r, self.spec.workload.steps, tolerance))
+                for r in self.series(duration, candidate)]
+
+    def stage_effects(self, duration: float, candidate: str) -> StageEffects | None:
+        """Which stage moved: the paired effect of every part over the blocks :meth:`speed` uses (attribution only)."""
+        if self.schedule.anchored:  # today's anchors against the candidate are not AB/BA pairs
+            return None
+        return attribution.series_effects([r for r in self.series(duration, candidate) if r.ok], duration,
+                                          self.spec.workload.steps)
 
     def arm_stats(self, series: Iterable[BlockResult]) -> tuple[ArmStats, ...]:
         """Each arm's measured requests that succeeded, in blocks that succeeded: n, median, percentiles, stages."""
@@ -465,7 +515,9 @@ class Results:
                     self._lossless(candidate, d) if self.judge.lossless_enabled else None,
                     tuple(self.block_records(d, candidate)), self.arm_stats(self.series(d, candidate)),
                     self.judge.worst_values(pairs),
-                    None if self.schedule.anchored else self._look_record(d, candidate, found))
+                    None if self.schedule.anchored else self._look_record(d, candidate, found),
+                    self.stage_effects(d, candidate), attribution.recipe_steps(self.spec, d, series.control, candidate),
+                    attribution.tolerance_for(self.spec).describe())
             out[candidate] = CandidateVerdict(durations, self.stopped(candidate), self.telemetry_notes(candidate))
         return out
 

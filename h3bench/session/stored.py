@@ -17,6 +17,9 @@ What is read here, and where it comes from:
 - the research fields of a candidate (hypothesis, source attribution,
   ``combination_of``) and of the spec (``diagnostic``, ``final``,
   ``original_baseline``);
+- the engine's contract that each server recorded at its start (its
+  ``/openapi.json`` and, for vllm arms, ``vllm serve --help=all``), per arm:
+  :meth:`StoredBundle.contract`, compared with :func:`contract_changes`;
 - the verdict the run wrote (:class:`~h3bench.verdict.verdicts.VerdictDocument`:
   the estimates, outcomes, held-out results and acceptance), read, never
   recomputed. What is absent means the step did not run, and is read as
@@ -43,12 +46,13 @@ from h3bench.evidence import Bundle, require_verified
 from h3bench.evidence.bundle import FINAL, QUALITY, segments_of
 from h3bench.evidence.files import read_json
 from h3bench.plan.preflight import is_diagnostic as run_is_diagnostic
+from h3bench.run.contract import Contract, contract_changes
 from h3bench.run.records import BlockResult, load_results
 from h3bench.runspec import BASELINE, RunSpec, parse_runspec
 from h3bench.runspec.schedule import Schedule
 from h3bench.verdict.verdicts import VerdictDocument
 
-__all__ = ["StoredBundle", "is_diagnostic", "open_verified"]
+__all__ = ["Contract", "StoredBundle", "contract_changes", "is_diagnostic", "open_verified"]
 
 
 def is_diagnostic(manifest: dict[str, Any]) -> bool:
@@ -148,6 +152,15 @@ class StoredBundle:
     def runspec(self) -> RunSpec:
         """The bundle's own spec, as its manifest recorded it."""
         return parse_runspec(self.spec_data, source=f"{self.path}/manifest.json")
+
+    def contract(self) -> Contract:
+        """What the bundle's servers said they accept, per arm (:mod:`h3bench.run.contract`).
+
+        Empty for a bundle written before contracts were recorded. Compare two
+        with :func:`contract_changes`: history, the ledger, a pool and
+        ``--baseline-evidence`` name a change of contract with it.
+        """
+        return Contract.of(Bundle.open(self.path).lifecycle())
 
     def document(self) -> VerdictDocument | None:
         """The run's verdict.json (its last segment's, as of this view's seal), or None when the run wrote none."""

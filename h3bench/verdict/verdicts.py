@@ -29,6 +29,7 @@ from h3bench.run.records import Stop
 from h3bench.stats.hosts import BaselineOutlier, HostEffect, Interaction
 from h3bench.stats.speed import Percentile, RatioEstimate
 from h3bench.stats.warmup import WarmupCheck
+from h3bench.verdict.stage_effects import StageEffects
 
 __all__ = [
     "DIAGNOSTIC_VERDICT",
@@ -47,6 +48,7 @@ __all__ = [
     "LosslessSummary",
     "PoolRecord",
     "PooledSeries",
+    "RecipeStep",
     "ShardRecord",
     "VerdictDocument",
     "duration_key",
@@ -76,11 +78,28 @@ def saving(spent_s: float, fixed_s: float) -> str:
 
 @dataclass(frozen=True)
 class BlockRecord:
-    """One block of a candidate's series, as the verdict reports it."""
+    """One block of a candidate's series, as the verdict reports it.
+
+    ``reconciliation`` names each disagreement between the server's profiler,
+    its ``/metrics`` and the client's E2E over the block's measured requests
+    (:func:`h3bench.verdict.reconcile.block_findings`); ``server_metrics`` says
+    whether the server had ``/metrics`` (None: the bundle predates it).
+    """
 
     id: str
     median_e2e_s: float | None
     warmup: WarmupCheck | None  # None: the block has too few measured requests for the check
+    reconciliation: tuple[str, ...] = ()
+    server_metrics: str | None = None  # "available", or "not available: <why>"
+
+
+@dataclass(frozen=True)
+class RecipeStep:
+    """A published DiT per-step time of one arm (the spec's ``hints.dit_step_s``), shown beside the measured one."""
+
+    arm: str
+    seconds: float
+    source: str
 
 
 @dataclass(frozen=True)
@@ -180,6 +199,12 @@ class DurationVerdict:
     arms: tuple[ArmStats, ...] = ()
     worst: tuple[GateValue, ...] = ()
     looks: LookRecord | None = None  # None: a candidate-only run's anchored design
+    # Which stage moved: every part's paired ratio with its bounds, and each arm's real-time factor
+    # (h3bench.verdict.stage_effects). Attribution at its own stated level, never a second speed verdict;
+    # None without an AB/BA pair (or in a candidate-only run's anchored design).
+    stages: StageEffects | None = None
+    recipe_steps: tuple[RecipeStep, ...] = ()
+    reconciliation_tolerance: str = ""  # the tolerance every BlockRecord's reconciliation used
 
     @property
     def outcomes(self) -> list[Outcome]:
@@ -341,6 +366,11 @@ class VerdictDocument:
             data["candidates"][name]["verdict"] = str(verdict.outcome)
             for key, duration in verdict.durations.items():
                 data["candidates"][name]["durations"][key]["outcome"] = str(duration.outcome)
+                if duration.stages is not None:  # whether each part's interval excludes no change
+                    for part, written in zip(duration.stages.parts,
+                                             data["candidates"][name]["durations"][key]["stages"]["parts"],
+                                             strict=True):
+                        written["moved"] = part.moved
         if self.diagnostic:
             data["verdict"] = DIAGNOSTIC_VERDICT
         return data
