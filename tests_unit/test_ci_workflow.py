@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests_unit.campaign_project import bundles_in
-from tests_unit.test_npu_path import FAKES, IDLE, FakeNpuSmi, write_npu_campaign
+from tests_unit.host.test_npu_path import FAKES, IDLE, FakeNpuSmi, write_npu_campaign
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = REPO / ".github" / "workflows"

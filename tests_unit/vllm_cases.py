@@ -23,7 +23,7 @@ from upstream's on purpose (stricter); ``where`` is the arm's field that
 h3bench's refusal names. ``env`` is the fake's environment beyond
 ``ASCEND_RT_VISIBLE_DEVICES=0,...,7``.
 
-tests_unit/test_vllm_arms.py runs every case through h3bench's checks and
+tests_unit/runspec/test_vllm_arms.py runs every case through h3bench's checks and
 through the fake ``vllm`` (tests_unit/fakes/vllm), which models upstream on
 its own.
 """

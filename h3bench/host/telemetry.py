@@ -18,7 +18,7 @@ it lies further from the median of the other blocks than both
 :data:`OUTLIER_FLOORS` (which keeps identical blocks, whose MAD is 0, from
 flagging a one-degree difference). It needs at least
 :data:`MIN_BLOCKS` blocks of the arm. How often a steady node raises a note
-and how often a hot block is named is measured in tests_unit/test_telemetry.py.
+and how often a hot block is named is measured in tests_unit/host/test_telemetry.py.
 """
 
 from __future__ import annotations

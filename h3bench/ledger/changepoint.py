@@ -35,7 +35,7 @@ in three ways:
    and a step in the last campaign is shown but cannot be flagged yet.
 
 The false-flag rate on pure noise (series of stationary campaigns) is
-measured by simulation in ``tests_unit/test_changepoint.py`` through
+measured by simulation in ``tests_unit/ledger/test_changepoint.py`` through
 :func:`detect_steps`, and bounded there.
 
 A regression is a flagged step up (slower). It **persists** from its first
@@ -63,7 +63,7 @@ from h3bench.errors import UsageError
 
 __all__ = ["BETA", "SIGMA_FLOOR", "Step", "StepReport", "detect_steps", "segment", "welch_log_ratio"]
 
-BETA = 3.0  # see the module docstring: chosen by the simulation in tests_unit/test_changepoint.py
+BETA = 3.0  # see the module docstring: chosen by the simulation in tests_unit/ledger/test_changepoint.py
 SIGMA_FLOOR = 1e-4
 MIN_SIZE = 2
 

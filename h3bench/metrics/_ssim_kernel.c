@@ -4,7 +4,7 @@
  * docstring gives the formula), compiled when h3bench is installed (setup.py):
  * it loads in microseconds where numba takes about half a second per process,
  * and its loops vectorise (the block sums by hand in AVX2, where the CPU has it).
- * The two give the same bits (tests_unit/test_ssim_kernels.py; planes under 16
+ * The two give the same bits (tests_unit/metrics/test_ssim_kernels.py; planes under 16
  * pixels wide take the scalar block sums alone, wider ones both).
  *
  * Only the Python buffer protocol is used, so numpy's headers are not needed

@@ -2,7 +2,7 @@
 
 :mod:`h3bench.metrics.ssim_psnr` scores each plane with the compiled kernel
 (``_ssim_kernel.c``) when the install built it, and with this one otherwise.
-Both give the same bits (tests_unit/test_ssim_kernels.py). This one costs
+Both give the same bits (tests_unit/metrics/test_ssim_kernels.py). This one costs
 about half a second of numba start-up per process, with the GIL held, even
 with its compiled code cached on disk.
 """

@@ -52,7 +52,7 @@ A truly lossless candidate ends FAIL in exactly ``floor(α L) / L`` of
 campaigns for any distribution (``L = C(B+C, C)``; 4.76 % at 6 + 4 and α
 0.05). α holds per candidate and duration, so over two durations a truly
 lossless candidate's lossless verdict is FAIL in about 9 %
-(tests_unit/test_error_rates.py); holding 5 % over both would need α/2 per
+(tests_unit/stats/test_error_rates.py); holding 5 % over both would need α/2 per
 duration and, for 90 % power at α/2, 7 + 4 processes (three control blocks). Ten processes do not resolve a 3x
 change on one metric only, or 1.5x on all, reliably (see the README).
 
@@ -60,7 +60,7 @@ A candidate-only run takes its baseline processes from today's anchors only:
 the stored bundle's processes are exchangeable with today's only when the
 environment is really unchanged, and a day shift in the outputs made a
 lossless candidate fail far above α with them as controls
-(tests_unit/test_lossless_anchored.py); the verdict says so.
+(tests_unit/quality/test_lossless_anchored.py); the verdict says so.
 
 Deterministic baseline, and words
 ---------------------------------

@@ -485,7 +485,7 @@ class Schedule:
         makes the stored processes unlike today's, and with them as controls
         a lossless candidate failed in 6.7 % (a shift of half the process
         spread) to 11.5 % (a whole one) of campaigns at the 5 % level
-        (tests_unit/test_lossless_anchored.py).
+        (tests_unit/quality/test_lossless_anchored.py).
         """
         control = self._controls.get(case.candidate, BASELINE)
         baseline = [b for b in self.baseline_blocks if b.duration == case.duration and b.arm == control

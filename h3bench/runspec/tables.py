@@ -104,7 +104,7 @@ class Protocol(Frozen):
     gives four pairs: with ``ABBA``'s two pairs the t interval has one degree
     of freedom and a real 10 % speedup is called faster in under 10 % of
     campaigns; with four pairs, in 80–99 % (2 % request noise, 2 % to 1 %
-    process noise; tests_unit/test_error_rates.py).
+    process noise; tests_unit/stats/test_error_rates.py).
 
     ``lossless_baseline_blocks`` baseline blocks per duration run before the
     AB/BA blocks and serve only the lossless test, as extra baseline

@@ -24,7 +24,7 @@ When one warmup is not enough, the first measured request of each block is
 slow. In the baseline arm only, that leak makes the candidate look faster:
 the median of three with one value inflated is about the larger of the other
 two, +1.1 % at 2 % request noise, enough to raise false "faster" at the
-margin from 2.5 % to 6-8 % (tests_unit/test_sequential.py; the issue's
+margin from 2.5 % to 6-8 % (tests_unit/stats/test_sequential.py; the issue's
 prototype measured 8.8-9.7 %). The old check (:mod:`h3bench.warmup`) flags
 single blocks at 0.1 % and only discloses them.
 
@@ -49,7 +49,7 @@ rule afford a generous level (:data:`LEAK_LEVEL`, per look and arm; it
 flags at least once in about 19 % of fixed and 29 % of sequential campaign
 durations without a leak), which is what makes it catch a +5 % leak (97 %
 of 8-block durations). A +3 % leak is the hardest size, half flagged and
-half harmless. tests_unit/test_sequential.py measures false "faster" at the
+half harmless. tests_unit/stats/test_sequential.py measures false "faster" at the
 margin under +3, +5, +10 and +20 % leaks and the power the rule costs (about
 1.3 points at 2 % process noise, 0.2 at 1 %).
 """

@@ -26,7 +26,7 @@ one +50 % request per duration stopped 23.6 % of A/A candidates as FAIL, and
 with 1 % of requests at +50 %, 8 % of A/A and of truly 10 % faster
 candidates. A slow request is not a cache: one outlier moves a median over
 an arm's blocks by at most the gap to the next block. Simulated through
-:func:`cache_flags` (tests_unit/test_cache_audit.py): A/A with one +50 %
+:func:`cache_flags` (tests_unit/stats/test_cache_audit.py): A/A with one +50 %
 request per duration, or 1 % of requests at +50 %, ends FAIL through the
 audit in ≤ 1 % of campaigns; a server caching repeated seeds is caught in
 ≥ 99 %.

@@ -34,7 +34,7 @@ up to 4.8 % of campaigns and cost the fixed design's two hosts 4.8 points of
 power at a true 10 %; at 0.1 % it fires in at most 0.6 % and two hosts of half
 the pairs keep the one-host power to within 2 points, while an effect that is
 present on some hosts and absent on another is still found
-(tests_unit/test_pool_error_rates.py measures both).
+(tests_unit/runspec/test_shards.py measures both).
 
 What "the effect" means: the average effect over the hosts that ran (their
 pairs weighted equally). A ±1 % interaction moves each host's effect, not

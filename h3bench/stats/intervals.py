@@ -1,7 +1,7 @@
 """The speed comparison's arithmetic, vectorised over leading axes: bounds, outcomes, error levels, MDE.
 
 :mod:`h3bench.stats.speed` applies these functions to one campaign; the
-simulation tests (tests_unit/test_error_rates.py) apply the same functions
+simulation tests (tests_unit/stats/test_error_rates.py) apply the same functions
 to arrays of thousands of simulated campaigns, so every error rate that a
 verdict implies is measured on the code that decides it.
 
@@ -21,7 +21,7 @@ union), so the lower bound is one-sided at ``α/2 / (n_durations ·
 n_candidates)``. Campaign-wide, false "faster" claims are at most α/2 = 2.5 %
 and so are false "slower" claims. Plain Bonferroni on both bounds would cost
 about a third of the power at a 10 % speedup (simulated: about 54 % instead
-of 80 % with 2 % process noise, tests_unit/test_error_rates.py).
+of 80 % with 2 % process noise, tests_unit/stats/test_error_rates.py).
 
 Minimum detectable effect (:func:`mde_ratio`)
 ---------------------------------------------
@@ -30,7 +30,7 @@ The true ratio that is called PASS with 80 % power, margin included:
 df}) = 0.80`` for the noncentral t. That is exact for normal log ratios
 with standard error ``se``; the usual ``t_{1-level} + t_{0.80}`` shortcut
 ignores that the interval uses the random s, and gives about 78 % power at
-k = 4 (tests_unit/test_error_rates.py).
+k = 4 (tests_unit/stats/test_error_rates.py).
 
 Permutation floor (:func:`permutation_floor_note`)
 --------------------------------------------------

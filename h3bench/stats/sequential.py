@@ -67,7 +67,7 @@ levels. The sum over looks is the per-duration level, and the
 intersection-union and Bonferroni arguments over durations and candidates
 are unchanged, also when a dearer duration runs only for a candidate that
 passed a cheaper one (its data are independent of the cheaper duration's).
-tests_unit/test_sequential.py measures all of it on simulated campaigns,
+tests_unit/stats/test_sequential.py measures all of it on simulated campaigns,
 through the functions here.
 
 Live and simulated use the same code: :func:`decide` (one series, the

@@ -24,7 +24,7 @@ and the drift only widens the interval. It does not cancel a step or another
 non-linear change. A step of size δ between the two blocks of one pair
 shifts that pair's log ratio by ±δ, and the geometric mean by about δ/k: a
 +8.7 % step at the start of block 2 biases an A/A campaign by +2.1 % (k = 4),
-and the interval does not account for it (tests_unit/test_error_rates.py).
+and the interval does not account for it (tests_unit/stats/test_error_rates.py).
 A step between pairs cancels. The per-block medians and the warmup check in
 the report are where such a step shows.
 

@@ -32,7 +32,7 @@ timestamps). The level is this module's own, :data:`ATTRIBUTION_LEVEL` per
 bound (two-sided 95 %), per part and duration, *not* adjusted for the number
 of parts: in an A/A comparison each part's interval excludes 1 in about 5 %
 of campaigns, and with a dozen parts one of them often does
-(tests_unit/test_stage_effects.py measures both). A part's interval that
+(tests_unit/verdict/test_stage_effects.py measures both). A part's interval that
 excludes 1 says where a change shows; it never makes a candidate faster.
 
 Real-time factor
