@@ -100,14 +100,14 @@ def test_a_second_sigterm_kills_the_server_tree_at_once_and_still_seals(pytester
 
     proc.send_signal(signal.SIGTERM)
     time.sleep(0.5)
-    start = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     code = proc.wait(timeout=BUDGET_S + 60)
 
     assert code == pytest.ExitCode.INTERRUPTED
     event = next(e for e in evidence_lines(pytester, "lifecycle.jsonl") if e["block"] == server["block"])
     assert event["graceful"] is False, "the second SIGTERM should have killed the tree before its graceful stop"
-    assert time.monotonic() - start < 6.0 + MARGIN_S
+    # Not a wall-clock bound on the whole exit: after the kill the harness still writes the verdict and the report,
+    # which on a busy machine takes longer than the 6 s graceful stop would have; "graceful is False" is the proof.
     _assert_sealed_as_interrupted(pytester, server, "SIGTERM")
 
 
