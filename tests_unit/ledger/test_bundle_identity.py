@@ -107,8 +107,8 @@ def test_a_forged_supersession_breaks_the_line(interrupted, tmp_path):
         line["hash"] = prev = entry_hash(line)
     ledger.write_text("".join(json.dumps(line) + "\n" for line in lines))
 
-    assert "line 3: supersedes line 1, which is not an earlier state of the same bundle's clean at 5 s" in \
-        verify_ledger(ledger).problems
+    assert "line 3: supersedes line 1, which is not an earlier state of the same bundle's clean at 5 s, nor of a " \
+        "campaign it pools" in verify_ledger(ledger).problems
 
 
 def test_a_rewritten_earlier_seal_of_a_resumed_bundle_is_caught(interrupted):
