@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from h3bench.errors import EvidenceError
+
 __all__ = ["CampaignKey", "ShardMark", "pooled_shards", "shard_mark"]
 
 
@@ -50,22 +52,35 @@ def _host_name(host: Any) -> str:
     return str(found or "unknown")
 
 
-def shard_mark(manifest: Mapping[str, Any], seal: str) -> ShardMark | None:
-    """The manifest's shard record (a bundle of ``--shard I/N``) with the bundle's seal; None for any other bundle."""
+def _mark(record: Any, seal: Any, what: str, where: str) -> ShardMark:
+    try:
+        return ShardMark(int(record["index"]), int(record["count"]), int(record.get("round") or 1),
+                         _host_name(record.get("host")), str(seal if seal is not None else record["final_sha256"]))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise EvidenceError(f"{where}: {what} is malformed ({type(exc).__name__}: {exc})", path=where) from None
+
+
+def shard_mark(manifest: Mapping[str, Any], seal: str, *, where: str = "manifest.json") -> ShardMark | None:
+    """The manifest's shard record (a bundle of ``--shard I/N``) with the bundle's seal; None for any other bundle.
+
+    EvidenceError when the record is malformed.
+    """
     found = manifest.get("shard")
-    if not isinstance(found, Mapping):
-        return None
-    return ShardMark(int(found["index"]), int(found["count"]), int(found.get("round") or 1),
-                     _host_name(found.get("host")), seal)
+    return None if found is None else _mark(found, seal, "its shard record", where)
 
 
-def pooled_shards(manifest: Mapping[str, Any]) -> tuple[ShardMark, ...]:
-    """The shards a pooled bundle's manifest names, each by its seal; empty for any other bundle."""
+def pooled_shards(manifest: Mapping[str, Any], *, where: str = "manifest.json") -> tuple[ShardMark, ...]:
+    """The shards a pooled bundle's manifest names, each by its seal; empty for any other bundle.
+
+    EvidenceError when the record is malformed.
+    """
     found = manifest.get("pool")
-    if not isinstance(found, Mapping):
+    if found is None:
         return ()
-    return tuple(ShardMark(int(s["index"]), int(s["count"]), int(s.get("round") or 1), _host_name(s.get("host")),
-                           str(s["final_sha256"])) for s in found.get("shards") or ())
+    shards = found.get("shards") if isinstance(found, Mapping) else None
+    if not isinstance(shards, list):
+        raise EvidenceError(f"{where}: its pool record names no list of shards", path=where)
+    return tuple(_mark(s, None, f"its pool record's shard {i + 1}", where) for i, s in enumerate(shards))
 
 
 @dataclass(frozen=True)

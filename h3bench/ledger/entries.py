@@ -202,9 +202,10 @@ def entries_of(bundle: StoredBundle) -> list[LedgerEntry]:
     campaign = document.accepted
     outcome = str(bundle.final.get("outcome"))
     seals = bundle.seals[: bundle.seals.index(bundle.final_sha256) + 1] if bundle.final_sha256 in bundle.seals else ()
-    shard = shard_mark(bundle.manifest, bundle.final_sha256)
+    where = f"{bundle.path}/manifest.json"
+    shard = shard_mark(bundle.manifest, bundle.final_sha256, where=where)
     ref = BundleRef(str(bundle.path), bundle.path.name, bundle.started_at, bundle.final_sha256, outcome, seals,
-                    bundle.manifest_sha256 or None, shard, pooled_shards(bundle.manifest))
+                    bundle.manifest_sha256 or None, shard, pooled_shards(bundle.manifest, where=where))
     entries = []
     found = bundle.contract()
     contract = found if found.recorded else None

@@ -147,8 +147,16 @@ def _one_per_campaign(bundles: list[StoredBundle]) -> tuple[list[StoredBundle], 
 
 
 def _key(stored: StoredBundle) -> CampaignKey | None:
-    return CampaignKey.of(stored.spec_id, shard_mark(stored.manifest, stored.final_sha256),
-                          pooled_shards(stored.manifest), stored.seals)
+    """The campaign over several hosts that the bundle is a shard or a pool of; EvidenceError: a malformed record."""
+    where = f"{stored.path}/manifest.json"
+    return CampaignKey.of(stored.spec_id, shard_mark(stored.manifest, stored.final_sha256, where=where),
+                          pooled_shards(stored.manifest, where=where), stored.seals)
+
+
+def _shard_first(stored: StoredBundle) -> tuple[int, int, int, str]:
+    """The shards in their campaign's order (round, then index), then the other pools by start."""
+    mark = shard_mark(stored.manifest, stored.final_sha256)
+    return (0, mark.round, mark.index, "") if mark is not None else (1, 0, 0, stored.started_at)
 
 
 def _what(stored: StoredBundle, key: CampaignKey, pool: CampaignKey) -> str:
@@ -181,8 +189,9 @@ def _one_per_pool(bundles: list[StoredBundle]) -> tuple[list[tuple[StoredBundle,
         if own is None:
             kept.append((stored, ()))
         elif place in counted:
-            kept.append((stored, tuple(f"{other.path} ({_what(other, k, own)})" for at, (other, k) in enumerate(keyed)
-                                       if at != place and k is not None and own.folds(k))))
+            folded = sorted(((other, k) for at, (other, k) in enumerate(keyed)
+                             if at != place and k is not None and own.folds(k)), key=lambda pair: _shard_first(pair[0]))
+            kept.append((stored, tuple(f"{other.path} ({_what(other, k, own)})" for other, k in folded)))
         elif any(pool.folds(own) for pool in counted.values()):
             continue  # named by the pool that counts it
         elif own.pooled or any(k.folds(own) for _, k in pools):
@@ -227,11 +236,16 @@ def read_history(dirs: Sequence[Path]) -> History:
         if stored.diagnostic:
             skipped.append((str(path), "DIAGNOSTIC run (not a campaign result)"))
             continue
+        try:
+            _key(stored)
+        except H3BenchError as exc:
+            skipped.append((str(path), str(exc)))
+            continue
         verified.append(stored)
     campaigns, again = _one_per_campaign(verified)
-    pooled, alone = _one_per_pool(campaigns)
+    counted, alone = _one_per_pool(campaigns)
     skipped += again + alone
-    for stored, folded in pooled:
+    for stored, folded in counted:
         try:
             points = _points(stored, folded)
             spec = comparable_id(stored)
