@@ -25,7 +25,7 @@ from h3bench.outcome import Outcome
 from h3bench.verdict.verdicts import VerdictDocument
 from tests_unit.campaign_project import bundles_in, write_campaign
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pool")]
 
 # The commands of one shard and of the fan-in, as the workflow and the Job write them.
 SHARD_COMMAND = ("h3bench", "run", "--runspec", "{spec}", "--shard", "{index}/{count}", "--evidence-dir", "{evidence}")
