@@ -7,7 +7,9 @@ are never added or multiplied into a prediction.
 
 Acceptance (``verdict.json``'s ``accepted``): a candidate is accepted when its
 formal verdict is PASS (every duration) and, when the spec has ``[heldout]``,
-its held-out verdict is PASS at every duration. The campaign is accepted only
+its held-out verdict is PASS at every duration. A run that judged only a part
+(a selection, a DIAGNOSTIC run) neither accepts nor rejects: the candidate is
+"not judged", naming what was left out, unless what ran already FAILed it. The campaign is accepted only
 when the spec names a ``final`` combination, that arm is accepted, and its
 direct comparison with the ``original_baseline`` passed at every duration.
 A DIAGNOSTIC run accepts nothing, and neither does a selection (``-m``,
@@ -53,7 +55,7 @@ def _direct_series(spec: RunSpec) -> str:
 
 
 def _not_selected(keys: Sequence[str]) -> str:
-    return "partial run: " + ", ".join(map(key_marker, keys)) + " not selected"
+    return ", ".join(map(key_marker, keys)) + " not selected"
 
 
 def shard_alone(index: int, count: int) -> str:
@@ -63,11 +65,17 @@ def shard_alone(index: int, count: int) -> str:
 
 def _candidate(spec: RunSpec, name: str, verdict: CandidateVerdict | None, heldout: Mapping[str, HeldoutVerdict],
                diagnostic: bool, not_selected: Sequence[str]) -> CandidateAcceptance:
+    failed = verdict is not None and verdict.outcome is Outcome.FAIL  # a FAIL at any duration rejects
+    if not failed and (diagnostic or not_selected or verdict is None):  # nothing here can accept or reject it
+        unjudged = ([f"{DIAGNOSTIC_VERDICT}: a diagnostic run accepts nothing"] if diagnostic else []) + (
+            [_not_selected(not_selected)] if not_selected else []) + (
+            ["none of its blocks was selected"] if verdict is None else [])
+        return CandidateAcceptance(False, tuple(unjudged), judged=False)
     reasons = []
     if diagnostic:
         reasons.append(f"{DIAGNOSTIC_VERDICT}: a diagnostic run accepts nothing")
     if not_selected:
-        reasons.append(_not_selected(not_selected))
+        reasons.append("partial run: " + _not_selected(not_selected))
     if verdict is None:
         reasons.append("not judged: none of its blocks was selected")
     elif verdict.outcome is not Outcome.PASS:
@@ -98,7 +106,7 @@ def acceptance(spec: RunSpec, verdicts: Mapping[str, CandidateVerdict],
     if shard is not None:
         alone = (shard_alone(shard.index, shard.count),
                  *([f"{DIAGNOSTIC_VERDICT}: a diagnostic run accepts nothing"] if diagnostic else []))
-        return Acceptance(spec.final, False, alone, {name: CandidateAcceptance(False, alone)
+        return Acceptance(spec.final, False, alone, {name: CandidateAcceptance(False, alone, judged=False)
                                                      for name in spec.candidates})
     skipped = not_selected or {}
     candidates = {name: _candidate(spec, name, verdicts.get(name), heldout.get(name, {}), diagnostic,

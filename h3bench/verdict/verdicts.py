@@ -271,8 +271,21 @@ class HeldoutVerdict:
 
 @dataclass(frozen=True)
 class CandidateAcceptance:
+    """Whether a candidate is accepted; ``judged`` False when the run could not say (a selection, a diagnostic run)."""
+
     accepted: bool
     reasons: tuple[str, ...]
+    judged: bool = True
+
+    @property
+    def word(self) -> str:
+        """``accepted``, ``rejected``, or ``not judged``: nothing was rejected by a run that judged only a part."""
+        return "accepted" if self.accepted else "rejected" if self.judged else "not judged"
+
+    def describe(self) -> str:
+        """``rejected: formal verdict FAIL``, ``not judged: ref2va_15s not selected``: the word, then the reasons."""
+        reasons = "; ".join(self.reasons)
+        return reasons if reasons.startswith(self.word) else f"{self.word}: {reasons}"
 
 
 @dataclass(frozen=True)

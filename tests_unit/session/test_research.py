@@ -183,7 +183,7 @@ def test_held_out_seeds_catch_a_fault_that_the_formal_seed_cannot(pytester: pyte
                           protocol={"order": "ABBAABBA", "audit": False, "profile": True})
     text = spec.read_text().replace('name = "plugin-test"\n', 'name = "plugin-test"\nfinal = "clean"\n')
     spec.write_text(text + '\n[heldout]\nseeds = [2, 3]\n')
-    result = run_campaign(pytester, spec, "--benchmark-disable", "-p", "no:xdist")
+    result = run_campaign(pytester, spec, "--benchmark-disable", "-p", "no:xdist", "-v")
     path = bundle_of(pytester)
     written = json.loads((path / "verdict.json").read_text())
     summary = result.stdout.str()

@@ -20,7 +20,7 @@ import pytest
 from h3bench.evidence import verify
 from tests_unit.campaign_project import child_campaign, write_campaign
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sequential-campaign")]
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Ran:
                           candidates={"fast": {"time_scale": 0.00042}, "slow": {"time_scale": 0.0009}},
                           protocol={"design": "sequential", "requests_per_block": 2, "audit_counts": True})
     code, output, bundle = child_campaign(project, spec, "tests_perf", "--benchmark-disable", "-p", "no:randomly",
-                                          "-rs")
+                                          "-rs", verbose=True)
     assert bundle is not None, output[-8000:]
     return Ran(code, output, bundle, json.loads((bundle / "verdict.json").read_text()))
 
