@@ -11,9 +11,10 @@ Per duration, blocks run in this order, each one fresh server process:
    pairs that the statistics pair (:func:`h3bench.stats.speed.paired_block_ratios`).
 
 A candidate-only run (``--arm candidate --baseline-evidence BUNDLE``) runs,
-per duration and candidate, ``protocol.anchored_order`` instead (``BABBAB``
-by default): its ``A`` blocks are fresh baseline **anchors** of the day, and
-the speed verdict compares the candidate with them
+per duration and candidate, its anchored order instead (:func:`anchored_order`:
+``BABBAB``, or with the lossless test on as many anchors as that test needs):
+its ``A`` blocks are fresh baseline **anchors** of the day, and the speed
+verdict compares the candidate with them
 (:func:`h3bench.stats.speed.anchored_speed_report`). The stored bundle's blocks are
 the rest of the schedule: they give the shift report, the quality
 references (the i-th candidate block is matched with the i-th stored
@@ -52,6 +53,7 @@ from typing import Literal
 
 from h3bench.errors import UsageError
 from h3bench.quality.lossless import ALPHA as LOSSLESS_ALPHA
+from h3bench.quality.lossless import lossless_feasibility
 from h3bench.quality.lossless_design import controls_at_pass, controls_before_pair, lossless_levels, pass_from_pairs
 from h3bench.runspec import BASELINE, RunSpec
 from h3bench.runspec.shards import SeriesWindow, Shard, Window, round_up
@@ -61,6 +63,7 @@ from h3bench.stats.sequential import DEARER_LOOKS, FIRST_LOOKS
 __all__ = [
     "CASE_FIXTURES",
     "CONTROLS",
+    "DEFAULT_ANCHORED_ORDER",
     "DEFAULT_CONTROL_BLOCKS",
     "Block",
     "CandidateWorkload",
@@ -69,6 +72,7 @@ __all__ = [
     "OutputRef",
     "Schedule",
     "Series",
+    "anchored_order",
     "budget_of",
     "check_shards",
     "control_blocks",
@@ -83,9 +87,12 @@ __all__ = [
     "series_of",
     "shard_blocks",
     "spec_blocks",
+    "spread",
 ]
 
 DEFAULT_CONTROL_BLOCKS = 2  # 4 + 2 baseline processes against 4 candidate ones: see h3bench.quality.lossless
+DEFAULT_ANCHORED_ORDER = "BABBAB"  # a candidate-only run without the lossless test: two anchors, four candidate blocks
+_ANCHORED_CANDIDATES = 4  # candidate blocks of a default anchored order
 CONTROLS = BASELINE  # the series of the control blocks: no candidate can be called "baseline"
 Design = Literal["paired", "controls", "anchored"]
 
@@ -168,6 +175,33 @@ Case = Block | OutputRef | MatchedPair | CandidateWorkload
 CASE_FIXTURES = ("block", "baseline_output", "matched_pair", "candidate_workload")
 
 
+def anchored_order(spec: RunSpec, lossless: bool | None = None) -> str:
+    """What a candidate-only run runs per duration: the spec's ``anchored_order``, else the default.
+
+    The default is ``BABBAB`` (two anchors: enough for the speed verdict),
+    and with the lossless test on, the fewest anchors beside the four
+    candidate blocks that let that test decide at every duration's level
+    (its controls are today's anchors only, :meth:`Schedule.lossless_processes`):
+    seven at the sequential design's 0.01, six at 0.05, spread among the
+    candidate blocks (``AABAABAABAB``). ``lossless``: the test is on
+    (default: the spec's gate).
+    """
+    if spec.protocol.anchored_order is not None:
+        return spec.protocol.anchored_order
+    if not (spec.gates.lossless if lossless is None else lossless):
+        return DEFAULT_ANCHORED_ORDER
+    levels = [lossless_level(spec, d) for d in spec.workload.durations]
+    anchors = next(a for a in range(2, 41)
+                   if all(lossless_feasibility(a, _ANCHORED_CANDIDATES, alpha=level).feasible for level in levels))
+    return spread(anchors, _ANCHORED_CANDIDATES)
+
+
+def spread(anchors: int, candidates: int) -> str:
+    """``anchors`` A blocks and ``candidates`` B blocks, the Bs spread evenly among the As (a drift reaches both)."""
+    n = anchors + candidates
+    return "".join("B" if (i + 1) * candidates // n > i * candidates // n else "A" for i in range(n))
+
+
 def control_blocks(spec: RunSpec) -> int:
     """Lossless control blocks per duration: the spec's number, else 2 when ``gates.lossless`` is on."""
     count = spec.protocol.lossless_baseline_blocks
@@ -208,7 +242,8 @@ def design_text(spec: RunSpec, *, anchored: bool = False) -> str:
     p = spec.protocol
     budget = budget_of(spec).describe()
     if anchored:
-        return f"candidate-only run: anchored order {p.anchored_order} against a stored baseline, {budget} per block"
+        return (f"candidate-only run: anchored order {anchored_order(spec)} against a stored baseline, {budget} per "
+                "block")
     if p.design == "fixed":
         return f"fixed design: order {p.order} at every duration, {budget} per block"
     looks = "; ".join(f"{d:g} s after {list(looks_of(spec, d))} pairs" for d in run_order(spec))
@@ -324,7 +359,7 @@ def spec_blocks(spec: RunSpec, arms: str = "all", *, anchored: bool = False, los
     for duration in run_order(spec):
         if anchored:
             for series in series_of(spec):
-                blocks += _series(duration, series, spec.protocol.anchored_order, "anchored")
+                blocks += _series(duration, series, anchored_order(spec, lossless_on), "anchored")
         elif spec.protocol.design == "sequential":
             blocks += _sequential(spec, duration, lossless_on)
         else:

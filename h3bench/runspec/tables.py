@@ -114,6 +114,8 @@ class Protocol(Frozen):
     --baseline-evidence``) runs per duration: ``A`` a fresh baseline anchor,
     ``B`` a candidate block; without an ``A`` the speed verdict cannot be
     more than INCONCLUSIVE (:func:`h3bench.stats.speed.anchored_speed_report`).
+    Unset, it is ``BABBAB``, or with the lossless test on the fewest anchors
+    that let that test decide (:func:`h3bench.runspec.schedule.anchored_order`).
 
     ``design`` is ``fixed`` (every block of ``order`` at every duration, one
     look at the end) or ``sequential`` (:mod:`h3bench.stats.sequential`):
@@ -175,7 +177,7 @@ class Protocol(Frozen):
     request_api: Literal["sync", "async"] = "sync"
     telemetry_interval_s: _Positive = 10.0
     lossless_baseline_blocks: Annotated[StrictInt, Field(ge=0)] | None = None
-    anchored_order: StrictStr = "BABBAB"
+    anchored_order: StrictStr | None = None  # unset: h3bench.runspec.schedule.anchored_order chooses
     profile: StrictBool = False
 
     @field_validator("order")
@@ -209,8 +211,8 @@ class Protocol(Frozen):
 
     @field_validator("anchored_order")
     @classmethod
-    def _anchors_and_candidates(cls, value: str) -> str:
-        if not re.fullmatch(r"[AB]*B[AB]*", value):
+    def _anchors_and_candidates(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[AB]*B[AB]*", value):
             raise ValueError(
                 f"anchored_order {value!r} must be A (fresh baseline anchor) and B (candidate) blocks with at "
                 "least one B, such as BABBAB"

@@ -7,12 +7,14 @@ from pathlib import Path
 import pytest
 
 from h3bench.quality import lossless_design
+from h3bench.quality.lossless import lossless_feasibility
 from h3bench.runspec import load_runspec
 from h3bench.runspec.schedule import (
     CONTROLS,
     CandidateWorkload,
     MatchedPair,
     Schedule,
+    anchored_order,
     control_blocks,
     interleaved_controls,
     looks_of,
@@ -20,6 +22,7 @@ from h3bench.runspec.schedule import (
     pass_from,
     run_order,
     spec_blocks,
+    spread,
 )
 
 SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"
@@ -78,6 +81,7 @@ def test_every_series_baseline_counts_for_every_candidate(tmp_path):
 
 
 def test_a_candidate_only_run_runs_the_anchored_order_and_matches_stored_baselines(sim):
+    sim = with_protocol(sim, anchored_order="BABBAB")
     schedule = Schedule(sim, "candidate", anchored=True)
     today = [b for b in schedule.blocks if b.duration == 5.0]
     assert "".join(b.letter for b in today) == "BABBAB" == sim.protocol.anchored_order
@@ -116,7 +120,7 @@ def test_the_plan_of_a_candidate_only_run_lists_its_anchored_blocks(sim, tmp_pat
     from h3bench.plan.estimate import make_plan
 
     planned = make_plan(sim, arms="candidate", anchored=True, lock_path=tmp_path / "lock")
-    assert "".join(b.letter for b in planned.blocks if b.duration == 5.0) == "BABBAB"
+    assert "".join(b.letter for b in planned.blocks if b.duration == 5.0) == anchored_order(sim) != "BABBAB"
     assert len(make_plan(sim, arms="candidate", lock_path=tmp_path / "lock").blocks) == 8  # the spec's B blocks
 
 
@@ -155,3 +159,20 @@ def test_durations_run_in_order_of_cost_by_their_hints():
     hints = spec.hints.model_copy(update={"e2e_s": {"baseline": {"5": 9000.0, "15": 5887.24}}})
     assert run_order(spec.model_copy(update={"hints": hints})) == (15.0, 5.0)
     assert run_order(with_protocol(spec, durations_in_order_of_cost=False)) == tuple(spec.workload.durations)
+
+
+@pytest.mark.parametrize("design, anchors", [("sequential", 7), ("fixed", 6)])
+def test_unset_the_anchored_order_has_the_anchors_the_lossless_test_needs_to_decide(sim, design, anchors):
+    # With the lossless test on, a candidate-only run's controls are today's anchors only: two (BABBAB) can never
+    # decide. Unset, the order has the fewest anchors that can at every duration's level: 0.01 at 5 s in the
+    # sequential design (seven), 0.05 in the fixed one (six); without the lossless test, BABBAB.
+    spec = with_protocol(sim, design=design)
+    order = anchored_order(spec)
+    assert order.count("A") == anchors and order.count("B") == 4 and order == spread(anchors, 4)
+    for duration in spec.workload.durations:
+        assert lossless_feasibility(anchors, 4, alpha=lossless_level(spec, duration)).feasible
+    assert not all(lossless_feasibility(anchors - 1, 4, alpha=lossless_level(spec, d)).feasible
+                   for d in spec.workload.durations)
+    today = [b.letter for b in Schedule(spec, "candidate", anchored=True).blocks if b.duration == 5.0]
+    assert "".join(today) == order
+    assert anchored_order(spec, lossless=False) == "BABBAB"
