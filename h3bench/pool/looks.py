@@ -15,7 +15,6 @@ once); it never runs a block that an earlier look made unnecessary.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 from h3bench.evidence import files
@@ -98,6 +97,5 @@ def write_window(window: Window, path: Path) -> Path:
     """Write the look file (atomically: a round's shards never read half of one)."""
     data = {**window.to_dict(), "continue": runs_anything(window)}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp, _ = files.stage(path.parent, [(json.dumps(data, indent=2) + "\n").encode()])
-    os.replace(tmp, path)
+    files.replace_atomic(path, (json.dumps(data, indent=2) + "\n").encode())
     return path
