@@ -3,7 +3,7 @@
 Imports are read from the source with :mod:`ast`, every kind of them: at
 module level, inside functions (the lazy ones) and under ``TYPE_CHECKING``
 (a type that a lower module takes from a higher one is still an arrow back
-up). The order of the packages is README's "Layout" section; a new package
+up). The order of the packages is docs/layout.md's; a new package
 must be placed in it.
 """
 
