@@ -23,7 +23,8 @@ from typing import Any
 from h3bench.evidence.scrub import Scrubber
 from h3bench.h3 import DIFFUSION_EXEC_PER_STEP_S, STAGE_PREFIX
 from h3bench.runspec import RunSpec
-from h3bench.runspec.schedule import Block, design_text, series_of
+from h3bench.runspec.design import design_text, series_of
+from h3bench.runspec.schedule import Block
 from h3bench.server.ports import LOCALHOST
 from h3bench.stats.speed import Percentile, RatioEstimate
 from h3bench.stats.stages import DERIVED_STAGE

@@ -108,12 +108,17 @@ __all__ = [
     "AUDIT",
     "CALIBRATION_PATHS",
     "CONTINUE",
+    "DEARER_GAMMA",
+    "DEARER_LOOKS",
     "FAILED",
+    "FIRST_LOOKS",
     "FUTILITY",
     "LAST_LOOK",
+    "ONLY_LOOKS",
     "PASSED",
     "REASONS",
     "SPENDING",
+    "STEP_ALLOWANCE",
     "Boundaries",
     "LookDecision",
     "SeriesBlock",
@@ -129,8 +134,14 @@ __all__ = [
 ]
 
 SPENDING = ("obf", "pocock", "hsd")
-FIRST_LOOKS = (2, 3, 4, 5, 6, 7, 8)  # the cheapest duration: a look after every pair, up to 8
-DEARER_LOOKS = (3, 4, 5)  # every dearer duration: its first look at 3 pairs (2 degrees of freedom), up to 5
+FIRST_LOOKS = (2, 3, 4, 5, 6, 7, 8)  # the cheapest of several durations: a look after every pair, up to 8
+# Every dearer duration: a look at 3 pairs, then at the fixed design's 4 (never dearer than it); the only duration of a
+# one-duration design: from 2 pairs. Their levels are spent mostly at the last look (HSD γ = -10: 8 % of it by 3 pairs
+# of 4), so the last look keeps the fixed design's power and an early one stops only a large effect.
+DEARER_LOOKS = (3, 4)
+ONLY_LOOKS = (2, 3, 4)
+DEARER_GAMMA = -10.0
+STEP_ALLOWANCE = 0.015  # the sequential design's bounds allow for a step of 1.5 % inside one AB/BA pair
 CALIBRATION_PATHS = 1 << 20  # Monte-Carlo error of a calibrated level: about 0.6 % of it at 0.025
 CALIBRATION_SEED = 2026_26
 # Why a series stopped (or did not): codes of SeriesOutcomes.reason.
@@ -250,6 +261,7 @@ class Boundaries:
     fail_level: float
     spending: str = "hsd"
     gamma: float = 0.0
+    allowance: float = 0.0  # a step this large inside one pair moves the log ratio by log(1 + it) / pairs at most
 
     @property
     def max_pairs(self) -> int:
@@ -260,20 +272,24 @@ class Boundaries:
                           zip(self.looks, self.pass_levels, self.fail_levels, strict=True))
         fut = ("never" if self.futility_ratio is None else
                f"when the estimate is at or above {self.futility_ratio:.4f} before the last look")
+        step = (f"; each bound widened by log(1 + {self.allowance:g}) / pairs (a step of {self.allowance:.1%} inside "
+                "one pair)" if self.allowance else "")
         return (f"group-sequential AB/BA, {self.spending} alpha spending of one-sided {self.pass_level:.3g} (upper "
                 f"bound) and {self.fail_level:.3g} (lower bound) over looks after {list(self.looks)} pairs, "
-                f"calibrated on the t sequence; nominal levels per look: {steps}; futility {fut}")
+                f"calibrated on the t sequence; nominal levels per look: {steps}; futility {fut}{step}")
 
 
 def boundaries(
     looks: Sequence[int], levels: intervals.Levels, margin: float, *, spending: str = "hsd", gamma: float = 0.0,
-    futility_ratio: float | str | None = "margin", pass_from: int = 0,
+    futility_ratio: float | str | None = "margin", pass_from: int = 0, allowance: float = 0.0,
 ) -> Boundaries:
     """The boundaries of one duration of a campaign with ``levels`` (:func:`h3bench.stats.intervals.error_levels`).
 
     ``futility_ratio`` ``"margin"`` means ``1 - margin``; ``pass_from`` is
     the fewest pairs at which PASS may be declared (a lossless campaign's
-    first feasible look, :func:`h3bench.quality.lossless_design.pass_from_pairs`).
+    first feasible look, :func:`h3bench.quality.lossless_design.pass_from_pairs`);
+    ``allowance`` widens both bounds for a step of that size inside one
+    pair (:data:`STEP_ALLOWANCE`).
     """
     found = tuple(int(n) for n in looks)
     _check_looks(found)
@@ -285,9 +301,11 @@ def boundaries(
     futility = 1 - margin if futility_ratio == "margin" else futility_ratio
     if isinstance(futility, str):
         raise UsageError(f"futility_ratio must be a number, None or 'margin', got {futility!r}")
+    if not 0 <= allowance < 1:
+        raise UsageError(f"a step allowance must be in [0, 1), got {allowance}")
     return Boundaries(found, look_levels(found, levels.pass_level, spending, gamma, first_pass),
                       look_levels(found, levels.fail_level, spending, gamma), margin, futility,
-                      levels.pass_level, levels.fail_level, spending, gamma)
+                      levels.pass_level, levels.fail_level, spending, gamma, allowance)
 
 
 @dataclass(frozen=True)
@@ -304,11 +322,18 @@ class SeriesOutcomes:
     leak: np.ndarray  # judged also without first requests (the first-request rule flagged; False for ratios)
 
 
-def _bounds(x: np.ndarray, pass_level: float, fail_level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`h3bench.stats.intervals.t_bounds` at a look's levels; a level of 0 gives no bound (0 or ∞)."""
+def _bounds(x: np.ndarray, pass_level: float, fail_level: float, allowance: float = 0.0
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`h3bench.stats.intervals.t_bounds` at a look's levels; a level of 0 gives no bound (0 or ∞).
+
+    ``allowance``: a step of that size inside one of the ``k`` pairs moves
+    their mean log ratio by at most ``log(1 + allowance) / k``, so each bound
+    is moved out by that much.
+    """
     ratio, lower, upper, _ = intervals.t_bounds(x, pass_level or 0.25, fail_level or 0.25)
-    return (ratio, lower if fail_level > 0 else np.zeros_like(lower),
-            upper if pass_level > 0 else np.full_like(upper, np.inf))
+    widen = math.exp(math.log1p(allowance) / x.shape[-1])
+    return (ratio, lower / widen if fail_level > 0 else np.zeros_like(lower),
+            upper * widen if pass_level > 0 else np.full_like(upper, np.inf))
 
 
 def sequential_outcomes(
@@ -356,9 +381,9 @@ def sequential_outcomes(
         if not take.any():
             break
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            r, lo, hi = _bounds(x[..., :n], b.pass_levels[j], b.fail_levels[j])
+            r, lo, hi = _bounds(x[..., :n], b.pass_levels[j], b.fail_levels[j], b.allowance)
             if second is not None and both[..., j].any():
-                r2, lo2, hi2 = _bounds(second[..., :n], b.pass_levels[j], b.fail_levels[j])
+                r2, lo2, hi2 = _bounds(second[..., :n], b.pass_levels[j], b.fail_levels[j], b.allowance)
                 flag = both[..., j]
                 r, lo, hi = np.where(flag, r2, r), np.where(flag, np.minimum(lo, lo2), lo), np.where(
                     flag, np.maximum(hi, hi2), hi)
