@@ -210,9 +210,10 @@ def spec_blocks(spec: RunSpec, arms: str = "all", *, anchored: bool = False, los
     return tuple(b for b in blocks if anchored or arms == "all" or (arms == BASELINE) == (b.letter == "A"))
 
 
-def shard_blocks(spec: RunSpec, blocks: tuple[Block, ...], shard: Shard, window: Window) -> tuple[Block, ...]:
+def shard_blocks(spec: RunSpec, blocks: tuple[Block, ...], shard: Shard, window: Window, *,
+                 lossless: bool | None = None) -> tuple[Block, ...]:
     """The blocks of ``blocks`` that ``shard`` runs in ``window``'s round (:meth:`Course.shard_runs`)."""
-    course = Course.of(spec, shards=shard.count)
+    course = Course.of(spec, lossless=lossless, shards=shard.count)
     return tuple(b for b in blocks if course.shard_runs(b.duration, None if b.design == "controls" else b.candidate,
                                                          b.pair, b.position, shard, window))
 
@@ -232,7 +233,9 @@ def check_shards(spec: RunSpec, shards: int) -> None:
 class Schedule:
     """The blocks one session runs, in order, and the test cases they make.
 
-    ``arms`` selects the blocks this session runs. A candidate-only run
+    ``arms`` selects the blocks this session runs; ``lossless`` lists the
+    control blocks of a lossless test (default: the spec's gate; ``--lossless``
+    turns it on). A candidate-only run
     (``anchored``) runs the anchored orders, and its other blocks come from
     the stored bundle (:attr:`stored_blocks`). A shard of a campaign over
     several hosts (``shard``) runs its AB/BA units of the round's ``window``
@@ -240,25 +243,26 @@ class Schedule:
     """
 
     def __init__(self, spec: RunSpec, arms: str = "all", *, anchored: bool = False, shard: Shard | None = None,
-                 window: Window | None = None) -> None:
+                 window: Window | None = None, lossless: bool | None = None) -> None:
         self.spec = spec
         self.anchored = anchored
         self.shard = shard
+        self.lossless = spec.gates.lossless if lossless is None else lossless
         self.window = (window if window is not None or shard is None
-                       else Course.of(spec, shards=shard.count).first_window(spec.spec_id))
-        self.blocks = self._own(spec_blocks(spec, arms, anchored=anchored))
-        self.stored_blocks = tuple(b for b in spec_blocks(spec) if b.letter == "A") if anchored else ()
-        self.baseline_blocks = tuple(b for b in (*self.stored_blocks,
-                                                 *(self.blocks if anchored else self._own(spec_blocks(spec))))
+                       else Course.of(spec, lossless=self.lossless, shards=shard.count).first_window(spec.spec_id))
+        every = spec_blocks(spec, lossless=self.lossless)
+        self.blocks = self._own(spec_blocks(spec, arms, anchored=anchored, lossless=self.lossless))
+        self.stored_blocks = tuple(b for b in every if b.letter == "A") if anchored else ()
+        self.baseline_blocks = tuple(b for b in (*self.stored_blocks, *(self.blocks if anchored else self._own(every)))
                                      if b.letter == "A")
         self._controls = {series.name: series.control for series in series_of(spec)}
         self._order = {block.id: index for index, block in enumerate(self.blocks)}
-        self._campaign = self.blocks if anchored or arms == "all" else spec_blocks(spec)
+        self._campaign = self.blocks if anchored or arms == "all" else every
 
     def _own(self, blocks: tuple[Block, ...]) -> tuple[Block, ...]:
         if self.shard is None or self.window is None:
             return blocks
-        return shard_blocks(self.spec, blocks, self.shard, self.window)
+        return shard_blocks(self.spec, blocks, self.shard, self.window, lossless=self.lossless)
 
     def index(self, block: Block) -> int:
         """The block's place in the order this session runs it (ValueError if it does not run it)."""

@@ -94,7 +94,8 @@ class Results:
         self.settings = settings
         # A candidate-only run runs the anchored orders; the rest of its schedule is the stored bundle's.
         self.schedule = Schedule(spec, settings.arm, anchored=settings.baseline_evidence is not None,
-                                 shard=settings.shard, window=_window(spec, settings))
+                                 shard=settings.shard, window=_window(spec, settings),
+                                 lossless=settings.lossless or spec.gates.lossless)
         self.stored_baseline: Results | None = None  # set for a candidate-only run
         self._stored_contract = Contract()  # the stored baseline's engine contract, per arm
         self._supply = supply
