@@ -39,10 +39,10 @@ from h3bench.stats.intervals import FAIL, PASS
 __all__ = ["DESIGNS", "SCENARIOS", "Rate", "Scenario", "measure"]
 
 #: The designs the claims are about: the shipped sequential one (one candidate, as 950pr-x4.toml and sim.toml's
-#: speed), 910b1-x8.toml's (two candidates, lossless at 3 % per candidate), and the fixed design for reference.
+#: speed), 910b1-x8.toml's (two candidates, lossless at 2.5 % per candidate), and the fixed design for reference.
 DESIGNS: Mapping[str, Design] = {
     "sequential": sequential_design(2),
-    "sequential, 910b1-x8": sequential_design(2, lossless_per_candidate=0.03, name="sequential, 910b1-x8"),
+    "sequential, 910b1-x8": sequential_design(2, lossless_per_candidate=0.025, name="sequential, 910b1-x8"),
     "fixed": fixed_design(2),
     "fixed + first-request rule": dataclasses.replace(fixed_design(2), leak_level=LEAK_LEVEL,
                                                       name="fixed + first-request rule"),
@@ -50,10 +50,10 @@ DESIGNS: Mapping[str, Design] = {
 
 #: What a scenario counts, per simulated campaign.
 COUNTS = {
-    "PASS": lambda run: run.outcome[:, :1] == PASS,  # the first candidate
+    "PASS": lambda run: run.outcome[:, :1] == PASS,  # the first candidate's
     "any PASS": lambda run: (run.outcome == PASS).any(-1, keepdims=True),
     "any FAIL": lambda run: (run.outcome == FAIL).any(-1, keepdims=True),
-    "lossless FAIL": lambda run: run.lossless_fail.any(-1),  # per candidate, over its durations
+    "lossless FAIL, per candidate": lambda run: run.lossless_fail.any(-1),  # over its durations
 }
 
 
@@ -116,7 +116,8 @@ def _scenarios() -> tuple[Scenario, ...]:
     found.append(Scenario("false faster, two candidates at 0.5 at 5 s, 0.98 at 15 s", "sequential",
                           ((0.5, 0.98), (0.5, 0.98)), "any PASS", 0.025, seed=12, n=10_000))
     for cands in (1, 2):
-        found.append(Scenario(f"false slower, {cands} candidate(s) at 1.02, every duration run", "sequential",
+        found.append(Scenario(f"false slower, {cands} candidate{'s' if cands > 1 else ''} at 1.02, every duration run",
+                              "sequential",
                               ((1.02, 1.02),) * cands, "any FAIL", 0.025, every_duration=True, seed=20 + cands,
                               n=20_000 // cands))
     for cv, quoted in ((0.01, 0.95), (0.02, 0.80)):
@@ -134,15 +135,17 @@ def _scenarios() -> tuple[Scenario, ...]:
                     ("the audit request", {"outliers_per_duration": 1, "outliers_in": "audit"}),
                     ("a measured request", {"outliers_per_duration": 1, "outliers_in": "measured"}))
     for where, model in slow:
-        found.append(Scenario(f"a true 10 % speedup, one +50 % request per duration ({where})", "sequential",
+        found.append(Scenario(f"a true 10 % speedup, one +50 % request per duration ({where}), 1% process noise",
+                              "sequential",
                               ((0.9, 0.9),), "PASS", 0.95, at_most=False, model={"process_cv": 0.01, **model},
                               seed=71, n=4000))
-    found.append(Scenario("a true 10 % speedup, 1 % of requests +50 %", "sequential", ((0.9, 0.9),), "PASS", 0.97,
-                          at_most=False, model={"process_cv": 0.01, "outlier_rate": 0.01}, seed=72, n=4000))
+    found.append(Scenario("a true 10 % speedup, 1 % of requests +50 %, 1% process noise", "sequential", ((0.9, 0.9),),
+                          "PASS", 0.97, at_most=False, model={"process_cv": 0.01, "outlier_rate": 0.01}, seed=72,
+                          n=4000))
     aa: _Cases = (("one +50 % request per duration", {"outliers_per_duration": 1}),
                   ("1 % of requests +50 %", {"outlier_rate": 0.01}))
     for where, model in aa:
-        found.append(Scenario(f"A/A, {where}", "sequential", ((1.0, 1.0),), "any FAIL", 0.001,
+        found.append(Scenario(f"A/A, {where}, 1% process noise", "sequential", ((1.0, 1.0),), "any FAIL", 0.001,
                               model={"process_cv": 0.01, **model}, seed=73, n=40_000))
     drifts: _Cases = (("a −3 % step inside pair 1", {"step": -0.03}),
                       ("the host cooling 5 % over its first block", {"cooling": 0.05}))
@@ -152,11 +155,11 @@ def _scenarios() -> tuple[Scenario, ...]:
                 found.append(Scenario(f"false faster, {drift}, {where}, {cv:.0%} process noise", "sequential",
                                       ratios, "any PASS", 0.025, model={"process_cv": cv, **model},
                                       seed=80 + int(cv * 100) + int(ratios[0][0] * 10)))
-    found.append(Scenario("910b1-x8: candidate 1 lossless and 10 % faster, candidate 2 lossless and no faster",
+    found.append(Scenario("candidate 1 lossless and 10 % faster, candidate 2 lossless and no faster, 1% process noise",
                           "sequential, 910b1-x8", ((0.9, 0.9), (1.0, 1.0)), "PASS", 0.88, at_most=False,
                           model={"process_cv": 0.01}, lossless=True, seed=91, n=10_000))
-    found.append(Scenario("910b1-x8: a truly lossless candidate's lossless FAIL (both 10 % faster)",
-                          "sequential, 910b1-x8", ((0.9, 0.9), (0.9, 0.9)), "lossless FAIL", 0.05,
+    found.append(Scenario("a truly lossless candidate's lossless FAIL (both 10 % faster), 1% process noise",
+                          "sequential, 910b1-x8", ((0.9, 0.9), (0.9, 0.9)), "lossless FAIL, per candidate", 0.05,
                           model={"process_cv": 0.01}, lossless=True, seed=92, n=10_000))
     return tuple(found)
 

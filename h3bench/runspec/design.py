@@ -248,7 +248,7 @@ class Design:
                          " spending")
             parts.append("futility at 1 - margin" if self.futility else "no futility stop")
             if self.allowance:
-                parts.append(f"bounds allow a {self.allowance:.1%} step inside one pair")
+                parts.append(f"bounds allow a {self.allowance:.2%} step inside one pair")
         parts.append("dearer durations only after a PASS at the cheaper" if self.in_order_of_cost
                      else "every duration runs")
         return f"{self.name}: " + ", ".join(parts)

@@ -273,13 +273,14 @@ def test_the_dearer_duration_runs_only_after_a_pass_at_the_cheaper():
 @pytest.mark.slow
 @pytest.mark.parametrize("design", [FIXED, SEQ_NO_RULE], ids=["fixed", "sequential"])
 def test_without_the_first_request_rule_a_leak_inflates_false_faster(design):
-    out, _ = outcomes(design, [[0.5, 0.98]], seed=55, n=4000, leak=0.10)
+    n = 8000
+    out, _ = outcomes(design, [[0.5, 0.98]], seed=55, n=n, leak=0.10)
     report(f"{design.name}, +10 % leak, margin, PASS", (out == PASS).mean())
-    assert (out == PASS).mean() > 0.04
+    assert (out == PASS).mean() > 0.025 + 3.5 * se(0.025, n)
 
 
 RULE_POWER_QUOTED = {  # (design, process cv): PASS at a true 10 % without a leak, with the rule (docs/statistics.md)
-    ("fixed", 0.01): 0.985, ("fixed", 0.02): 0.785, ("sequential", 0.01): 0.980, ("sequential", 0.02): 0.842,
+    ("fixed", 0.01): 0.980, ("fixed", 0.02): 0.789, ("sequential", 0.01): 0.980, ("sequential", 0.02): 0.841,
 }
 
 
