@@ -423,6 +423,23 @@ def lossless_rate_line(spec: RunSpec) -> str:
     return f"lossless: a truly lossless candidate is rejected in {rate:.2%} of campaigns ({how}){some}"
 
 
+def control_lines(spec: RunSpec) -> list[str]:
+    """Where a sequential lossless campaign's control blocks go, how many can run, and when they do not."""
+    if spec.protocol.design is not DesignMode.SEQUENTIAL or not spec.gates.lossless:
+        return []
+    course = Course.of(spec)
+    lines = []
+    for d, duration in enumerate(run_order(spec)):
+        f, slots = course.first_pass(d), course.control_slots(d)
+        needed = lossless_design.baseline_needed(f, course.design.lossless_alpha(d))
+        if slots:
+            lines.append(f"lossless controls at {duration:g} s: up to {slots} before round {f}, where PASS is first "
+                         f"allowed; its test needs {needed} baseline processes with {f} candidate ones, and every "
+                         f"series' A blocks count, so they run only for what the series still running leave short "
+                         f"(none when {-(-needed // f)} or more series reach round {f})")
+    return lines
+
+
 def _device_lines(p: Plan) -> list[str]:
     if not p.device and p.requests_per_block[1] > SIMULATED_REQUESTS:
         return [f"expected device time: not simulated ({p.requests_per_block[1]} measured requests per block; the "
@@ -471,6 +488,7 @@ def plan_lines(p: Plan) -> list[str]:
     lines += [f"warning: {line}" for line in dearer_than_fixed(p)]
     if p.spec.gates.lossless:
         lines.append(lossless_rate_line(p.spec))
+        lines += control_lines(p.spec)
     lines.append(f"estimated disk for the bundle: {p.disk_bytes / 1e6:.1f} MB")
     lines += [f"problem: {problem}" for problem in p.problems] or ["problems found before launch: none"]
     return lines

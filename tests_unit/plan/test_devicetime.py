@@ -173,3 +173,12 @@ def test_at_a_true_five_percent_the_p90_and_the_maximum_are_at_most_the_fixed_de
     print(f"{name}, a true 5 %: sequential p90 {seq.wall_h[1]:.1f} h, max {seq.wall_h[2]:.1f} h; fixed "
           f"{fixed.wall_h[0]:.1f} h")
     assert seq.wall_h[1] <= fixed.wall_h[0] and seq.wall_h[2] <= fixed.wall_h[0]
+
+
+def test_the_plan_says_where_the_lossless_controls_go_and_when_they_do_not_run():
+    from h3bench.plan.estimate import control_lines
+
+    lines = control_lines(load_runspec(SPECS / "910b1-x8.toml"))
+    assert lines[0].startswith("lossless controls at 5 s: up to 4 before round 4") and "8 baseline processes" in lines[0]
+    assert "none when 2 or more series reach round 4" in lines[0]
+    assert control_lines(load_runspec(SPECS / "950pr-x4.toml")) == []  # no lossless test: no control
