@@ -456,15 +456,22 @@ class Results:
             tuple(b.id for b in planned if b.id not in self.ran), device, self._fixed_s(ran, p.order))
 
     def device_time(self) -> dict[str, DeviceTime]:
-        """Per duration: the blocks that ran and did not, their wall and device time, and the fixed design's."""
+        """Per duration: the blocks that ran and did not, their wall and device time, and the fixed design's.
+
+        The fixed design runs every series at every duration: a series that
+        ran no block here (it did not pass a cheaper duration) is priced as
+        the duration's baseline blocks, both arms, as the plan prices an arm
+        with no figure of its own.
+        """
         out = {}
+        order = self.spec.protocol.order
         for duration in self.spec.workload.durations:
             planned = [b for b in self.schedule.blocks if b.duration == duration]
             ran = [r for b in planned if (r := self.ran.get(b.id)) is not None]
-            fixed = [self._fixed_s([r for r in ran if r.block.candidate == s.name], self.spec.protocol.order)
-                     for s in series_of(self.spec)]
-            controls = self._fixed_s([r for r in ran if r.block.letter == "A"],
-                                     "A" * Design.fixed_of(self.spec).fixed_controls)
+            baseline = [r for r in ran if r.block.letter == "A"]
+            fixed = [self._fixed_s(own, order) if (own := [r for r in ran if r.block.candidate == s.name])
+                     else self._fixed_s(baseline, "A" * len(order)) for s in series_of(self.spec)]
+            controls = self._fixed_s(baseline, "A" * Design.fixed_of(self.spec).fixed_controls)
             total = None if None in fixed or controls is None else sum(f for f in fixed if f) + controls
             out[duration_key(duration)] = DeviceTime(
                 len(ran), len(planned) - len(ran), sum(self._block_seconds(r) for r in ran),
