@@ -19,8 +19,10 @@ First PASS look
 ---------------
 A lossless campaign does not stop a candidate for efficacy before its
 lossless test can reach a verdict: PASS is allowed from
-:func:`pass_from_pairs` pairs on (3: three candidate processes), and the
-sequential boundaries spend the PASS level only from there
+:func:`pass_from_pairs` pairs on (4 at 0.01, 3 at 0.04), at a dearer
+duration only at its last look (:meth:`h3bench.runspec.design.Design.pass_from`:
+a PASS one look earlier would need one more control block before it), and
+the sequential boundaries spend the PASS level only from there
 (:func:`h3bench.stats.sequential.boundaries` ``pass_from``). Stops for futility,
 FAIL or the audit need no lossless verdict and stay allowed at every look.
 
