@@ -25,7 +25,8 @@ from h3bench.h3 import DIFFUSION_EXEC_PER_STEP_S, STAGE_PREFIX
 from h3bench.outcome import Outcome
 from h3bench.quality.lossless import DEVIATIONS
 from h3bench.runspec import RunSpec
-from h3bench.runspec.schedule import Block, anchored_order, design_text, series_of
+from h3bench.runspec.design import anchored_order, design_text, series_of
+from h3bench.runspec.schedule import Block
 from h3bench.server.ports import LOCALHOST
 from h3bench.stats.speed import Percentile, RatioEstimate
 from h3bench.stats.stages import DERIVED_STAGE
@@ -205,6 +206,21 @@ def _device_line(key: str, device: DeviceTime) -> str:
                  f"({saving(device.device_s, device.fixed_device_s)})")
     return (f"device time {key}: {device.blocks_run} blocks run, {device.blocks_not_run} not run, "
             f"{device.wall_s / 3600:.3f} h of wall time, {device.device_s / 3600:.3f} device-h{fixed}")
+
+
+def campaign_device_line(device: Mapping[str, DeviceTime]) -> str | None:
+    """The whole campaign's device time against the fixed design's, when every duration could be priced.
+
+    A duration none of whose blocks ran (no series passed the cheaper one)
+    cannot price the fixed design's blocks there: then the durations' own
+    lines say what can be said.
+    """
+    if len(device) < 2 or any(not d.fixed_device_s for d in device.values()):
+        return None
+    spent = sum(d.device_s for d in device.values())
+    fixed = sum(d.fixed_device_s or 0.0 for d in device.values())
+    return (f"device time, the campaign: {spent / 3600:.3f} device-h, against {fixed / 3600:.3f} for the fixed design "
+            f"({saving(spent, fixed)})")
 
 
 def _effect_lines(spec: RunSpec, document: VerdictDocument) -> list[str]:
@@ -457,6 +473,9 @@ def summary_lines(spec: RunSpec, document: VerdictDocument, *, bundle: Path | No
         lines.append("LPIPS is not required by this RunSpec: quality verdicts do not include it.")
     lines += document.run_notes
     lines += [_device_line(key, device) for key, device in document.device.items() if device.blocks_run]
+    campaign = campaign_device_line(document.device)
+    if campaign is not None:
+        lines.append(campaign)
     lines += _research_lines(spec, document, profiles)
     lines.append(f"evidence bundle: {bundle}")
     if document.diagnostic:  # every line of a DIAGNOSTIC run's summary starts with the word

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
@@ -12,12 +13,20 @@ from h3bench.quality.checks import Thresholds
 from h3bench.runspec.base import Frozen, raise_at
 from h3bench.runspec.launch import DeviceIds
 
-__all__ = ["UNPINNED", "Gates", "Hardware", "Hints", "InputFile", "Inputs", "Model", "Protocol", "Source", "Workload"]
+__all__ = ["UNPINNED", "DesignMode", "Gates", "Hardware", "Hints", "InputFile", "Inputs", "Model", "Protocol", "Source",
+           "Workload"]
 
 UNPINNED = "UNPINNED"
 _BLOCK_ORDER = re.compile(r"(?:AB|BA)+")
 
 _Positive = Annotated[StrictFloat, Field(gt=0)]
+
+
+class DesignMode(StrEnum):
+    """How a campaign's blocks run: a fixed order judged once, or pairs judged at looks (:mod:`h3bench.runspec.design`)."""
+
+    FIXED = "fixed"
+    SEQUENTIAL = "sequential"
 
 
 class Hardware(Frozen):
@@ -156,7 +165,7 @@ class Protocol(Frozen):
     (:mod:`h3bench.run.profiling`).
     """
 
-    design: Literal["fixed", "sequential"] = "fixed"
+    design: DesignMode = DesignMode.FIXED
     order: StrictStr = "ABBAABBA"
     looks: tuple[tuple[Annotated[StrictInt, Field(ge=2)], ...], ...] | None = None
     spending: Literal["hsd", "obf", "pocock"] = "hsd"

@@ -174,7 +174,13 @@ class LookRecord:
 
 @dataclass(frozen=True)
 class DeviceTime:
-    """One duration's blocks, every series and control together: what they cost, and what the fixed design would."""
+    """One duration's blocks, every series and control together: what they cost, and what the fixed design would.
+
+    ``fixed_device_s``: the fixed design's blocks (every series' ``order``
+    and its control blocks, 1 warmup + 3 measured + 1 audit each) at the
+    seconds per request these blocks took, a series that ran none here priced
+    as the duration's baseline blocks; None when no baseline block ran here.
+    """
 
     blocks_run: int
     blocks_not_run: int

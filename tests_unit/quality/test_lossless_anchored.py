@@ -34,6 +34,7 @@ import pytest
 from h3bench.outcome import Outcome
 from h3bench.quality import lossless
 from h3bench.runspec import load_runspec
+from h3bench.runspec.design import DesignMode
 from h3bench.runspec.schedule import CandidateWorkload, Schedule
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE
 
@@ -45,7 +46,8 @@ CASE = CandidateWorkload("clean", 5.0)
 
 def _spec(**protocol):
     spec = load_runspec(SPECS / "sim.toml")
-    changes = {"design": "fixed", "requests_per_block": 3, "audit_counts": False, "anchored_order": "BABBAB", **protocol}
+    changes = {"design": DesignMode.FIXED, "requests_per_block": 3, "audit_counts": False, "anchored_order": "BABBAB",
+               **protocol}
     return spec.model_copy(update={"protocol": spec.protocol.model_copy(update=changes)})
 
 

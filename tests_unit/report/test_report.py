@@ -426,3 +426,14 @@ def test_the_summary_states_an_interruption_as_the_page_does(tmp_path):
     assert summary[2] == ("> **INTERRUPTED**: interrupted (KeyboardInterrupt). Blocks that did not run are missing "
                           "from every table below; `--resume` the bundle to complete it.")
     assert "INTERRUPTED" not in render_summary(read_contents(whole), tmp_path / "report.html")
+
+
+def test_the_campaigns_device_time_is_set_against_the_fixed_designs_only_when_every_duration_is_priced():
+    from h3bench.report.terminal import campaign_device_line
+    from h3bench.verdict.verdicts import DeviceTime
+
+    priced = {"5s": DeviceTime(11, 24, 100.0, 3600.0, 3960.0), "15s": DeviceTime(10, 8, 300.0, 7200.0, 9000.0)}
+    assert campaign_device_line(priced) == ("device time, the campaign: 3.000 device-h, against 3.600 for the fixed "
+                                            "design (17% saved)")
+    assert campaign_device_line({**priced, "15s": DeviceTime(0, 18, 0.0, 0.0, None)}) is None
+    assert campaign_device_line({"5s": priced["5s"]}) is None
