@@ -17,6 +17,8 @@
                                      the fan-in of a campaign over several hosts (see h3bench.cli.pool)
     h3bench ledger add BUNDLE | show | verify [--bundles DIR] [--ledger FILE]
                                      the hash-chained ledger of candidates (see h3bench.ledger.chain)
+    h3bench bisect --runspec FILE [--evidence-dir DIR] [--resume DIR] [--on speed|quality] [--ledger FILE]
+                                     from a regression to its culprit commit (see h3bench.cli.bisect)
     h3bench history DIR... [--html FILE] [--json]
                                      baseline medians across campaigns, with flagged steps
     h3bench sim ...                  (every argument goes to h3bench.sim.main)
@@ -76,6 +78,7 @@ def _numpy_without_blas_workers() -> None:
 _numpy_without_blas_workers()
 
 from h3bench import __version__, media, quality  # noqa: E402
+from h3bench.cli import bisect as cli_bisect  # noqa: E402
 from h3bench.cli import campaign as cli_campaign  # noqa: E402
 from h3bench.cli import ledger as cli_ledger  # noqa: E402
 from h3bench.cli import pool as cli_pool  # noqa: E402
@@ -352,6 +355,8 @@ SUBCOMMANDS: dict[str, Subcommand | Passthrough] = {
                        cli_pool.configure_pool, cli_pool.run_pool),
     "ledger": Subcommand("the append-only, hash-chained ledger of candidates: add a bundle, show, verify",
                          cli_ledger.configure_ledger, cli_ledger.run_ledger),
+    "bisect": Subcommand("search a regression's culprit among the engine commits of a spec's [bisect] range",
+                         cli_bisect.configure_bisect, cli_bisect.run_bisect),
     "history": Subcommand("the baseline's E2E medians across campaigns, with flagged step changes",
                           cli_ledger.configure_history, cli_ledger.run_history),
     "sim": Passthrough("run the vLLM-Omni simulator server (arguments go to h3bench.sim)", _run_sim),

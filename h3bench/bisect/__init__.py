@@ -1,0 +1,1 @@
+"""h3bench bisect: from a regression to its culprit engine commit."""
