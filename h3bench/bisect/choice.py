@@ -109,7 +109,8 @@ def choose(probs: np.ndarray, eligible: np.ndarray, cost_s: np.ndarray, error: f
         yes = error * total + (1 - 2 * error) * cum  # (..., outcomes, N): P(outcome, probe j says changed)
         no = total - yes
         entropy = _entropy_bits(yes, -2) + _entropy_bits(no, -2)  # (..., N): H(D, D_j)
-        gain = np.maximum(entropy - base[..., None] - binary_entropy(error), 0.0)
+        # Rounded, so that equal gains tie exactly and the older commit wins (not the last bit of a cumsum).
+        gain = np.round(np.maximum(entropy - base[..., None] - binary_entropy(error), 0.0), 12)
         score = np.where(ok & ~taken & (gain >= MIN_GAIN_BITS), gain / cost, -np.inf)
         best = np.argmax(score, axis=-1)
         found = np.take_along_axis(score, best[..., None], -1)[..., 0] > -np.inf

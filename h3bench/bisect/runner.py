@@ -30,6 +30,7 @@ process.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from collections.abc import Callable, Sequence
@@ -43,7 +44,7 @@ from h3bench.bisect import posterior
 from h3bench.bisect.choice import ProbeCosts
 from h3bench.bisect.log import LOG_NAME, BisectionLog
 from h3bench.bisect.probe import DECISIONS, ProbeTest, Step, between_flags, quality_log_lr
-from h3bench.bisect.search import SearchRule, SearchState
+from h3bench.bisect.search import CONFIRMS, SearchRule, SearchState, threshold_after
 from h3bench.bisect.specs import Kind, campaign_data, duration_of, engine, table_of, write_spec
 from h3bench.errors import EvidenceError, NothingToResume, UsageError
 from h3bench.evidence import Bundle, require_verified
@@ -319,9 +320,9 @@ class Bisection:
         try:
             if kind == "probe":
                 assert prior_state is not None
-                self._probe_pairs(campaign, derived, candidate - 1, prior_state)
+                self._pairs(campaign, derived, self._probe_done(candidate - 1, prior_state))
             else:
-                campaign.run_selected(lambda line: self.say(f"  {line}"))
+                self._pairs(campaign, derived, self._campaign_done)
             campaign.results.judge_all()
         except KeyboardInterrupt as exc:
             from h3bench.run.block import interrupt_name
@@ -332,33 +333,53 @@ class Bisection:
             campaign.finish(interrupted)
         return campaign.bundle.path
 
-    def _probe_pairs(self, campaign: Any, spec: RunSpec, commit: int, state: SearchState) -> None:
-        """Run the probe's AB/BA pairs one at a time, judging each pair's gates, until its test stops."""
+    def _pairs(self, campaign: Any, spec: RunSpec, done: Callable[[Results, str, int], bool]) -> None:
+        """Run the campaign's AB/BA pairs one at a time, each pair's gates judged at once, until ``done`` or a stop.
+
+        A failed gate stops the candidate there (the campaign's own stop rule), so an output that breaks ends
+        the campaign as broken after one pair, whatever its speed.
+        """
         name = next(n for n in spec.arms if n != BASELINE)
         series = campaign.schedule.series(duration_of(spec), name)
         results = campaign.results
-        matched = [c for c in campaign.schedule.cases("matched_pair")]
-        for pairs in range(1, self.test.max_pairs + 1):
+        matched = list(campaign.schedule.cases("matched_pair"))
+        for pairs in range(1, len(series) // 2 + 1):
             wanted = {b.id for b in series[: 2 * pairs]}
-            campaign.select_blocks(lambda block, wanted=wanted: block.id in wanted)
+            campaign.select_blocks(lambda block, wanted=wanted: block.id in wanted or block.design == "controls")
             campaign.run_selected(lambda line: self.say(f"  {line}"))
-            for case in matched:  # every gate at every pair: a broken output stops the probe here
+            for case in matched:
                 if case.id not in results.judge.pairs and results.available(case.baseline) and \
                         results.available(case.candidate):
                     results.judge.compare(case)
-            if results.stopped(name) is not None or any(p.outcome is Outcome.FAIL
-                                                        for p in results.judge.pairs_of(name, duration_of(spec))):
+            if results.stopped(name) is not None or len(pair_log_ratios(results, spec, name)) < pairs or any(
+                    p.outcome is Outcome.FAIL for p in results.judge.pairs_of(name, duration_of(spec))):
                 return
-            x = pair_log_ratios(results, spec, name)
-            if self.quality_mode() or len(x) < pairs:
-                if len(x) < pairs or pairs >= self.test.min_pairs:
-                    return
-                continue
+            if done(results, name, pairs):
+                return
+
+    def _campaign_done(self, results: Results, name: str, pairs: int) -> bool:
+        """The verify's or the confirm's own look stopped it (a quality bisection: its first clean pair does)."""
+        found = results.decision(duration_of(results.spec), name)
+        return self.quality_mode() or (found is not None and found.stop)
+
+    def _probe_done(self, commit: int, state: SearchState) -> Callable[[Results, str, int], bool]:
+        """The probe's test: stop once it is clear (the gates' ratio in a quality bisection)."""
+        def done(results: Results, name: str, pairs: int) -> bool:
+            if pairs < self.test.min_pairs:
+                return False
+            if self.quality_mode():
+                verify = self.records("verify")[-1]
+                outcomes = results.judge.pairs_of(name, duration_of(results.spec))
+                failing = sum(1 for p in outcomes if p.outcome is Outcome.FAIL)
+                log_lr = quality_log_lr(failing, len(outcomes), int(verify["failing"]), int(verify["matched"]))
+                return abs(log_lr) >= self.test.threshold or pairs >= self.test.max_pairs
+            x = pair_log_ratios(results, results.spec, name)
             found = self.test.run(state.evidence, state.prior, commit, np.asarray(x))
             self.say(f"  probe of {engine(self.spec, commit + 1).commit}: {pairs} pair(s), log LR "
                      f"{float(found.log_lr):+.2f} ({DECISIONS[int(found.decision)]})")
-            if bool(found.stopped):
-                return
+            return bool(found.stopped)
+
+        return done
 
     # -- what a campaign showed, into the log ------------------------------------------------------------
 
@@ -367,7 +388,7 @@ class Bisection:
         spec, seen = observe_bundle(bundle, self.options.lpips_dir)
         if self.log.has_seal(seen.final_sha256):
             return None
-        control = int(self.records("confirming")[-1]["parent"]) if kind == "confirm" else 0
+        control = self._parent(number) if kind == "confirm" else 0
         expected = load_runspec(self._spec_file(kind, control, position, number))
         if spec.spec_id != expected.spec_id:
             raise UsageError(f"{bundle} is a campaign of {spec.name}, not the bisection's {kind} {number} "
@@ -380,7 +401,7 @@ class Bisection:
         if kind == "verify":
             return self._take_verify(seen, common)
         if kind == "confirm":
-            return self._take_confirm(seen, common)
+            return self._take_confirm(seen, {**common, "number": number})
         return self._take_probe(seen, common, number)
 
     def _take_verify(self, seen: Observation, common: dict[str, Any]) -> dict[str, Any]:
@@ -461,32 +482,42 @@ class Bisection:
             if r["event"] == "round":
                 chosen += [("probe", int(p["position"]), int(p["number"])) for p in r["probes"]]
             elif r["event"] == "confirming":
-                chosen.append(("confirm", int(r["position"]), 0))
+                chosen.append(("confirm", int(r["position"]), int(r["number"])))
         if not any(r["event"] == "verify" for r in records):
             chosen.insert(0, ("verify", self.n, 0))
         return [(kind, pos, num) for kind, pos, num in chosen if (kind, num, pos) not in done]
 
     def next_round(self, hosts: int = 1) -> list[tuple[Kind, int, int]]:
-        """Choose what runs next (and record it): the verify, a round of probes, the confirm, or nothing."""
+        """Choose what runs next (and record it): the verify, a round of probes, the confirm, or nothing.
+
+        A confirm that does not confirm sends the search back to its probes, at a higher posterior
+        (:func:`h3bench.bisect.search.threshold_after`), up to :data:`~h3bench.bisect.search.CONFIRMS` confirms.
+        """
         left = self.pending()
         if left:
             return left
         records = self.log.read()
         verify = [r for r in records if r["event"] == "verify"][-1]
-        if not verify["reproduced"] or any(r["event"] in ("confirm", "end") for r in records):
+        confirms = [r for r in records if r["event"] == "confirm"]
+        if not verify["reproduced"] or any(r["event"] == "end" for r in records) or \
+                any(r["claim"] for r in confirms) or len(confirms) >= CONFIRMS:
             return []
-        if not any(r["event"] == "stop" for r in records):
+        since = records[max((r["seq"] for r in confirms), default=0):]  # this search's records, after a failed confirm
+        threshold = threshold_after(self.rule.posterior, len(confirms))
+        if not any(r["event"] == "stop" for r in since):
             state = self.state()
+            rule = dataclasses.replace(self.rule, posterior=threshold)
             chosen = state.next_probes(self.test, self.costs(state), hosts)
-            reason = state.stop_reason(self.rule, chosen[0] if chosen else -1)
+            reason = state.stop_reason(rule, chosen[0] if chosen else -1)
             if reason is None:
                 number = sum(len(r["probes"]) for r in records if r["event"] == "round") + 1
                 probes = [{"number": number + i, "position": j + 1, "commit": engine(self.spec, j + 1).commit}
                           for i, j in enumerate(chosen)]
                 self.log.append("round", probes=probes, spent_device_s=state.spent_device_s)
                 return [("probe", int(j) + 1, number + i) for i, j in enumerate(chosen)]
-            first, last, mass = state.named(self.rule.posterior)
-            self.log.append("stop", reason=reason, named=[first + 1, last + 1] if first >= 0 else None, mass=mass,
+            first, last, mass = state.named(threshold)
+            self.log.append("stop", reason=reason, posterior=threshold,
+                            named=[first + 1, last + 1] if first >= 0 else None, mass=mass,
                             top=[{"position": k + 1, "commit": engine(self.spec, k + 1).commit, "mass": m}
                                  for k, m in state.top(3)],
                             skipped={str(k + 1): why for k, why in state.skipped.items()},
@@ -494,8 +525,13 @@ class Bisection:
         stop = [r for r in self.log.read() if r["event"] == "stop"][-1]
         if stop["named"] is None:
             return []
-        self.log.append("confirming", position=int(stop["named"][1]), parent=int(stop["named"][0]) - 1)
-        return [("confirm", int(stop["named"][1]), 0)]
+        number = len(confirms) + 1
+        self.log.append("confirming", number=number, position=int(stop["named"][1]), parent=int(stop["named"][0]) - 1)
+        return [("confirm", int(stop["named"][1]), number)]
+
+    def _parent(self, number: int) -> int:
+        """The control of the ``number``-th confirm: the named group's parent."""
+        return int(next(r["parent"] for r in self.records("confirming") if int(r["number"]) == number))
 
     def find_step(self, kind: Kind, number: int) -> tuple[Kind, int, int]:
         """A chosen step not taken yet (``--run``): the verify, the K-th probe, or the confirm."""
@@ -509,7 +545,7 @@ class Bisection:
         """Append what a waiting step's sealed bundle showed (``--take``), the step found by the bundle's spec."""
         spec_id = Bundle.open(bundle).spec_id
         for kind, position, number in self.pending():
-            control = int(self.records("confirming")[-1]["parent"]) if kind == "confirm" else 0
+            control = self._parent(number) if kind == "confirm" else 0
             if load_runspec(self._spec_file(kind, control, position, number)).spec_id == spec_id:
                 return self.take(kind, position, number, bundle)
         done = [r for r in self.log.read() if r.get("spec_id") == spec_id]
@@ -522,7 +558,7 @@ class Bisection:
         if kind == "verify":
             return self.run_campaign("verify", 0, position)
         if kind == "confirm":
-            return self.run_campaign("confirm", int(self.records("confirming")[-1]["parent"]), position)
+            return self.run_campaign("confirm", self._parent(number), position, number)
         return self.run_campaign("probe", 0, position, number, prior_state=self.state())
 
     def run(self) -> int:
@@ -555,6 +591,16 @@ class Bisection:
         for line in summary_lines(self):
             self.say(line)
         return 0 if claim else 3
+
+    def claimed(self) -> list[str]:
+        """The commits of the confirmed claim (one, or a group no probe could split); empty without a claim."""
+        records = self.log.read()
+        confirm = [r for r in records if r["event"] == "confirm"]
+        if not confirm or not confirm[-1]["claim"]:
+            return []
+        stop = [r for r in records if r["event"] == "stop" and r["named"] is not None][-1]
+        first, last = stop["named"]
+        return [engine(self.spec, p).commit for p in range(int(first), int(last) + 1)]
 
     def outcome(self) -> str:
         records = self.log.read()

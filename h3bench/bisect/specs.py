@@ -42,8 +42,8 @@ from h3bench.runspec import BASELINE, RunSpec, parse_runspec
 from h3bench.runspec.bisection import Bisect, BisectCommit, arm_label
 from h3bench.stats.sequential import series_order
 
-__all__ = ["Kind", "bad_arm", "campaign_data", "campaign_spec", "duration_of", "engine", "label_of", "table_of",
-           "toml_text"]
+__all__ = ["Kind", "bad_arm", "campaign_data", "campaign_spec", "duration_of", "engine", "label_of", "range_data",
+           "read_range", "table_of", "toml_text", "write_spec"]
 
 Kind = Literal["verify", "probe", "confirm"]
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -121,7 +121,7 @@ def campaign_data(spec: RunSpec, kind: Kind, control: int, candidate: int, *, nu
     data = spec.model_dump(mode="json")
     for key in ("bisect", "final", "original_baseline", "heldout"):
         data.pop(key, None)
-    suffix = f"{kind}-{number:02d}" if kind == "probe" else kind
+    suffix = f"{kind}-{number:02d}" if kind == "probe" or number > 1 else kind
     data["name"] = f"{spec.name}-{suffix}-{name.replace('_', '-')}"
     data["description"] = (f"bisection of {spec.name}, {kind}: {engine(spec, candidate).commit} against "
                            f"{engine(spec, control).commit}")
@@ -205,3 +205,45 @@ def write_spec(path: Path, data: Mapping[str, Any], header: str) -> Path:
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def read_range(path: Path) -> list[dict[str, str]]:
+    """A range file: one engine per line, ``COMMIT DIGEST [NOTE...]``, the good one first and the bad one last."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise UsageError(f"cannot read the range {path}: {exc.strerror}") from exc
+    entries = []
+    for number, line in enumerate(lines, start=1):
+        fields = line.split(maxsplit=2)
+        if not fields or line.lstrip().startswith("#"):
+            continue
+        if len(fields) < 2:
+            raise UsageError(f"{path}: line {number}: expected COMMIT DIGEST [NOTE], got {line!r}")
+        entries.append({"commit": fields[0], "image_digest": fields[1], "note": fields[2] if len(fields) > 2 else ""})
+    if len(entries) < 3:
+        raise UsageError(f"{path}: a range needs the good engine, at least one commit and the bad engine")
+    return entries
+
+
+def range_data(base: RunSpec, entries: list[dict[str, str]], *, image: str, launcher: list[str],
+               image_s: float = 0.0) -> dict[str, Any]:
+    """A bisect spec: ``base``'s engine configuration (its baseline arm), design, gates and hints over the range."""
+    data = base.model_dump(mode="json")
+    for key in ("final", "original_baseline", "heldout", "bisect"):
+        data.pop(key, None)
+    good = data["arms"]["baseline"]
+    attribution = {"hypothesis": "the bad engine carries the regression the bisection looks for",
+                   "source": {"kind": "code", "ref": f"engine commit {entries[-1]['commit']}"}}
+    data["arms"] = {BASELINE: good, "bad": {**good, "description": f"engine {entries[-1]['commit']}", **attribution}}
+    data["name"] = f"{base.name}-bisect"
+    data["source"] = {"engine_commit": entries[0]["commit"], "image_digest": entries[0]["image_digest"]}
+    data["bisect"] = {"good": entries[0], "bad": entries[-1], "commits": entries[1:-1], "image": image,
+                      "launcher": launcher, "image_s": image_s}
+    if data.get("hints"):
+        data["hints"]["e2e_s"] = {BASELINE: data["hints"]["e2e_s"].get(BASELINE, {})}
+        data["hints"]["dit_step_s"] = {}
+    for name in ("reference_video", "reference_audio"):
+        data["inputs"][name]["path"] = str(base.input_files()[name])
+    parse_runspec(data, source=f"{base.name} over the range")  # refuse a range the spec rules refuse, here
+    return data

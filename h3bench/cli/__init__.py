@@ -317,13 +317,20 @@ def _run_validate(args: argparse.Namespace) -> int:
 
 
 def _configure_report(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("bundle", help="an evidence bundle directory")
+    parser.add_argument("bundle", help="an evidence bundle directory, or a bisection's directory")
     parser.add_argument("--out", metavar="DIR",
                         help="directory for report.html and summary.md (default: <bundle's parent>/reports/<bundle name>)")
     _configure_lpips(parser)  # only for the worst pair's per-frame LPIPS curve
 
 
 def _run_report(args: argparse.Namespace) -> int:
+    from h3bench.bisect.report import is_bisection, write_bisect_report
+
+    if is_bisection(Path(args.bundle)):  # a bisection's directory: the posterior after each probe, the device time
+        found = write_bisect_report(Path(args.bundle), args.out)
+        print(f"report: {found.html}")
+        print(f"summary: {found.summary}")
+        return 0
     # matplotlib, librosa and scikit-image load only for a report.
     from h3bench.report import write_report
 
