@@ -14,7 +14,9 @@ chosen to run at once, one per host), per probe ``probe`` (commit, bundle
 and seal, pairs and their log ratios, the test's decision and likelihood
 ratio, the posterior after the update, the device time it held and the
 total so far; or the reason it was skipped or broken), ``stop`` (why, the
-top three with their mass), ``confirm`` (the claim or not) and ``ledger``.
+top three with their mass), ``confirming`` and ``confirm`` (the claim or
+not; after one that does not confirm, the search goes on), ``ledger`` and
+``end``.
 A campaign's record is appended only after its bundle is sealed; a resume
 reads the log, never runs a campaign whose record it holds, and takes a
 bundle by its seal once (:meth:`BisectionLog.has_seal`): nothing lost,

@@ -32,7 +32,7 @@ from h3bench.evidence import require_verified
 
 __all__ = ["BisectReport", "is_bisection", "write_bisect_report"]
 
-CELL_W, CELL_H, LEFT, TOP = 22, 18, 150, 40
+CELL_W, CELL_H, LEFT, TOP = 22, 18, 210, 40
 
 
 def is_bisection(path: Path) -> bool:
@@ -72,7 +72,7 @@ def _posterior_svg(start: dict[str, Any], rows: list[dict[str, Any]]) -> str:
     for row, record in enumerate(rows):
         y = TOP + CELL_H * row
         parts.append(f'<text x="{LEFT - 6}" y="{y + 13}" font-size="11" text-anchor="end">'
-                     f'{html.escape(str(record["after"]))}</text>')
+                     f'{html.escape(str(record["label"]))}</text>')
         probed = record.get("probed")
         for i, p in enumerate(record["posterior"]):
             x = LEFT + CELL_W * i
@@ -105,13 +105,14 @@ def _device_svg(points: list[tuple[str, float]]) -> str:
 
 
 def _rows(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each posterior record, with the commit its probe measured."""
-    rows, last = [], None
-    for record in records:
-        if record["event"] in ("verify", "probe"):
-            last = record
-        elif record["event"] == "posterior":
-            rows.append({**record, "probed": last["position"] if last and last["event"] == "probe" else None})
+    """The verify and each probe, with the posterior after it, labelled with the commit it measured."""
+    rows = []
+    for r in records:
+        if r["event"] == "verify" and r["reproduced"]:
+            rows.append({**r, "label": "verify", "probed": None})
+        elif r["event"] == "probe":
+            label = f"probe {r['number']}: {r['commit']}" + (f" ({r['status']})" if r["status"] != "measured" else "")
+            rows.append({**r, "label": label, "probed": r["position"]})
     return rows
 
 
@@ -128,7 +129,7 @@ def write_bisect_report(directory: Path, out: str | Path | None = None) -> Bisec
     stop = [r for r in records if r["event"] == "stop"]
     verify = [r for r in records if r["event"] == "verify"]
     device = [(f"{r['event']} {r.get('number', '')}".strip(), float(r["spent_device_s"]) / 3600) for r in records
-              if r["event"] == "posterior"]
+              if r["event"] in ("verify", "probe")]
     lines = [f"# Bisection of {start['spec_name']}: {_outcome(records)}", "",
              f"{len(start['commits']) - 1} commits after {start['commits'][0]}, on {start['on']}; "
              f"spec id {start['spec_id'][:12]}; stop at posterior {start['posterior']}; {start['test']}", ""]

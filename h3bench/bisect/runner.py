@@ -40,7 +40,6 @@ from typing import Any
 
 import numpy as np
 
-from h3bench.bisect import posterior
 from h3bench.bisect.choice import ProbeCosts
 from h3bench.bisect.log import LOG_NAME, BisectionLog
 from h3bench.bisect.probe import DECISIONS, ProbeTest, Step, between_flags, quality_log_lr
@@ -61,8 +60,10 @@ from h3bench.stats.blockstat import block_log_statistics
 from h3bench.verdict.looks import series_blocks
 from h3bench.verdict.verdicts import duration_key
 
-__all__ = ["Bisection", "Observation", "Options", "observe", "observe_bundle", "parse_step", "run_steps", "summary_lines"]
+__all__ = ["Bisection", "Observation", "Options", "observe", "observe_bundle", "parse_step", "summary_lines"]
 
+# A commit's block that ends so is the commit's own failure to start or serve: the commit is skipped. Any
+# other (resource interference: the host's) makes the probe invalid, as a failed block of the good engine does.
 SERVING_FAILURES = {FailureKind.START, FailureKind.REQUEST, FailureKind.ATTENTION, FailureKind.CLEANUP,
                     FailureKind.SHUTDOWN, FailureKind.AUDIT, FailureKind.ERROR}
 INVALID_LIMIT = 2  # a commit whose probe was invalid this often (the good engine's blocks failed) is skipped
@@ -128,7 +129,7 @@ def observe(results: Results, spec: RunSpec) -> Observation:
             continue
         if failure.kind is FailureKind.INTERRUPTED:
             raise UsageError(f"{results.bundle_path}: interrupted at {result.block.id}; resume it first")
-        if result.block.letter == "A" or failure.kind is FailureKind.INTERFERENCE:
+        if result.block.letter == "A" or failure.kind not in SERVING_FAILURES:  # the good engine's, or the host's
             status, reason = "invalid", f"{result.block.id}: {failure.headline}"
         else:
             status, reason = "skipped", f"{result.block.id}: {failure.headline}"
@@ -142,10 +143,10 @@ def observe(results: Results, spec: RunSpec) -> Observation:
     decision = results.decision(duration, candidate)
     speed_outcome, speed = Outcome.INCONCLUSIVE, ""
     interval = None
-    if decision is not None and decision.ratio is not None:
+    if decision is not None and None not in (decision.ratio, decision.lower, decision.upper):
         speed = sequential.REASONS[decision.reason_code] if decision.stop else "continue"
         speed_outcome = decision.outcome
-        interval = (float(decision.ratio), float(decision.lower or 0.0), float(decision.upper or math.inf))
+        interval = (float(decision.ratio or 0.0), float(decision.lower or 0.0), float(decision.upper or 0.0))
     verdict = results.verdicts().get(candidate)
     reasons: tuple[str, ...] = ()
     if verdict is not None and duration_key(duration) in verdict.durations:
@@ -234,12 +235,12 @@ class Bisection:
     def quality_mode(self) -> bool:
         return self.on == "quality"
 
-    def state(self, upto: int | None = None) -> SearchState:
-        """The search as the log's records (before seq ``upto``) leave it."""
+    def state(self, more: Sequence[dict[str, Any]] = ()) -> SearchState:
+        """The search as the log's records leave it (and ``more``, a record about to be appended)."""
         state = SearchState.start(self.n, [e.weight for e in self.table.range])
         invalid: dict[int, int] = {}
         gates = np.zeros(self.n)
-        for record in self.log.read()[:upto]:
+        for record in [*self.log.read(), *more]:
             if record["event"] not in ("verify", "probe"):
                 continue
             j = int(record["position"]) - 1
@@ -259,8 +260,9 @@ class Bisection:
                     state.skipped[j] = f"invalid {invalid[j]} times: {record['reason']}"
             else:
                 state.skip(j, f"{record['status']}: {record['reason']}", device)
-        if self.quality_mode():  # the gates' ratios add up per commit; a ratio counts for every k ≤ j
-            state.evidence = posterior.Evidence(np.zeros(self.n), np.zeros(self.n), np.zeros(self.n))
+        if self.quality_mode():
+            # The gates' ratios are the whole likelihood (no pair of log ratios is kept): each counts for every
+            # culprit at or before its commit, so the prior takes their sums from each k on.
             state.prior = state.prior + np.cumsum(gates[::-1])[::-1]
         return state
 
@@ -409,7 +411,6 @@ class Bisection:
             reproduced = seen.quality is Outcome.FAIL
             why = (f"{seen.failing} of {seen.matched} matched pairs fail a gate" if reproduced else
                    f"the bad engine's outputs pass every gate ({seen.matched} matched pairs)")
-            log_lr = 0.0
         else:
             reproduced = seen.speed == sequential.REASONS[sequential.FAILED] and seen.status == "measured"
             if seen.status != "measured":
@@ -418,7 +419,6 @@ class Bisection:
                 why = "the bad engine is slower than the good one at the campaign's own levels"
             else:
                 why = f"the step does not reproduce at the campaign's own levels ({seen.speed or 'no decision'})"
-            log_lr = 0.0
         step = None
         if not self.quality_mode() and len(seen.log_ratios) >= 2:
             try:
@@ -428,14 +428,15 @@ class Bisection:
                         "pairs": found.pairs}
             except UsageError:
                 step = None
-        record = self.log.append("verify", **common, reproduced=reproduced, why=why, step=step,
-                                 interval=seen.interval, speed=seen.speed, speed_reasons=list(seen.reasons),
-                                 log_lr=log_lr)
-        if reproduced:
-            state = self.state()
-            self.log.append("posterior", after="verify", posterior=_rounded(state.probs),
-                            spent_device_s=state.spent_device_s)
-        return record
+        fields = {**common, "reproduced": reproduced, "why": why, "step": step, "interval": seen.interval,
+                  "speed": seen.speed, "speed_reasons": list(seen.reasons), "log_lr": 0.0}
+        return self._append("verify", fields)
+
+    def _append(self, event: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """Append a verify or probe record with the posterior after it and the device time spent by then."""
+        after = self.state([{"event": event, **fields}])
+        return self.log.append(event, **fields, posterior=_rounded(after.probs),
+                               spent_device_s=after.spent_device_s)
 
     def _take_probe(self, seen: Observation, common: dict[str, Any], number: int) -> dict[str, Any]:
         j = int(common["position"]) - 1
@@ -455,12 +456,8 @@ class Bisection:
             between = bool(between_flags(x, len(x), float(step)))
         elif seen.status == "measured":
             common["status"], common["reason"] = "invalid", "no complete AB/BA pair was measured"
-        record = self.log.append("probe", number=number, **common, decision=decision, log_lr=log_lr,
-                                 between=between)
-        after = self.state()
-        self.log.append("posterior", after=f"probe {number}", posterior=_rounded(after.probs),
-                        spent_device_s=after.spent_device_s)
-        return record
+        return self._append("probe", {"number": number, **common, "decision": decision, "log_lr": log_lr,
+                                      "between": between})
 
     def _take_confirm(self, seen: Observation, common: dict[str, Any]) -> dict[str, Any]:
         if self.quality_mode():
@@ -647,11 +644,11 @@ def summary_lines(bisection: Bisection) -> list[str]:
     for r in records:
         if r["event"] in ("verify", "probe", "confirm"):
             out.append("  " + _record_line(r).removeprefix("h3bench bisect: "))
-        elif r["event"] == "posterior" and r["after"] != "verify":
-            probs = np.asarray(r["posterior"])
-            k = int(np.argmax(probs))
-            out.append(f"    posterior: {engine(spec, k + 1).commit} {probs[k]:.3f}; "
-                       f"{r['spent_device_s'] / 3600:.2f} device-h spent")
+            if r["event"] == "probe":
+                probs = np.asarray(r["posterior"])
+                k = int(np.argmax(probs))
+                out.append(f"    posterior: {engine(spec, k + 1).commit} {probs[k]:.3f}; "
+                           f"{r['spent_device_s'] / 3600:.2f} device-h spent")
         elif r["event"] == "stop":
             top = ", ".join(f"{t['commit']} {t['mass']:.3f}" for t in r["top"])
             out.append(f"  stopped: {r['reason']}; top three: {top}")
@@ -666,11 +663,6 @@ def summary_lines(bisection: Bisection) -> list[str]:
                    ": the range may hold more than one change")
     out.append(f"bisection: {bisection.outcome()}")
     return out
-
-
-def run_steps(bisection: Bisection, steps: Sequence[tuple[Kind, int, int]]) -> list[Path]:
-    """Run the given steps here (``--run``), one bundle each."""
-    return [bisection.run_step(kind, position, number) for kind, position, number in steps]
 
 
 def parse_step(text: str) -> tuple[Kind, int]:

@@ -101,7 +101,7 @@ def run_bisect(args: argparse.Namespace) -> int:
     if (args.run or args.take) and args.bisection is None:
         raise UsageError("--run and --take continue a bisection: give its directory with --resume DIR")
     chosen = Options(settings.evidence_root, args.bisection, settings.lpips_dir, settings.lpips_device,
-                     settings.allow_unpinned, None, settings.progress_interval_s, args.ledger, args.on)
+                     settings.allow_unpinned, settings.device_lock, settings.progress_interval_s, args.ledger, args.on)
     with interrupts.installed():
         bisection = Bisection.open(settings.runspec, chosen)
         print(f"bisection: {bisection.directory}", flush=True)
