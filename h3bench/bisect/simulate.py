@@ -17,7 +17,10 @@ One row per simulated search, every step vectorised over the rows:
    :func:`h3bench.bisect.search.named_group` names a group, the budget is spent, or
    no probe is worth running;
 3. **confirm**: the named group's parent against its last commit, judged like
-   the verify; FAIL ("slower") makes the claim.
+   the verify; FAIL ("slower") makes the claim; a confirm that does not
+   confirm sends the search back to its probes at a higher posterior
+   (:func:`h3bench.bisect.search.threshold_after`), up to
+   :data:`~h3bench.bisect.search.CONFIRMS` confirms.
 
 Device time is priced as :mod:`h3bench.plan.devicetime` prices a campaign
 (:class:`~h3bench.plan.devicetime.ArmCost`: start, stop, warmup, measured

@@ -25,6 +25,15 @@ def measured(b: Bisection, event: str, position: int, x: list[float], **more: ob
                  final_sha256=f"{event}{position}{len(b.log.read())}", log_lr=0.0, **more)
 
 
+def probe_until_confirm(b: Bisection) -> list:
+    """Give every probe the search chooses pairs at its level (the step from s11 on), until it asks for more."""
+    while (steps := b.next_round())[0][0] == "probe":
+        _, position, number = steps[0]
+        level = 0.11 if position >= 11 else 0.0
+        measured(b, "probe", position, [level + 0.004, level - 0.003], number=number)
+    return steps
+
+
 def test_it_verifies_first_then_probes_the_middle_then_stops_and_confirms(tmp_path):
     b = bisection(tmp_path)
     assert b.next_round() == [("verify", 17, 0)]
@@ -34,22 +43,14 @@ def test_it_verifies_first_then_probes_the_middle_then_stops_and_confirms(tmp_pa
     assert b.next_round(3) == [("probe", 8, 1), ("probe", 11, 2), ("probe", 5, 3)]
     for position, level in ((8, 0.0), (11, 0.11), (5, 0.0)):
         measured(b, "probe", position, [level + 0.003, level - 0.002], number=len(b.records("probe")) + 1)
-    while (steps := b.next_round())[0][0] == "probe":  # the pairs say: the culprit is s11
-        kind, position, number = steps[0]
-        level = 0.11 if position >= 11 else 0.0
-        measured(b, "probe", position, [level + 0.004, level - 0.003], number=number)
-    assert steps == [("confirm", 11, 1)]
+    assert probe_until_confirm(b) == [("confirm", 11, 1)]  # the pairs say: the culprit is s11
     (stop,) = b.records("stop")
     assert stop["named"] == [11, 11] and stop["mass"] >= 0.95 and stop["top"][0]["commit"] == "s11"
     assert b.records("confirming")[0]["parent"] == 10
     # The confirm does not confirm: the search goes on at posterior 0.99, then confirms again.
     b.log.append("confirm", position=11, number=1, status="measured", claim=False, final_sha256="c1",
                  device_s=10.0)
-    while (steps := b.next_round())[0][0] == "probe":
-        kind, position, number = steps[0]
-        level = 0.11 if position >= 11 else 0.0
-        measured(b, "probe", position, [level + 0.004, level - 0.003], number=number)
-    assert steps == [("confirm", 11, 2)] and b.records("stop")[-1]["posterior"] == pytest.approx(0.99)
+    assert probe_until_confirm(b) == [("confirm", 11, 2)] and b.records("stop")[-1]["posterior"] == pytest.approx(0.99)
     b.log.append("confirm", position=11, number=2, status="measured", claim=False, final_sha256="c2",
                  device_s=10.0)
     assert b.next_round() == [] and b.outcome() == "not confirmed" and b.claimed() == []
