@@ -261,7 +261,10 @@ def _research_lines(spec: RunSpec, document: VerdictDocument, profiles: Sequence
     accepted = document.accepted
     if accepted is not None:
         for name, item in accepted.candidates.items():
-            lines.append(f"candidate {name}: {'accepted' if item.accepted else 'rejected'}: {'; '.join(item.reasons)}")
+            # A candidate not judged here (a shard alone) is neither accepted nor rejected: its reason says so.
+            unjudged = not item.accepted and bool(item.reasons) and item.reasons[0].startswith("not judged")
+            word = "" if unjudged else "accepted: " if item.accepted else "rejected: "
+            lines.append(f"candidate {name}: {word}{'; '.join(item.reasons)}")
         if accepted.final is not None:  # without a final combination there is no campaign to accept
             lines.append(f"campaign acceptance (final {accepted.final}): "
                          f"{'ACCEPTED' if accepted.accepted else 'NOT accepted'}: {'; '.join(accepted.reasons)}")

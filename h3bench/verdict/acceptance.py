@@ -11,7 +11,10 @@ its held-out verdict is PASS at every duration. The campaign is accepted only
 when the spec names a ``final`` combination, that arm is accepted, and its
 direct comparison with the ``original_baseline`` passed at every duration.
 A DIAGNOSTIC run accepts nothing, and neither does a selection (``-m``,
-``-k``, ``--arm``): acceptance needs every workload of every arm.
+``-k``, ``--arm``): acceptance needs every workload of every arm. A shard of
+a campaign over several hosts (``--shard I/N``) is not judged alone: it
+covers its host's pairs only, and the campaign is judged by ``h3bench pool``
+over every shard (:func:`shard_alone` says so, in place of a rejection).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from h3bench.outcome import Outcome
 from h3bench.runspec import RunSpec
 from h3bench.runspec.schedule import series_of
+from h3bench.runspec.shards import Shard
 from h3bench.verdict.verdicts import (
     DIAGNOSTIC_VERDICT,
     Acceptance,
@@ -31,7 +35,7 @@ from h3bench.verdict.verdicts import (
     key_marker,
 )
 
-__all__ = ["acceptance", "heldout_candidates"]
+__all__ = ["acceptance", "heldout_candidates", "shard_alone"]
 
 
 def heldout_candidates(spec: RunSpec, verdicts: Mapping[str, CandidateVerdict]) -> list[str]:
@@ -50,6 +54,11 @@ def _direct_series(spec: RunSpec) -> str:
 
 def _not_selected(keys: Sequence[str]) -> str:
     return "partial run: " + ", ".join(map(key_marker, keys)) + " not selected"
+
+
+def shard_alone(index: int, count: int) -> str:
+    """What a shard's acceptance says: neither accepted nor rejected, and what to do."""
+    return f"not judged alone: shard {index} of {count}; pool the shards with h3bench pool"
 
 
 def _candidate(spec: RunSpec, name: str, verdict: CandidateVerdict | None, heldout: Mapping[str, HeldoutVerdict],
@@ -80,8 +89,17 @@ def _candidate(spec: RunSpec, name: str, verdict: CandidateVerdict | None, heldo
 
 def acceptance(spec: RunSpec, verdicts: Mapping[str, CandidateVerdict],
                heldout: Mapping[str, Mapping[str, HeldoutVerdict]], *, diagnostic: bool,
-               not_selected: Mapping[str, Sequence[str]] | None = None) -> Acceptance:
-    """Each candidate's acceptance, and the campaign's: the final combination against the original baseline."""
+               not_selected: Mapping[str, Sequence[str]] | None = None,
+               shard: Shard | None = None) -> Acceptance:
+    """Each candidate's acceptance, and the campaign's: the final combination against the original baseline.
+
+    ``shard``: a shard run alone, which accepts and rejects nothing (:func:`shard_alone`).
+    """
+    if shard is not None:
+        alone = (shard_alone(shard.index, shard.count),
+                 *([f"{DIAGNOSTIC_VERDICT}: a diagnostic run accepts nothing"] if diagnostic else []))
+        return Acceptance(spec.final, False, alone, {name: CandidateAcceptance(False, alone)
+                                                     for name in spec.candidates})
     skipped = not_selected or {}
     candidates = {name: _candidate(spec, name, verdicts.get(name), heldout.get(name, {}), diagnostic,
                                    skipped.get(name, ()))

@@ -222,3 +222,28 @@ def test_held_out_seeds_catch_a_fault_that_the_formal_seed_cannot(pytester: pyte
     assert document is not None and results.verdicts() == document.candidates
     assert acceptance(results.spec, document.candidates, document.heldout, diagnostic=False) == document.accepted
     assert acceptance(results.spec, document.candidates, document.heldout, diagnostic=True).accepted is False
+
+
+def test_a_shard_alone_is_neither_accepted_nor_rejected(tmp_path: Path) -> None:
+    """Issue 37: one shard's summary ended "candidate clean: rejected: formal verdict INCONCLUSIVE"."""
+    from dataclasses import replace
+
+    from h3bench.runspec.shards import Shard
+    from tests_unit.bundlesim import npu_spec, write_bundle
+
+    spec = npu_spec(clean={})
+    path = write_bundle(tmp_path, spec, lambda block, index: 100.0 if block.arm == "baseline" else 99.9,
+                        started_at="2026-11-20T10:00:00.000Z")
+    document = VerdictDocument.read(Bundle.open(path))
+    assert document is not None and document.candidates["clean"].outcome.value == "INCONCLUSIVE"
+    whole = acceptance(spec, document.candidates, {}, diagnostic=False)
+    alone = acceptance(spec, document.candidates, {}, diagnostic=False, shard=Shard(1, 2))
+
+    lines = summary_lines(spec, replace(document, accepted=alone), bundle=path)
+
+    assert "candidate clean: not judged alone: shard 1 of 2; pool the shards with h3bench pool" in lines
+    assert not any("rejected" in line for line in lines)
+    assert not alone.candidates["clean"].accepted and alone.reasons == alone.candidates["clean"].reasons
+    # The campaign itself, judged whole on the same figures, rejects it.
+    assert "candidate clean: rejected: formal verdict INCONCLUSIVE" in summary_lines(
+        spec, replace(document, accepted=whole), bundle=path)
