@@ -10,8 +10,8 @@ claim: a formal campaign, the group's parent against its last commit,
 confirms it (:mod:`h3bench.bisect.runner`), and only that verdict enters the
 ledger. A confirm that does not confirm sends the search back to its probes
 until a group holds 0.99 (:func:`threshold_after`), then one more confirm
-(:data:`CONFIRMS`): most such searches had named the right commit and a
-noisy confirm missed it, and the second look costs only those searches.
+(:data:`CONFIRMS`): a confirm that missed a true step, or a named commit that
+was wrong, gets a second look that costs only those searches.
 
 :class:`SearchState` is the live search's state, rebuilt from the
 bisection log on ``--resume``; the simulated searches keep the same arrays,
