@@ -17,6 +17,8 @@
                                      the fan-in of a campaign over several hosts (see h3bench.cli.pool)
     h3bench ledger add BUNDLE | show | verify [--bundles DIR] [--ledger FILE]
                                      the hash-chained ledger of candidates (see h3bench.ledger.chain)
+    h3bench bisect --runspec FILE [--evidence-dir DIR] [--resume DIR] [--on speed|quality] [--ledger FILE]
+                                     from a regression to its culprit commit (see h3bench.cli.bisect)
     h3bench history DIR... [--html FILE] [--json]
                                      baseline medians across campaigns, with flagged steps
     h3bench export BUNDLE [--format bmf|github-benchmark|json] [--out FILE]
@@ -54,6 +56,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 def _numpy_without_blas_workers() -> None:
@@ -78,6 +81,7 @@ def _numpy_without_blas_workers() -> None:
 _numpy_without_blas_workers()
 
 from h3bench import __version__, media, quality  # noqa: E402
+from h3bench.cli import bisect as cli_bisect  # noqa: E402
 from h3bench.cli import campaign as cli_campaign  # noqa: E402
 from h3bench.cli import export as cli_export  # noqa: E402
 from h3bench.cli import ledger as cli_ledger  # noqa: E402
@@ -319,7 +323,7 @@ def _run_validate(args: argparse.Namespace) -> int:
 
 
 def _configure_report(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("bundle", help="an evidence bundle directory")
+    parser.add_argument("bundle", help="an evidence bundle directory, or a bisection's directory")
     parser.add_argument("--out", metavar="DIR",
                         help="directory for report.html and summary.md (default: <bundle's parent>/reports/<bundle name>)")
     parser.add_argument("--step-summary", metavar="FILE",
@@ -331,6 +335,24 @@ def _configure_report(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_report(args: argparse.Namespace) -> int:
+    from h3bench.bisect.report import is_bisection, write_bisect_report
+    from h3bench.report.markdown import STEP_SUMMARY_BYTES, fit_summary
+
+    if is_bisection(Path(args.bundle)):  # a bisection's directory: the posterior after each probe, the device time
+        written: Any = write_bisect_report(Path(args.bundle), args.out)
+    else:  # matplotlib and scikit-image load only for a report
+        from h3bench.report import write_report
+
+        written = write_report(_bundle_dir(args.bundle), args.out, lpips_dir=args.h3_lpips_dir,
+                               lpips_device=args.h3_lpips_device)
+    print(f"report: {written.html}")
+    print(f"summary: {written.summary}")
+    if args.step_summary:
+        summary = Path(args.step_summary)
+        room = STEP_SUMMARY_BYTES - (summary.stat().st_size if summary.is_file() else 0)
+        with summary.open("a", encoding="utf-8") as out:
+            out.write(fit_summary(Path(written.summary).read_text(encoding="utf-8"), max(0, room), args.artifact_url))
+    return 0
     # matplotlib and scikit-image load only for a report.
     from h3bench.report import write_report
     from h3bench.report.markdown import STEP_SUMMARY_BYTES, fit_summary
@@ -368,6 +390,8 @@ SUBCOMMANDS: dict[str, Subcommand | Passthrough] = {
                        cli_pool.configure_pool, cli_pool.run_pool),
     "ledger": Subcommand("the append-only, hash-chained ledger of candidates: add a bundle, show, verify",
                          cli_ledger.configure_ledger, cli_ledger.run_ledger),
+    "bisect": Subcommand("search a regression's culprit among the engine commits of a spec's [bisect] range",
+                         cli_bisect.configure_bisect, cli_bisect.run_bisect),
     "history": Subcommand("the baseline's E2E medians across campaigns, with flagged step changes",
                           cli_ledger.configure_history, cli_ledger.run_history),
     "export": Subcommand("a verified bundle's results as Bencher's BMF, github-action-benchmark's JSON or h3bench's",

@@ -134,6 +134,11 @@ def run_plan(args: argparse.Namespace) -> int:
                      evidence_root=settings.evidence_root)
     for line in plan_lines(plan):
         print(line)
+    if spec.bisect is not None:  # a bisection: its range, and what the search costs (simulated at the hints)
+        from h3bench.bisect.plan import plan_lines as bisect_lines
+
+        for line in bisect_lines(spec):
+            print(line)
     if args.shards:
         from h3bench.plan.estimate import shard_lines
 
