@@ -10,9 +10,10 @@ B.mp4: two short clips; FILE, DIR, SPEC, EVIDENCE, POOLED: paths of the right ki
   checks that it does;
 - ``pytest ...`` is collected in the repository (``--collect-only``): the options, the spec, the
   selection and every refusal are decided there, before any server starts;
-- ``h3bench run``, ``pool``, ``sim`` and ``bisect`` start servers or campaigns: their command lines are
-  parsed by h3bench's own parser (the campaign options are the ones ``pytest`` and ``h3bench plan``
-  take, which run here for real);
+- ``h3bench run``, ``pool``, ``sim`` and ``bisect`` start servers or campaigns, and a command on a
+  bisection's directory (BISECTION) needs a search first: their command lines are parsed by h3bench's
+  own parser (the campaign options are the ones ``pytest`` and ``h3bench plan`` take, which run here
+  for real; ``tests_unit/bisect/`` runs the search and its report);
 - every other ``h3bench`` command runs for real, and must neither be refused as a usage error nor
   print a traceback.
 """
@@ -47,11 +48,12 @@ H3BENCH = shutil.which("h3bench", path=str(Path(sys.executable).parent)) or "h3b
 
 
 def commands() -> list[tuple[str, str]]:
-    """(page, line) of every command of every bash block."""
+    """(page, line) of every command of every bash block; a line ending in a backslash goes on on the next."""
     found = []
     for page in PAGES:
         for block in re.findall(r"```bash\n(.*?)```", page.read_text(encoding="utf-8"), re.S):
-            found += [(page.relative_to(REPO).as_posix(), line.strip()) for line in block.splitlines()
+            joined = re.sub(r"\\\n\s*", " ", block)
+            found += [(page.relative_to(REPO).as_posix(), line.strip()) for line in joined.splitlines()
                       if line.strip() and not line.strip().startswith("#")]
     return found
 
@@ -146,7 +148,7 @@ def test_the_command_runs_or_says_it_needs_an_npu(page, line, places, tmp_path):
         argv = fill(variant, places)
         if argv[0] == "pytest":
             _collects(argv, places, tmp_path)
-        elif argv[0] == "h3bench" and argv[1] in PARSED_ONLY:
+        elif argv[0] == "h3bench" and (argv[1] in PARSED_ONLY or "BISECTION" in argv):
             _parses(argv)
         elif argv[0] == "h3bench":
             _runs(argv, places, tmp_path)
