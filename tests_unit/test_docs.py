@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -102,7 +103,7 @@ def places(tmp_path_factory) -> dict[str, str]:
 def fill(command: str, places: dict[str, str]) -> list[str]:
     """The command's words with its placeholders replaced by real paths."""
     root = Path(places["ROOT"])
-    words = command.split()
+    words = shlex.split(command)  # a quoted option (bisect's --launcher) is one word, as the shell makes it
     out = []
     for i, word in enumerate(words):
         before = words[i - 1] if i else ""
@@ -139,12 +140,12 @@ def test_the_command_runs_or_says_it_needs_an_npu(page, line, places, tmp_path):
         return  # shown for an NPU host; nothing here can run it
     words = command.split()
     if words[:2] == ["./dev", "h3bench"]:  # the command-line tool from the project's environment
-        words = words[1:]
+        command = command.removeprefix("./dev").lstrip()
     elif any(command.startswith(prefix) for prefix in BY_CI):
         ci = (REPO / ".ci" / "run").read_text()
         assert " ".join(words[:2]) in ci, f"{page}: {command} is neither run by .ci/run nor marked: {NPU}"
         return
-    for variant in variants(" ".join(words)):
+    for variant in variants(command):
         argv = fill(variant, places)
         if argv[0] == "pytest":
             _collects(argv, places, tmp_path)

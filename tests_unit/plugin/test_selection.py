@@ -103,7 +103,8 @@ def test_a_candidate_only_run_names_the_newest_stored_baseline_to_add(pytester):
 def test_a_one_workload_run_judges_that_workload_and_says_the_other_was_not_selected(pytester):
     spec = write_campaign(pytester.path, durations=(5, 15), protocol={"audit": False})
 
-    result = run_campaign(pytester, spec, "tests_perf", "tests_quality", "-m", "ref2va_5s", "--benchmark-disable", "-v")
+    result = run_campaign(pytester, spec, "tests_perf", "tests_quality", "-m", "ref2va_5s", "--benchmark-disable", "-v",
+                          report=True)
 
     assert result.ret == pytest.ExitCode.OK
     # Nothing was rejected: the run judged 5 s and says that 15 s is not judged, on one screen and in -v.

@@ -129,7 +129,8 @@ def test_the_campaign_summary_ends_with_the_report_written_beside_the_sealed_bun
 def test_the_end_of_a_campaign_is_one_screen_per_candidate_and_duration(run):
     # A real campaign whose candidate fails its video gates: its screen says so with the failing values, in at
     # most six lines, and points to -v, summary.md and the report for every other reason.
-    summary = run.stdout[run.stdout.index("h3bench campaign summary"):].splitlines()[1:]
+    after = run.stdout[run.stdout.index("h3bench campaign summary"):].splitlines()[1:]
+    summary = list(itertools.takewhile(lambda line: not line.startswith("==="), after))  # pytest's own lines follow
     heads = [i for i, line in enumerate(summary) if line.startswith(f"{CANDIDATE} 5s vs baseline: ")]
     assert len(heads) == 1, summary
     block = [summary[heads[0]], *itertools.takewhile(lambda line: line.startswith("  "), summary[heads[0] + 1:])]

@@ -161,7 +161,7 @@ def test_durations_run_in_order_of_cost_by_their_hints():
     assert run_order(with_protocol(spec, durations_in_order_of_cost=False)) == tuple(spec.workload.durations)
 
 
-@pytest.mark.parametrize("design, anchors", [("sequential", 7), ("fixed", 6)])
+@pytest.mark.parametrize("design, anchors", [(DesignMode.SEQUENTIAL, 7), (DesignMode.FIXED, 6)])
 def test_unset_the_anchored_order_has_the_anchors_the_lossless_test_needs_to_decide(sim, design, anchors):
     # With the lossless test on, a candidate-only run's controls are today's anchors only: two (BABBAB) can never
     # decide. Unset, the order has the fewest anchors that can at every duration's level: 0.01 at 5 s in the
