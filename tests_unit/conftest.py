@@ -16,6 +16,26 @@ from tests_unit import mediagen
 pytest_plugins = ["pytester"]
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under ``--dist loadgroup``, suffix each item's id with its ``xdist_group``, as xdist means to.
+
+    xdist 3.8 names an item's group by rewriting ``item._nodeid``, which pytest 9.2 no longer reads (a node's
+    id is ``_id``). Without this, a group's tests spread over the workers and a module fixture that runs a
+    campaign runs once per test instead of once.
+    """
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import coerce_node_id
+
+    for item in items:
+        groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                         for m in item.iter_markers("xdist_group")})
+        suffix = "@" + "_".join(groups)
+        if groups and not item.nodeid.endswith(suffix):
+            item._id = coerce_node_id(item.nodeid + suffix)  # type: ignore[attr-defined]
+
+
 @pytest.fixture(scope="session")
 def ffmpeg_exe() -> str:
     """The static ffmpeg from the imageio-ffmpeg wheel: the oracle for SSIM and PSNR."""

@@ -117,7 +117,7 @@ def fill(command: str, places: dict[str, str]) -> list[str]:
             out.append(str(REPO / word))
         elif word in ("FILE", "DIR", "DIR..."):
             kind = {"--ledger": "ledger.jsonl", "--html": "history.html", "--out": "out.json", "--runspec":
-                    places["SPEC"]}.get(before)
+                    places["SPEC"]}.get(before) if word == "FILE" else None  # a DIR is a fresh directory
             if before == "probe":
                 out.append(places["A.mp4"])
             elif word == "DIR..." or before == "--bundles":

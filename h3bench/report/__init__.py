@@ -9,8 +9,10 @@ pictures, :mod:`~h3bench.report.page` writes the HTML and
 
 The report never writes into the bundle (bundles are append-only and
 sealed): by default it goes to ``<bundle's parent>/reports/<bundle name>/``.
-matplotlib and scikit-image are imported only here, so the pytest
-plugin and the command line stay light to import.
+matplotlib is imported only when a report is written (inside
+:func:`write_report`): the pytest plugin imports
+:mod:`~h3bench.report.terminal` from this package for every campaign, most
+of which write no report.
 """
 
 from __future__ import annotations
@@ -23,11 +25,6 @@ from pathlib import Path
 from h3bench.errors import UsageError
 from h3bench.evidence.files import now, replace_atomic
 from h3bench.metrics.lpips_weights import DIR_ENV as LPIPS_DIR_ENV
-from h3bench.report import figures as charts
-from h3bench.report.contents import read_contents
-from h3bench.report.markdown import render_summary
-from h3bench.report.page import render_page
-from h3bench.report.pictures import worst_pair_pictures
 
 __all__ = ["REPORTS_DIR", "ReportFiles", "default_out", "write_report"]
 
@@ -83,6 +80,12 @@ def write_report(
         Not a bundle, a bundle that does not verify (the message names the
         files), or an ``out`` inside the bundle.
     """
+    from h3bench.report import figures as charts  # matplotlib: only where a report is drawn
+    from h3bench.report.contents import read_contents
+    from h3bench.report.markdown import render_summary
+    from h3bench.report.page import render_page
+    from h3bench.report.pictures import worst_pair_pictures
+
     started = time.perf_counter()
     out_dir = Path(out) if out is not None else default_out(bundle)
     if out_dir.absolute().resolve().is_relative_to(Path(bundle).absolute().resolve()):

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from h3bench.evidence import Bundle
+from h3bench.report.contents import read_contents
+from h3bench.report.markdown import render_summary
 from h3bench.report.terminal import screen_lines
 from h3bench.runspec import parse_runspec
 from h3bench.verdict.verdicts import VerdictDocument
@@ -103,8 +105,7 @@ def test_a_candidate_only_run_names_the_newest_stored_baseline_to_add(pytester):
 def test_a_one_workload_run_judges_that_workload_and_says_the_other_was_not_selected(pytester):
     spec = write_campaign(pytester.path, durations=(5, 15), protocol={"audit": False})
 
-    result = run_campaign(pytester, spec, "tests_perf", "tests_quality", "-m", "ref2va_5s", "--benchmark-disable", "-v",
-                          report=True)
+    result = run_campaign(pytester, spec, "tests_perf", "tests_quality", "-m", "ref2va_5s", "--benchmark-disable", "-v")
 
     assert result.ret == pytest.ExitCode.OK
     # Nothing was rejected: the run judged 5 s and says that 15 s is not judged, on one screen and in -v.
@@ -119,7 +120,7 @@ def test_a_one_workload_run_judges_that_workload_and_says_the_other_was_not_sele
     verdict = json.loads((bundle / "verdict.json").read_text())
     assert list(verdict["candidates"]["clean"]["durations"]) == ["5s"]
     assert verdict["not_selected"] == {"clean": ["15s"]}
-    summary = next((pytester.path / "evidence" / "reports").glob("*/summary.md")).read_text()
+    summary = render_summary(read_contents(bundle), pytester.path / "report.html")  # summary.md, without the figures
     assert "### 5 s" in summary and "### 15 s" not in summary and "clean: ref2va_15s not selected" in summary
 
 

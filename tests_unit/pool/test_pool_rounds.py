@@ -28,7 +28,7 @@ from tests_unit.course_replay import live_codes, planned_blocks, replay
 from tests_unit.pool.test_campaign_engines import ROUND_COMMAND
 from tests_unit.pool.test_pool import LOOK_COMMAND, SHARD_COMMAND, _env, command
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pool-rounds")]  # its module fixture runs once
 
 SHARDS = 2
 
