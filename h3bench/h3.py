@@ -15,8 +15,11 @@ diffusion pipeline profiler:
   (``diffusion/profiler/diffusion_pipeline_profiler.py``); repeated calls are
   summed, and the VAE ``decode_latent`` calls nest inside ``decode``. In
   request mode, the default, six keys are reported (:data:`STAGE_KEYS`):
-  ``denoise_step`` is recorded under ``diffuse``'s key, and ``post_decode``
-  appears only with step execution. MP4 muxing has no key.
+  ``denoise_step`` is recorded under ``diffuse``'s key, and ``prepare_encode``
+  and ``post_decode`` appear only with step execution. MP4 muxing has no key.
+  Upstream's API layer merges its own timings into the same dict, in
+  milliseconds and without a dot (:data:`PIPELINE_TIMING_KEYS`:
+  ``queue_wait_ms``, ``stage_0_gen_ms``; ``entrypoints/omni_base.py``).
 
 The simulator, the gates, the audio metric, the client, the plugin's workload
 markers and the expected-duration checks all take these from here.
@@ -49,6 +52,7 @@ __all__ = [
     "METRICS_PATH",
     "MIN_SECONDS",
     "NUM_INFERENCE_STEPS",
+    "PIPELINE_TIMING_KEYS",
     "PREFIX",
     "REQUESTS_FAILED",
     "REQUESTS_SUCCESS",
@@ -94,6 +98,9 @@ STAGE_KEYS = tuple(
         "audio_vae.decode_latent",
     )
 )
+# What vLLM-Omni's API layer adds to every stage_durations (entrypoints/omni_base.py: the orchestrator's queue wait
+# and each stage's generation time), in milliseconds and without a class prefix.
+PIPELINE_TIMING_KEYS = ("queue_wait_ms", "stage_0_gen_ms")
 # Methods that do not nest inside one another: E2E minus their sum is mux and transfer.
 # post_decode is one of them when step execution reports it.
 TOP_LEVEL_STAGES = ("encode_prompt", "_encode_local_media", "diffuse", "decode", "post_decode")

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from h3bench import media
 from h3bench.errors import RequestError, UsageError
-from h3bench.h3 import STAGE_KEYS, mux_and_transfer_s
+from h3bench.h3 import PIPELINE_TIMING_KEYS, STAGE_KEYS, mux_and_transfer_s
 from h3bench.run.client import (
     GenerationRequest,
     Reference,
@@ -236,7 +236,7 @@ def test_async_generation_against_the_simulator(files, request_with_refs, tmp_pa
             result = client.generate_async(request, tmp_path / "out.mp4")
     srv.verify_exited().check()
     assert result.model == MODEL and result.request_id.startswith("video_gen_")
-    assert set(result.stage_durations) == set(STAGE_KEYS)  # request mode: no denoise_step, no post_decode
+    assert set(result.stage_durations) == {*STAGE_KEYS, *PIPELINE_TIMING_KEYS}  # request mode: no post_decode
     assert result.mux_and_transfer_s is not None and result.e2e_s >= result.inference_time_s
     info = media.probe(result.output_path)
     assert (info.video.frames, info.video.width, info.video.height) == (107, 256, 160)  # 4 s → 17n+5 frames
