@@ -149,15 +149,16 @@ def _probe_phase(engine: str, work: Path) -> tuple[Comparison, list[ServerFacts]
     return comparison, facts, {"probes_s": probes_s, "client": client}
 
 
-def _client_phase(url: str, work: Path) -> dict[str, Any]:
-    """h3bench's client in both request modes against upstream's app; each output must have H3's shape."""
+def _client_phase(url: str, work: Path, *, inputs: ProbeInputs = INPUTS, model: str = "MiniMaxAI/MiniMax-H3",
+                  timeout: float = 120) -> dict[str, Any]:
+    """h3bench's client in both request modes against upstream's server; each output must have H3's shape."""
     from h3bench.quality.expected import expected_duration_checks
     from h3bench.run.client import GenerationRequest, Reference, VideoClient
 
-    request = GenerationRequest(prompt=INPUTS.prompt, duration_s=4.0, size=INPUTS.size, num_inference_steps=4,
-                                references=(Reference.from_path(INPUTS.video), Reference.from_path(INPUTS.audio)))
+    request = GenerationRequest(prompt=inputs.prompt, duration_s=4.0, size=inputs.size, num_inference_steps=4,
+                                references=(Reference.from_path(inputs.video), Reference.from_path(inputs.audio)))
     results: dict[str, Any] = {}
-    with VideoClient(url, model="MiniMaxAI/MiniMax-H3", timeout=120) as client:
+    with VideoClient(url, model=model, timeout=timeout) as client:
         for mode, generate in (("sync", client.generate_sync), ("async", client.generate_async)):
             result = generate(request, work / f"client-{mode}.mp4")
             failed = [check for check in expected_duration_checks(result.output_path, 4.0) if check.status.value != "pass"]
@@ -171,18 +172,18 @@ def _client_phase(url: str, work: Path) -> dict[str, Any]:
                                          f"(got {sorted(result.stage_durations)})", phase="client")
             results[mode] = {"e2e_s": result.e2e_s, "inference_time_s": result.inference_time_s,
                              "request_id": result.request_id, "model": result.model, "size_bytes": result.size_bytes,
-                             "stages": sorted(result.stage_durations)}
+                             "stages": sorted(result.stage_durations), "stage_durations": result.stage_durations}
             _say(f"client {mode}: {result.request_id} in {result.e2e_s:.3f} s, {result.size_bytes} bytes, "
                  f"stages {len(result.stage_durations)}, H3's expected-duration checks pass")
     return results
 
 
-def _campaign_phase(engine: str, work: Path) -> dict[str, Any]:
-    """``h3bench run`` on the conformance RunSpec, then ``h3bench verify`` on its bundle."""
+def _campaign_phase(engine: str, work: Path, spec: Path = CAMPAIGN_SPEC) -> dict[str, Any]:
+    """``h3bench run`` on a conformance RunSpec, which must end with PASS, then ``h3bench verify`` on its bundle."""
     evidence = work / "evidence"
     env = {**os.environ, ENGINE_ENV: engine}
     start = time.perf_counter()
-    run = subprocess.run([sys.executable, "-m", "h3bench.cli", "run", "--runspec", str(CAMPAIGN_SPEC),
+    run = subprocess.run([sys.executable, "-m", "h3bench.cli", "run", "--runspec", str(spec),
                           "--evidence-dir", str(evidence)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          text=True, check=False, cwd=REPO_ROOT)
     seconds = time.perf_counter() - start
@@ -191,7 +192,7 @@ def _campaign_phase(engine: str, work: Path) -> dict[str, Any]:
     bundles = sorted(p for p in evidence.iterdir() if p.is_dir()) if evidence.is_dir() else []
     if run.returncode != 0 or len(bundles) != 1:
         verdict = {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE"}.get(run.returncode, f"exit code {run.returncode}")
-        raise ConformanceFailure(f"the campaign on upstream's app ended {verdict}, not PASS "
+        raise ConformanceFailure(f"the campaign {spec.name} ended {verdict}, not PASS "
                                  f"({len(bundles)} bundle(s)); log {work / 'campaign.log'}:\n{tail}", phase="campaign")
     bundle = bundles[0]
     verify = subprocess.run([sys.executable, "-m", "h3bench.cli", "verify", str(bundle)], stdout=subprocess.PIPE,
@@ -206,6 +207,10 @@ def _campaign_phase(engine: str, work: Path) -> dict[str, Any]:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="./dev conformance", description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", default=DEFAULT_ENGINE, help="the vLLM-Omni release (default %(default)s)")
+    parser.add_argument("--engine-mode", choices=("standin", "real"), default="standin",
+                        help="standin: upstream's serving code over a stand-in engine (default); real: vLLM-Omni's "
+                             "own server and engine on a CPU with a tiny H3-shaped pipeline "
+                             "(h3bench/conformance/realrun.py)")
     parser.add_argument("--no-campaign", action="store_true", help="skip the campaign phase")
     return parser
 
@@ -214,9 +219,17 @@ def main(argv: list[str] | None = None) -> int:
     """Run every phase; exit 0 when all pass, 1 when one fails (the reason is printed), 2 for a usage error."""
     args = _parser().parse_args(argv)
     started = time.perf_counter()
-    work = environment_root(args.engine) / "runs" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    suffix = "-real" if args.engine_mode == "real" else ""
+    work = environment_root(args.engine) / "runs" / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + suffix)
     record: dict[str, Any] = {"engine": args.engine, "work": str(work)}
     try:
+        if args.engine_mode == "real":
+            from h3bench.conformance.realrun import run_real
+
+            record.update(run_real(args.engine, work, campaign=not args.no_campaign))
+            _write(work, record, started)
+            _say(f"conformance (real engine): OK in {time.perf_counter() - started:.0f} s ({work})")
+            return 0
         _say(f"== conformance with vLLM-Omni {args.engine}: environment")
         build = ensure_environment(args.engine)
         record["environment"] = build.to_dict()
