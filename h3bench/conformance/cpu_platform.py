@@ -19,8 +19,12 @@ CPU: vLLM's ``CpuPlatform`` (``dist_backend = "gloo"``, memory from the OS)
 with the Omni methods the diffusion path calls filled in the obvious way for
 a CPU (no streams to synchronise, no cache to empty, no allocator
 statistics, no inductor), and upstream's ``TORCH_SDPA`` attention
-dispatched for a CPU (:class:`CpuSDPABackend`). Everything else the real
-engine runs is upstream's.
+dispatched for a CPU (:class:`h3bench.conformance.cpu_attention.CpuSDPABackend`).
+Everything else the real engine runs is upstream's.
+
+This module is imported while vLLM-Omni resolves its platform, so it imports
+nothing that asks for the platform at import time (the attention backends
+do): the backend is named by path and imported later.
 
 The entry point is :func:`h3bench.conformance.plugins.cpu_platform`;
 :mod:`h3bench.conformance.realengine` writes the ``.dist-info`` that
@@ -37,32 +41,9 @@ from typing import Any
 import psutil
 import torch
 from vllm.platforms.cpu import CpuPlatform
-from vllm_omni.diffusion.attention.backends.sdpa import SDPABackend, SDPAImpl
 from vllm_omni.platforms.interface import OmniPlatform, OmniPlatformEnum
 
-__all__ = ["CpuOmniPlatform", "CpuSDPABackend"]
-
-
-class CpuSDPAImpl(SDPAImpl):
-    """Upstream's SDPA attention, dispatched for a CPU.
-
-    ``AttentionImpl.forward`` (``diffusion/attention/backends/abstract.py``)
-    dispatches on the platform enum to ``forward_cuda``, ``forward_npu`` ...
-    and raises for any other platform, an out-of-tree one included; SDPA's
-    CUDA and XPU paths are the same plain ``torch`` call, which a CPU runs.
-    """
-
-    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_metadata: Any = None,
-                ) -> torch.Tensor:
-        return self._forward_impl(query, key, value, attn_metadata, mask_mode="broadcast_k")
-
-
-class CpuSDPABackend(SDPABackend):
-    """``TORCH_SDPA`` with :class:`CpuSDPAImpl` (its name, and so the workers' log, stays ``SDPA``)."""
-
-    @staticmethod
-    def get_impl_cls() -> type[SDPAImpl]:
-        return CpuSDPAImpl
+__all__ = ["CpuOmniPlatform"]
 
 
 class CpuOmniPlatform(OmniPlatform, CpuPlatform):
@@ -148,7 +129,7 @@ class CpuOmniPlatform(OmniPlatform, CpuPlatform):
             name = selected_backend.upper()
             cls.validate_diffusion_attn_backend(name)  # upstream's message for a backend this platform cannot run
             return str(DiffusionAttentionBackendEnum[name].get_path())
-        return f"{__name__}.CpuSDPABackend"
+        return "h3bench.conformance.cpu_attention.CpuSDPABackend"
 
     @classmethod
     def get_profiler_cls(cls) -> str:
