@@ -14,7 +14,7 @@ either.
 The file::
 
     [[difference]]
-    probe = "spread-extra-params"      # a probe's name
+    probe = "spread-extra-params"      # a probe's name, or a pattern over the names
     step = "create"                    # one of its steps, or "*"
     fields = ["status", "body.*"]      # patterns over the flattened paths
     why = "the simulator refuses ...; upstream ignores the fields"
@@ -68,7 +68,7 @@ class Deliberate:
     why: str
 
     def matches(self, probe: str, step: str, path: str) -> bool:
-        return (self.probe == probe and fnmatch.fnmatchcase(step, self.step)
+        return (fnmatch.fnmatchcase(probe, self.probe) and fnmatch.fnmatchcase(step, self.step)
                 and any(fnmatch.fnmatchcase(path, pattern) for pattern in self.fields))
 
 
@@ -173,7 +173,7 @@ def parse_deliberate(data: Mapping[str, Any], *, source: str, probes: Collection
             raise UsageError(f"{where} ({probe}/{step}): engine must be one of {list(ENGINE_MODES)}, got {lane!r}")
         if not (isinstance(probe, str) and isinstance(step, str) and probe and step):
             raise UsageError(f"{where}: probe and step must be non-empty strings")
-        if probes is not None and probe not in probes:
+        if probes is not None and not any(fnmatch.fnmatchcase(name, probe) for name in probes):
             raise UsageError(f"{where}: no probe named {probe!r}")
         if not (isinstance(fields, list) and fields and all(isinstance(f, str) and f for f in fields)):
             raise UsageError(f"{where} ({probe}/{step}): fields must be a non-empty list of path patterns")

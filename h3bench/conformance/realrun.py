@@ -74,6 +74,7 @@ _SIM_BUDGET_S = 60.0
 # The simulator's probe speed: its stage model × this (a modelled 4 s request in a fraction of a second).
 _SIM_TIME_SCALE = "0.0002"
 _GONE_WAIT_S = 120.0  # after the harness dies: the guard's SIGTERM, the stop budget, then SIGKILL
+_FAULT_TIMEOUT_S = 240.0  # a request whose worker was killed must have failed long before this
 
 
 def _server_argv(profiler_dir: Path) -> list[str]:
@@ -179,9 +180,9 @@ def _fault_phase(engine: str, work: Path) -> dict[str, Any]:
             "startup_budget_s": _STARTUP_BUDGET_S, "stop_budget_s": _STOP_BUDGET_S}
     log = work / "fault.log"
     _say("starting a harness that holds a second real server ...")
-    harness = subprocess.Popen([sys.executable, "-m", "h3bench.conformance.harness", json.dumps(spec), str(log)],
-                               stdout=subprocess.PIPE, stderr=open(work / "harness.log", "wb"),
-                               cwd=REPO_ROOT, text=True)
+    with (work / "harness.log").open("wb") as harness_log:
+        harness = subprocess.Popen([sys.executable, "-m", "h3bench.conformance.harness", json.dumps(spec), str(log)],
+                                   stdout=subprocess.PIPE, stderr=harness_log, cwd=REPO_ROOT, text=True)
     record: dict[str, Any] = {}
     try:
         assert harness.stdout is not None
@@ -198,8 +199,10 @@ def _fault_phase(engine: str, work: Path) -> dict[str, Any]:
         if not workers:
             raise ConformanceFailure(f"no diffusion worker among the server's processes {marked}", phase="fault")
         killed: dict[str, Any] = {}
+        jobs: list[str] = []
 
         def kill_when_running(job: dict[str, Any]) -> None:
+            jobs[:] = [str(job.get("id"))]
             if job.get("status") == "in_progress" and not killed:
                 time.sleep(1.0)  # into the request: its preprocessing or the denoise loop
                 for worker in workers:
@@ -210,7 +213,7 @@ def _fault_phase(engine: str, work: Path) -> dict[str, Any]:
                                     num_inference_steps=8, references=(Reference.from_path(REAL_INPUTS.video),
                                                                        Reference.from_path(REAL_INPUTS.audio)))
         started = time.perf_counter()
-        with VideoClient(url, model=TINY_MODEL, timeout=_REQUEST_TIMEOUT_S) as client:
+        with VideoClient(url, model=TINY_MODEL, timeout=_FAULT_TIMEOUT_S) as client:
             try:
                 client.generate_async(request, work / "fault.mp4", on_poll=kill_when_running)
             except RequestError as exc:
@@ -220,17 +223,24 @@ def _fault_phase(engine: str, work: Path) -> dict[str, Any]:
         record["failed_after_s"] = time.perf_counter() - started
         record["killed"] = killed
         with httpx.Client(base_url=url, timeout=30, trust_env=False) as http:
+            for name, path in (("job_after", f"/v1/videos/{jobs[0] if jobs else '-'}"), ("health_after", "/health")):
+                try:
+                    answer = http.get(path)
+                    record[name] = {"status": answer.status_code, "body": answer.text[:500]}
+                except httpx.HTTPError as exc:
+                    record[name] = {"error": str(exc)}
+        job_status = None
+        if record["job_after"].get("status") is not None:
             try:
-                health = http.get("/health")
-                record["health_after"] = {"status": health.status_code, "body": health.text[:300]}
-            except httpx.HTTPError as exc:
-                record["health_after"] = {"error": str(exc)}
+                job_status = json.loads(record["job_after"]["body"]).get("status")
+            except ValueError:
+                pass
         text = log.read_text(encoding="utf-8", errors="replace")
         died = [line for line in text.splitlines() if "died unexpectedly" in line]
         record["log_lines"] = died[:3]
-        if not killed or not died:
-            raise ConformanceFailure(f"the worker's death is not named: killed {killed}, upstream's log says "
-                                     f"{died or 'nothing'} ({log})", phase="fault")
+        if not killed or not died or job_status != "failed":
+            raise ConformanceFailure(f"the worker's death is not named: killed {killed}, the job's status is "
+                                     f"{job_status!r}, upstream's log says {died or 'nothing'} ({log})", phase="fault")
         _say(f"worker {', '.join(killed)} SIGKILLed mid-request: {record['client_error']}")
         _say(f"  upstream's log: {died[0].strip()[-160:]}")
         survivors_before = [p.pid for p in marked_processes(SERVER_ID_ENV, server_id)]

@@ -8,11 +8,12 @@ Qwen3-VL tokenizer and processor are the checkpoint's files. So this module
 keeps every part of H3's *request path* that the wheel does have and
 replaces only the networks with the smallest real torch modules:
 
-- the request goes through upstream's H3 preprocessing,
+- the request goes through H3's task check (``MiniMaxH3Pipeline._resolve_task``,
+  called on this pipeline) and upstream's H3 preprocessing,
   ``prepare_encoder_inputs`` (``vllm_omni/model_executor/models/minimax_h3/encoder_processing.py``):
-  the task, duration, reference and canvas checks with upstream's
-  messages, the reference video decoded and resampled, and the output shape
-  (``17n+5`` frames at 24 FPS, ``round(40 * frames / 24)`` audio latents);
+  the duration, reference and canvas checks with upstream's messages, the
+  reference video decoded and resampled, and the output shape (``17n+5``
+  frames at 24 FPS, ``round(40 * frames / 24)`` audio latents);
 - the denoise loop takes its sigmas from upstream's H3 schedule
   (``minimax_h3_time_shift_sigmas``, ``time_request.py``) and runs one
   forward of :class:`TinyDiT` (attention through upstream's ``Attention``
@@ -275,6 +276,11 @@ class MiniMaxH3Pipeline(nn.Module, _profiler_mixin()):  # type: ignore[misc]
         model_path = root if root.name == PARTITION else root / PARTITION
         config = {**CONFIG, **json.loads((model_path / "transformer" / "config.json").read_text(encoding="utf-8"))}
         self.config = config
+        # What upstream's H3 reads from its release metadata and upstream's _resolve_task then checks.
+        release = json.loads((model_path / "model_index.json").read_text(encoding="utf-8"))["_minimax_h3"]
+        self.partition = str(release["partition"]).lower()
+        self.supported_tasks = frozenset(str(task).lower() for task in release["tasks"])
+        self._fasth3 = None
         self.text_encoder = TinyTextEncoder(config)
         self.media_encoder = TinyMediaEncoder(config)
         self.transformer = TinyDiT(config)
@@ -313,7 +319,12 @@ class MiniMaxH3Pipeline(nn.Module, _profiler_mixin()):  # type: ignore[misc]
         from vllm_omni.diffusion.models.minimax_h3.time_request import minimax_h3_time_shift_sigmas
         from vllm_omni.model_executor.models.minimax_h3.encoder_processing import prepare_encoder_inputs
 
-        prepared = prepare_encoder_inputs(prompt, sampling)  # H3's checks (400s) and output shape
+        extra = sampling.extra_args or {}
+        multi_modal_data = prompt.get("multi_modal_data") if isinstance(prompt, dict) else None
+        # H3's own order: the partition's task first (pipeline_minimax_h3.py _resolve_task), then the preprocessing.
+        task = _upstream_h3().MiniMaxH3Pipeline._resolve_task(
+            self, extra.get("task"), multi_modal_data, audio_mode=extra.get("audio_mode", "native"))
+        prepared = prepare_encoder_inputs(prompt, sampling, task=task)  # H3's checks (400s) and output shape
         media = prepared.media
         check_request_cancellation()
         text = self.encode_prompt(prepared)
@@ -322,7 +333,7 @@ class MiniMaxH3Pipeline(nn.Module, _profiler_mixin()):  # type: ignore[misc]
         generator = torch.Generator().manual_seed(int(seed))
         cv, ca = self.config["video_channels"], self.config["audio_channels"]
         latent_h, latent_w = media.height // 16, media.width // 16
-        shift = (sampling.extra_args or {}).get("flow_shift") or getattr(sampling, "flow_shift", None) or 12.0
+        shift = extra.get("flow_shift") or getattr(sampling, "flow_shift", None) or 12.0
         return {
             "context": context,
             "video": torch.randn(1, media.latent_t * latent_h * latent_w, cv, generator=generator),

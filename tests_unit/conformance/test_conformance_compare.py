@@ -187,6 +187,16 @@ def test_each_lane_reads_only_its_own_entries() -> None:
         parse_deliberate({"difference": [{**entry, "engine": "npu"}]}, source="t", probes=probe_names())
 
 
+def test_an_entry_may_name_probes_by_pattern() -> None:
+    entry = parse_deliberate({"difference": [{"probe": "engine-*-sync", "step": "post", "fields": ["status"],
+                                              "why": "r"}]}, source="t", probes=probe_names())[0]
+    assert entry.matches("engine-bad-duration-sync", "post", "status")
+    assert not entry.matches("engine-bad-duration-async", "post", "status")
+    with pytest.raises(UsageError, match="no probe named 'nothing-\\*'"):
+        parse_deliberate({"difference": [{"probe": "nothing-*", "step": "*", "fields": ["*"], "why": "r"}]},
+                         source="t", probes=probe_names())
+
+
 def test_metric_families_keep_the_upstream_names_and_types_only() -> None:
     text = ("# HELP vllm_omni:diffusion_exec_s x\n# TYPE vllm_omni:diffusion_exec_s histogram\n"
             "vllm_omni:diffusion_exec_s_sum{model_name=\"m\"} 3.5\n# TYPE process_cpu_seconds_total counter\n"
