@@ -33,8 +33,10 @@ vLLM's CPU platform, whose memory queries the worker's loader uses).
 launcher a RunSpec arm names (``launcher = ["{python}", "-m",
 "h3bench.conformance.realengine"]``): it replaces itself (``exec``, same
 process id) with the environment's ``vllm serve``, after turning the model
-name :data:`TINY_MODEL` into the checkpoint's path; the served model name
-stays :data:`TINY_MODEL` (``--served-model-name``, in the arm's flags).
+name :data:`TINY_MODEL` into the checkpoint's path (``$H3BENCH_TINY_CHECKPOINT``,
+which the lane sets to the checkpoint it wrote, else this checkout's
+:func:`checkpoint_dir`); the served model name stays :data:`TINY_MODEL`
+(``--served-model-name``, in the arm's flags).
 """
 
 from __future__ import annotations
@@ -51,10 +53,11 @@ from h3bench.conformance.envbuild import DEFAULT_ENGINE, REPO_ROOT, environment_
 from h3bench.conformance.serve import ENGINE_ENV
 from h3bench.errors import H3BenchError, UsageError
 
-__all__ = ["CPU_FLAGS", "LANE_ENV", "TINY_MODEL", "CheckpointError", "checkpoint_dir", "ensure_checkpoint",
-           "main", "plugin_dir", "serve_command", "serve_env"]
+__all__ = ["CHECKPOINT_ENV", "CPU_FLAGS", "LANE_ENV", "TINY_MODEL", "CheckpointError", "checkpoint_dir",
+           "ensure_checkpoint", "main", "plugin_dir", "serve_command", "serve_env"]
 
 TINY_MODEL = "h3bench/tiny-h3"
+CHECKPOINT_ENV = "H3BENCH_TINY_CHECKPOINT"  # the checkpoint a lane wrote, for the servers it and its campaign start
 CPU_FLAGS = ("--step-execution", "--default-sampling-params", '{"0": {"num_inference_steps": 50}}',
              "--distributed-executor-backend", "mp")
 LANE_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_WORKER_MULTIPROC_METHOD": "spawn", "HF_HUB_OFFLINE": "1",
@@ -141,7 +144,8 @@ def serve_command(engine: str = DEFAULT_ENGINE, *args: str, root: Path | None = 
     python = Path(server_command(engine, root=root)[0][0])
     argv = list(args)
     if len(argv) >= 2 and argv[0] == "serve" and argv[1] == TINY_MODEL:
-        checkpoint = checkpoint_dir(engine, root=root)
+        chosen = os.environ.get(CHECKPOINT_ENV)
+        checkpoint = Path(chosen) if chosen else checkpoint_dir(engine, root=root)
         if not checkpoint.is_dir():
             raise UsageError(f"the tiny checkpoint is not written ({checkpoint}); run ./dev conformance "
                              f"--engine-mode real --engine {engine} first")

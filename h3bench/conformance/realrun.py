@@ -53,7 +53,7 @@ import psutil
 from h3bench.conformance.compare import Comparison, compare, load_deliberate, render_table
 from h3bench.conformance.envbuild import REPO_ROOT, ensure_environment
 from h3bench.conformance.probes import METRICS_PROBE, PROBES, ProbeInputs, Side, probe_names, run_probes
-from h3bench.conformance.realengine import CPU_FLAGS, LANE_ENV, TINY_MODEL, ensure_checkpoint
+from h3bench.conformance.realengine import CHECKPOINT_ENV, CPU_FLAGS, LANE_ENV, TINY_MODEL, ensure_checkpoint
 from h3bench.conformance.run import ConformanceFailure, _campaign_phase, _client_phase, _rss_mb, _say
 from h3bench.conformance.serve import ENGINE_ENV
 from h3bench.server.ports import LOCALHOST, find_free_port, port_free
@@ -75,6 +75,7 @@ _SIM_BUDGET_S = 60.0
 _SIM_TIME_SCALE = "0.0002"
 _GONE_WAIT_S = 120.0  # after the harness dies: the guard's SIGTERM, the stop budget, then SIGKILL
 _FAULT_TIMEOUT_S = 240.0  # a request whose worker was killed must have failed long before this
+_WORKER_TITLE = "vLLM-Omni::Diff"  # the workers' process title (setproctitle: vLLM-Omni::DiffusionWorker)
 
 
 def _server_argv(profiler_dir: Path) -> list[str]:
@@ -86,14 +87,14 @@ def _server_argv(profiler_dir: Path) -> list[str]:
             "--profiler-config", profiler]
 
 
-def _server_env(engine: str) -> dict[str, str]:
-    return {**LANE_ENV, ENGINE_ENV: engine}
+def _server_env(engine: str, checkpoint: Path) -> dict[str, str]:
+    return {**LANE_ENV, ENGINE_ENV: engine, CHECKPOINT_ENV: str(checkpoint)}
 
 
-def _real_server(engine: str, work: Path, name: str) -> ServerProcess:
+def _real_server(engine: str, checkpoint: Path, work: Path, name: str) -> ServerProcess:
     port = find_free_port(LOCALHOST)
     argv = [arg.replace("{port}", str(port)) for arg in _server_argv(work / f"profiles-{name}")]
-    return ServerProcess(argv, port=port, host=LOCALHOST, log_path=work / f"{name}.log", env=_server_env(engine),
+    return ServerProcess(argv, port=port, host=LOCALHOST, log_path=work / f"{name}.log", env=_server_env(engine, checkpoint),
                          startup_budget_s=_STARTUP_BUDGET_S, stop_budget_s=_STOP_BUDGET_S)
 
 
@@ -104,12 +105,12 @@ def _tree(server: ServerProcess) -> list[dict[str, Any]]:
 
 
 def _workers(pids: list[int]) -> list[psutil.Process]:
-    """The diffusion workers among ``pids``: vLLM-Omni titles them ``vLLM-Omni::Diff...`` (``setproctitle``)."""
+    """The diffusion workers among ``pids``, by the title vLLM-Omni gives them."""
     found = []
     for pid in pids:
         try:
             proc = psutil.Process(pid)
-            if proc.name().startswith("vLLM-Omni::Diff") or "DiffusionWorker" in " ".join(proc.cmdline()):
+            if proc.name().startswith(_WORKER_TITLE):
                 found.append(proc)
         except psutil.Error:
             continue
@@ -128,12 +129,12 @@ def _sim(work: Path) -> Iterator[ServerProcess]:
         yield sim
 
 
-def _probe_and_client_phases(engine: str, work: Path) -> tuple[Comparison, dict[str, Any]]:
+def _probe_and_client_phases(engine: str, checkpoint: Path, work: Path) -> tuple[Comparison, dict[str, Any]]:
     """Probes (real against simulator), the client in both modes, then the stop of the real server, checked."""
     deliberate = load_deliberate(probes=probe_names(), engine="real")
     record: dict[str, Any] = {}
     with ExitStack() as stack:
-        real = _real_server(engine, work, "real")
+        real = _real_server(engine, checkpoint, work, "real")
         stack.callback(real.stop)
         _say(f"starting vLLM-Omni's own server (vllm serve {TINY_MODEL} --omni, engine {engine}) on port {real.port} ...")
         real.start()
@@ -163,20 +164,21 @@ def _probe_and_client_phases(engine: str, work: Path) -> tuple[Comparison, dict[
         if not real.graceful or report.problems:
             raise ConformanceFailure(f"the real server did not stop cleanly: graceful={real.graceful}, "
                                      f"{'; '.join(report.problems) or 'nothing left'}", phase="stop")
-        if len(report.pids_seen) < 2:
-            raise ConformanceFailure("no worker process was ever seen in the real server's tree", phase="stop")
+        if not any(p.name.startswith(_WORKER_TITLE) for p in report.pids_seen):
+            raise ConformanceFailure(f"no diffusion worker ({_WORKER_TITLE}...) was ever seen in the real server's "
+                                     f"tree: {record['stop']['pids_seen']}", phase="stop")
         _say(f"stopped in {real.shutdown_s:.1f} s by SIGTERM; {len(report.pids_seen)} processes seen, none left, "
              "port free")
     comparison = compare(real_side.answers, sim_side.answers, deliberate, order=order)
     return comparison, record
 
 
-def _fault_phase(engine: str, work: Path) -> dict[str, Any]:
+def _fault_phase(engine: str, checkpoint: Path, work: Path) -> dict[str, Any]:
     """SIGKILL the worker mid-request (a named failure, evidence kept), then SIGKILL the harness (nothing left)."""
     from h3bench.errors import RequestError
     from h3bench.run.client import GenerationRequest, Reference, VideoClient
 
-    spec = {"argv": _server_argv(work / "profiles-fault"), "env": _server_env(engine),
+    spec = {"argv": _server_argv(work / "profiles-fault"), "env": _server_env(engine, checkpoint),
             "startup_budget_s": _STARTUP_BUDGET_S, "stop_budget_s": _STOP_BUDGET_S}
     log = work / "fault.log"
     _say("starting a harness that holds a second real server ...")
@@ -289,7 +291,7 @@ def run_real(engine: str, work: Path, *, campaign: bool = True) -> dict[str, Any
     record["checkpoint"] = {"path": str(checkpoint), "seconds": time.perf_counter() - start}
     _say(f"{checkpoint} ({record['checkpoint']['seconds']:.1f} s)")
     _say(f"== probes: vLLM-Omni's own engine and the simulator (work directory {work})")
-    comparison, served = _probe_and_client_phases(engine, work)
+    comparison, served = _probe_and_client_phases(engine, checkpoint, work)
     record["served"] = served
     (work / "probes.json").write_text(json.dumps(comparison.to_dict(), indent=1, default=str), encoding="utf-8")
     table = render_table(comparison)
@@ -299,8 +301,8 @@ def run_real(engine: str, work: Path, *, campaign: bool = True) -> dict[str, Any
         raise ConformanceFailure("the real engine and the simulator differ beyond the deliberate differences "
                                  "(UNEXPLAINED or STALE above)", phase="probes")
     _say("== fault: a worker SIGKILLed mid-request, then the harness SIGKILLed")
-    record["fault"] = _fault_phase(engine, work)
+    record["fault"] = _fault_phase(engine, checkpoint, work)
     if campaign:
         _say("== campaign: both arms vLLM-Omni's own server, tiled against untiled VAE decode")
-        record["campaign"] = _campaign_phase(engine, work, REAL_SPEC)
+        record["campaign"] = _campaign_phase(engine, work, REAL_SPEC, env={CHECKPOINT_ENV: str(checkpoint)})
     return record

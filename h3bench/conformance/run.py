@@ -178,10 +178,11 @@ def _client_phase(url: str, work: Path, *, inputs: ProbeInputs = INPUTS, model: 
     return results
 
 
-def _campaign_phase(engine: str, work: Path, spec: Path = CAMPAIGN_SPEC) -> dict[str, Any]:
-    """``h3bench run`` on a conformance RunSpec, which must end with PASS, then ``h3bench verify`` on its bundle."""
+def _campaign_phase(engine: str, work: Path, spec: Path = CAMPAIGN_SPEC, *,
+                    env: dict[str, str] | None = None) -> dict[str, Any]:
+    """``h3bench run`` on a conformance RunSpec (``env`` added), which must end with PASS; ``h3bench verify`` its bundle."""
     evidence = work / "evidence"
-    env = {**os.environ, ENGINE_ENV: engine}
+    env = {**os.environ, ENGINE_ENV: engine, **(env or {})}
     start = time.perf_counter()
     run = subprocess.run([sys.executable, "-m", "h3bench.cli", "run", "--runspec", str(spec),
                           "--evidence-dir", str(evidence)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

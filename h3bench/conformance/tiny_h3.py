@@ -17,7 +17,10 @@ replaces only the networks with the smallest real torch modules:
 - the denoise loop takes its sigmas from upstream's H3 schedule
   (``minimax_h3_time_shift_sigmas``, ``time_request.py``) and runs one
   forward of :class:`TinyDiT` (attention through upstream's ``Attention``
-  layer, so the platform's backend selection is upstream's) per step;
+  layer, so the platform's backend selection is upstream's) per step, in
+  request mode (``forward``) or, as a CPU needs, driven step by step by the
+  engine's scheduler (H3's step contract: ``prepare_encode``,
+  ``denoise_step``, ``step_scheduler``, ``post_decode``);
 - the decoded frames and waveform go through upstream's H3 output path
   (``_prepare_minimax_h3_video_output`` and the post-process function
   ``get_minimax_h3_post_process_func``: uint8 ``(B, T, H, W, C)`` frames,

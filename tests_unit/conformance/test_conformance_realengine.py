@@ -60,7 +60,8 @@ def test_the_checkpoint_has_one_place_per_seed(tmp_path: Path) -> None:
     assert realengine.checkpoint_dir(root=tmp_path, seed=1) != realengine.checkpoint_dir(root=tmp_path)
 
 
-def test_the_tiny_model_becomes_the_checkpoint_in_the_command(tmp_path: Path) -> None:
+def test_the_tiny_model_becomes_the_checkpoint_in_the_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(realengine.CHECKPOINT_ENV, raising=False)
     root = _fake_environment(tmp_path)
     with pytest.raises(UsageError, match="tiny checkpoint is not written"):
         realengine.serve_command("0.30.0", "serve", TINY_MODEL, "--omni", root=root)
@@ -72,6 +73,14 @@ def test_the_tiny_model_becomes_the_checkpoint_in_the_command(tmp_path: Path) ->
     assert {k: env[k] for k in LANE_ENV} == LANE_ENV
     other, _ = realengine.serve_command("0.30.0", "serve", "/models/other", root=root)
     assert other[2] == "/models/other"  # any other model is passed as it is
+
+
+def test_the_lanes_checkpoint_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lane's servers and its campaign serve the checkpoint it wrote, even if tiny_h3.py changed meanwhile."""
+    root = _fake_environment(tmp_path)
+    monkeypatch.setenv(realengine.CHECKPOINT_ENV, str(tmp_path / "written-by-the-lane"))
+    argv, _ = realengine.serve_command("0.30.0", "serve", TINY_MODEL, root=root)
+    assert argv[2] == str(tmp_path / "written-by-the-lane")
 
 
 def test_the_launcher_says_what_is_missing(tmp_path: Path) -> None:
