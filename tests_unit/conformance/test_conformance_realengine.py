@@ -78,6 +78,7 @@ def test_the_tiny_model_becomes_the_checkpoint_in_the_command(tmp_path: Path, mo
 def test_the_lanes_checkpoint_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A lane's servers and its campaign serve the checkpoint it wrote, even if tiny_h3.py changed meanwhile."""
     root = _fake_environment(tmp_path)
+    (tmp_path / "written-by-the-lane").mkdir()
     monkeypatch.setenv(realengine.CHECKPOINT_ENV, str(tmp_path / "written-by-the-lane"))
     argv, _ = realengine.serve_command("0.30.0", "serve", TINY_MODEL, root=root)
     assert argv[2] == str(tmp_path / "written-by-the-lane")
