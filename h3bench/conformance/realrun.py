@@ -58,7 +58,7 @@ from h3bench.conformance.run import ConformanceFailure, _campaign_phase, _client
 from h3bench.conformance.serve import ENGINE_ENV
 from h3bench.server.ports import LOCALHOST, find_free_port, port_free
 from h3bench.server.process import ServerProcess
-from h3bench.server.proctree import SERVER_ID_ENV, marked_processes
+from h3bench.server.proctree import SERVER_ID_ENV, marked_processes, session_processes
 
 __all__ = ["REAL_INPUTS", "REAL_PROBES", "REAL_SPEC", "run_real"]
 
@@ -104,6 +104,12 @@ def _tree(server: ServerProcess) -> list[dict[str, Any]]:
              "found_by": p.found_by} for p in server.snapshot()]
 
 
+def _server_pids(server_id: str, pid: int) -> list[int]:
+    """The processes of a server: those carrying its marker, and every member of its session (it leads its own)."""
+    found = {p.pid for p in (*marked_processes(SERVER_ID_ENV, server_id), *session_processes(pid))}
+    return sorted(found)
+
+
 def _workers(pids: list[int]) -> list[psutil.Process]:
     """The diffusion workers among ``pids``, by the title vLLM-Omni gives them."""
     found = []
@@ -129,10 +135,9 @@ def _sim(work: Path) -> Iterator[ServerProcess]:
         yield sim
 
 
-def _probe_and_client_phases(engine: str, checkpoint: Path, work: Path) -> tuple[Comparison, dict[str, Any]]:
+def _probe_and_client_phases(engine: str, checkpoint: Path, work: Path, record: dict[str, Any]) -> Comparison:
     """Probes (real against simulator), the client in both modes, then the stop of the real server, checked."""
     deliberate = load_deliberate(probes=probe_names(), engine="real")
-    record: dict[str, Any] = {}
     with ExitStack() as stack:
         real = _real_server(engine, checkpoint, work, "real")
         stack.callback(real.stop)
@@ -143,6 +148,9 @@ def _probe_and_client_phases(engine: str, checkpoint: Path, work: Path) -> tuple
         record["rss_mb_at_ready"] = _rss_mb(real.pid)
         _say(f"ready in {real.startup_s:.1f} s; processes: "
              + ", ".join(f"{p['name']} ({p['pid']})" for p in record["tree_at_ready"]))
+        # The first request after start-up, apart: on an NPU it carries the regional compilation (on a CPU none).
+        record["first_request"] = _client_phase(real.base_url, work / "first", inputs=REAL_INPUTS, model=TINY_MODEL,
+                                                timeout=_REQUEST_TIMEOUT_S, modes=("sync",))
         sim = stack.enter_context(_sim(work))
         real_side = Side("upstream", dict.fromkeys(("main", "fail-sync", "fail-async"), real.base_url),
                          timeout=_REQUEST_TIMEOUT_S)
@@ -169,11 +177,10 @@ def _probe_and_client_phases(engine: str, checkpoint: Path, work: Path) -> tuple
                                      f"tree: {record['stop']['pids_seen']}", phase="stop")
         _say(f"stopped in {real.shutdown_s:.1f} s by SIGTERM; {len(report.pids_seen)} processes seen, none left, "
              "port free")
-    comparison = compare(real_side.answers, sim_side.answers, deliberate, order=order)
-    return comparison, record
+    return compare(real_side.answers, sim_side.answers, deliberate, order=order)
 
 
-def _fault_phase(engine: str, checkpoint: Path, work: Path) -> dict[str, Any]:
+def _fault_phase(engine: str, checkpoint: Path, work: Path, record: dict[str, Any]) -> None:
     """SIGKILL the worker mid-request (a named failure, evidence kept), then SIGKILL the harness (nothing left)."""
     from h3bench.errors import RequestError
     from h3bench.run.client import GenerationRequest, Reference, VideoClient
@@ -185,7 +192,6 @@ def _fault_phase(engine: str, checkpoint: Path, work: Path) -> dict[str, Any]:
     with (work / "harness.log").open("wb") as harness_log:
         harness = subprocess.Popen([sys.executable, "-m", "h3bench.conformance.harness", json.dumps(spec), str(log)],
                                    stdout=subprocess.PIPE, stderr=harness_log, cwd=REPO_ROOT, text=True)
-    record: dict[str, Any] = {}
     try:
         assert harness.stdout is not None
         line = harness.stdout.readline()
@@ -195,11 +201,12 @@ def _fault_phase(engine: str, checkpoint: Path, work: Path) -> dict[str, Any]:
         held = json.loads(line)
         record["server"] = held
         server_id, url = held["server_id"], f"http://{LOCALHOST}:{held['port']}"
-        marked = [p.pid for p in marked_processes(SERVER_ID_ENV, server_id)]
-        workers = _workers(marked)
-        record["processes"] = marked
+        # The workers' marker cannot be read once they retitle themselves (setproctitle): the session finds them.
+        held_pids = _server_pids(server_id, int(held["pid"]))
+        workers = _workers(held_pids)
+        record["processes"] = held_pids
         if not workers:
-            raise ConformanceFailure(f"no diffusion worker among the server's processes {marked}", phase="fault")
+            raise ConformanceFailure(f"no diffusion worker among the server's processes {held_pids}", phase="fault")
         killed: dict[str, Any] = {}
         jobs: list[str] = []
 
@@ -245,14 +252,13 @@ def _fault_phase(engine: str, checkpoint: Path, work: Path) -> dict[str, Any]:
                                      f"{job_status!r}, upstream's log says {died or 'nothing'} ({log})", phase="fault")
         _say(f"worker {', '.join(killed)} SIGKILLed mid-request: {record['client_error']}")
         _say(f"  upstream's log: {died[0].strip()[-160:]}")
-        survivors_before = [p.pid for p in marked_processes(SERVER_ID_ENV, server_id)]
-        record["processes_after_fault"] = survivors_before
+        record["processes_after_fault"] = _server_pids(server_id, int(held["pid"]))
     finally:
         harness.kill()  # the point of the phase: a harness that dies without stopping its server
         harness.wait()
     deadline = time.monotonic() + _GONE_WAIT_S
     while time.monotonic() < deadline:
-        left = [p.pid for p in marked_processes(SERVER_ID_ENV, record.get("server", {}).get("server_id", "-"))]
+        left = _server_pids(record["server"]["server_id"], int(record["server"]["pid"]))
         if not left and port_free(LOCALHOST, int(record["server"]["port"])):
             break
         time.sleep(0.5)
@@ -264,7 +270,6 @@ def _fault_phase(engine: str, checkpoint: Path, work: Path) -> dict[str, Any]:
                                  f"running after {_GONE_WAIT_S:g} s (port free: "
                                  f"{record['after_harness_kill']['port_free']})", phase="fault")
     _say(f"harness SIGKILLed: its server's processes were gone {gone_s:.1f} s later, port free")
-    return record
 
 
 def _require_ffmpeg() -> None:
@@ -276,9 +281,12 @@ def _require_ffmpeg() -> None:
                                  phase="environment")
 
 
-def run_real(engine: str, work: Path, *, campaign: bool = True) -> dict[str, Any]:
-    """Every phase of the real-engine lane; the record of what each measured. Raises ConformanceFailure."""
-    record: dict[str, Any] = {"engine_mode": "real"}
+def run_real(engine: str, work: Path, record: dict[str, Any], *, campaign: bool = True) -> None:
+    """Every phase of the real-engine lane, each one's measurements put in ``record`` as it ends.
+
+    Raises ConformanceFailure (``record`` then holds what the phases before measured).
+    """
+    record["engine_mode"] = "real"
     _say(f"== real engine, vLLM-Omni {engine}: environment")
     build = ensure_environment(engine)
     record["environment"] = build.to_dict()
@@ -291,8 +299,9 @@ def run_real(engine: str, work: Path, *, campaign: bool = True) -> dict[str, Any
     record["checkpoint"] = {"path": str(checkpoint), "seconds": time.perf_counter() - start}
     _say(f"{checkpoint} ({record['checkpoint']['seconds']:.1f} s)")
     _say(f"== probes: vLLM-Omni's own engine and the simulator (work directory {work})")
-    comparison, served = _probe_and_client_phases(engine, checkpoint, work)
+    served: dict[str, Any] = {}
     record["served"] = served
+    comparison = _probe_and_client_phases(engine, checkpoint, work, served)
     (work / "probes.json").write_text(json.dumps(comparison.to_dict(), indent=1, default=str), encoding="utf-8")
     table = render_table(comparison)
     (work / "probes.txt").write_text(table + "\n", encoding="utf-8")
@@ -301,8 +310,8 @@ def run_real(engine: str, work: Path, *, campaign: bool = True) -> dict[str, Any
         raise ConformanceFailure("the real engine and the simulator differ beyond the deliberate differences "
                                  "(UNEXPLAINED or STALE above)", phase="probes")
     _say("== fault: a worker SIGKILLed mid-request, then the harness SIGKILLed")
-    record["fault"] = _fault_phase(engine, checkpoint, work)
+    record["fault"] = {}
+    _fault_phase(engine, checkpoint, work, record["fault"])
     if campaign:
         _say("== campaign: both arms vLLM-Omni's own server, tiled against untiled VAE decode")
         record["campaign"] = _campaign_phase(engine, work, REAL_SPEC, env={CHECKPOINT_ENV: str(checkpoint)})
-    return record

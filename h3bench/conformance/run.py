@@ -150,7 +150,7 @@ def _probe_phase(engine: str, work: Path) -> tuple[Comparison, list[ServerFacts]
 
 
 def _client_phase(url: str, work: Path, *, inputs: ProbeInputs = INPUTS, model: str = "MiniMaxAI/MiniMax-H3",
-                  timeout: float = 120) -> dict[str, Any]:
+                  timeout: float = 120, modes: tuple[str, ...] = ("sync", "async")) -> dict[str, Any]:
     """h3bench's client in both request modes against upstream's server; each output must have H3's shape."""
     from h3bench.quality.expected import expected_duration_checks
     from h3bench.run.client import GenerationRequest, Reference, VideoClient
@@ -159,7 +159,8 @@ def _client_phase(url: str, work: Path, *, inputs: ProbeInputs = INPUTS, model: 
                                 references=(Reference.from_path(inputs.video), Reference.from_path(inputs.audio)))
     results: dict[str, Any] = {}
     with VideoClient(url, model=model, timeout=timeout) as client:
-        for mode, generate in (("sync", client.generate_sync), ("async", client.generate_async)):
+        work.mkdir(parents=True, exist_ok=True)
+        for mode, generate in ((mode, getattr(client, f"generate_{mode}")) for mode in modes):
             result = generate(request, work / f"client-{mode}.mp4")
             failed = [check for check in expected_duration_checks(result.output_path, 4.0) if check.status.value != "pass"]
             if failed:
@@ -227,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.engine_mode == "real":
             from h3bench.conformance.realrun import run_real
 
-            record.update(run_real(args.engine, work, campaign=not args.no_campaign))
+            run_real(args.engine, work, record, campaign=not args.no_campaign)
             _write(work, record, started)
             _say(f"conformance (real engine): OK in {time.perf_counter() - started:.0f} s ({work})")
             return 0
