@@ -235,15 +235,16 @@ def _fault_phase(engine: str, checkpoint: Path, work: Path, record: dict[str, An
             for name, path in (("job_after", f"/v1/videos/{jobs[0] if jobs else '-'}"), ("health_after", "/health")):
                 try:
                     answer = http.get(path)
-                    record[name] = {"status": answer.status_code, "body": answer.text[:500]}
                 except httpx.HTTPError as exc:
                     record[name] = {"error": str(exc)}
-        job_status = None
-        if record["job_after"].get("status") is not None:
-            try:
-                job_status = json.loads(record["job_after"]["body"]).get("status")
-            except ValueError:
-                pass
+                    continue
+                try:
+                    body = answer.json()
+                except ValueError:
+                    body = answer.text[:500]
+                record[name] = {"http_status": answer.status_code, "body": body}
+        job = record["job_after"].get("body")
+        job_status = job.get("status") if isinstance(job, dict) else None
         text = log.read_text(encoding="utf-8", errors="replace")
         died = [line for line in text.splitlines() if "died unexpectedly" in line]
         record["log_lines"] = died[:3]
