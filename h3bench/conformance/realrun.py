@@ -38,6 +38,7 @@ with ``conformance.json`` holding every measurement.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -105,8 +106,20 @@ def _tree(server: ServerProcess) -> list[dict[str, Any]]:
 
 
 def _server_pids(server_id: str, pid: int) -> list[int]:
-    """The processes of a server: those carrying its marker, and every member of its session (it leads its own)."""
-    found = {p.pid for p in (*marked_processes(SERVER_ID_ENV, server_id), *session_processes(pid))}
+    """The live processes of a server: those carrying its marker, and every member of its session (it leads its own).
+
+    A dead harness's orphans are re-parented to this process (a child subreaper, as every ServerProcess user):
+    their zombies are reaped here, not counted.
+    """
+    found = []
+    for proc in {p.pid: p for p in (*marked_processes(SERVER_ID_ENV, server_id), *session_processes(pid))}.values():
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE and proc.ppid() == os.getpid():
+                os.waitpid(proc.pid, os.WNOHANG)
+                continue
+        except (psutil.Error, ChildProcessError):
+            continue
+        found.append(proc.pid)
     return sorted(found)
 
 
