@@ -28,8 +28,10 @@ step with its reason:
    "worker died" line in the log), and then the harness itself is SIGKILLed,
    which must leave no process of that server and a free port.
 7. **Campaign**: ``h3bench run --runspec fixtures/runspecs/conformance-real.toml``
-   (tiled against untiled VAE decode), which must end with PASS, and
-   ``h3bench verify`` on its bundle.
+   (tiled against untiled VAE decode) to a bundle that ``h3bench verify``
+   accepts, with the untiled arm's quality PASS (the same frames) and its
+   speed PASS or INCONCLUSIVE, never FAIL: a real engine's times follow the
+   machine's load, and three AB/BA pairs on shared cores may leave the bounds wide.
 
 Everything goes to ``<cache>/conformance/<engine>/runs/<UTC time>-real/``,
 with ``conformance.json`` holding every measurement.
@@ -270,6 +272,8 @@ def _fault_phase(engine: str, checkpoint: Path, work: Path, record: dict[str, An
     finally:
         harness.kill()  # the point of the phase: a harness that dies without stopping its server
         harness.wait()
+        if harness.stdout is not None:
+            harness.stdout.close()
     deadline = time.monotonic() + _GONE_WAIT_S
     while time.monotonic() < deadline:
         left = _server_pids(record["server"]["server_id"], int(record["server"]["pid"]))
@@ -284,6 +288,24 @@ def _fault_phase(engine: str, checkpoint: Path, work: Path, record: dict[str, An
                                  f"running after {_GONE_WAIT_S:g} s (port free: "
                                  f"{record['after_harness_kill']['port_free']})", phase="fault")
     _say(f"harness SIGKILLed: its server's processes were gone {gone_s:.1f} s later, port free")
+
+
+def _campaign_verdicts(bundle: Path) -> dict[str, dict[str, Any]]:
+    """The candidate's verdict per duration from the bundle's ``verdict.json``: quality PASS, speed not FAIL."""
+    verdict = json.loads((bundle / "verdict.json").read_text(encoding="utf-8"))
+    durations = verdict["candidates"]["untiled"]["durations"]
+    found = {duration: {"quality": d["quality"], "speed": d["speed"], "ratio": d["estimate"]["geomean"],
+                        "bounds": [d["estimate"]["ci_low"], d["estimate"]["ci_high"]]}
+             for duration, d in durations.items()}
+    wrong = {duration: d for duration, d in found.items() if d["quality"] != "PASS" or d["speed"] == "FAIL"}
+    if not found or wrong:
+        raise ConformanceFailure(f"the real campaign's untiled arm must keep the frames (quality PASS) and never be "
+                                 f"slower (speed not FAIL): {wrong or 'no duration judged'} ({bundle})",
+                                 phase="campaign")
+    for duration, d in found.items():
+        _say(f"campaign {duration}: quality {d['quality']}, speed {d['speed']} (ratio {d['ratio']:.3f}, bounds "
+             f"[{d['bounds'][0]:.3f}, {d['bounds'][1]:.3f}])")
+    return found
 
 
 def _require_ffmpeg() -> None:
@@ -328,4 +350,9 @@ def run_real(engine: str, work: Path, record: dict[str, Any], *, campaign: bool 
     _fault_phase(engine, checkpoint, work, record["fault"])
     if campaign:
         _say("== campaign: both arms vLLM-Omni's own server, tiled against untiled VAE decode")
-        record["campaign"] = _campaign_phase(engine, work, REAL_SPEC, env={CHECKPOINT_ENV: str(checkpoint)})
+        # A real engine's requests are computed, so their times follow the machine's load: with three AB/BA
+        # pairs on shared cores the speed bounds may stay wide. INCONCLUSIVE is accepted; the outputs must be the
+        # same (quality PASS, tiling changes no pixel) and the speed never FAIL (the untiled arm is never slower).
+        record["campaign"] = _campaign_phase(engine, work, REAL_SPEC, env={CHECKPOINT_ENV: str(checkpoint)},
+                                             accept=("PASS", "INCONCLUSIVE"))
+        record["campaign"]["durations"] = _campaign_verdicts(Path(record["campaign"]["bundle"]))

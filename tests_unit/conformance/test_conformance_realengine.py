@@ -19,7 +19,8 @@ import pytest
 from h3bench.conformance import realengine
 from h3bench.conformance.envbuild import REPO_ROOT
 from h3bench.conformance.realengine import CPU_FLAGS, LANE_ENV, TINY_MODEL
-from h3bench.conformance.realrun import REAL_INPUTS, REAL_PROBES, REAL_SPEC, _server_argv
+from h3bench.conformance.realrun import REAL_INPUTS, REAL_PROBES, REAL_SPEC, _campaign_verdicts, _server_argv
+from h3bench.conformance.run import ConformanceFailure
 from h3bench.errors import UsageError
 from h3bench.runspec.spec import load_runspec
 
@@ -121,3 +122,23 @@ def test_the_real_lane_runs_every_probe_it_can() -> None:
     assert "engine-oom-sync" not in names and "engine-oom-async" not in names  # only the stand-in injects an OOM
     assert "metrics-families" in names and "sync-client-form" in names
     assert REAL_INPUTS.video.name == "ref_video_h3.mp4" and REAL_INPUTS.video.is_file()
+
+
+def _bundle(tmp_path: Path, quality: str, speed: str) -> Path:
+    estimate = {"geomean": 0.6, "ci_low": 0.2, "ci_high": 1.8}
+    verdict = {"candidates": {"untiled": {"durations": {"4s": {"quality": quality, "speed": speed,
+                                                               "estimate": estimate}}}}}
+    (tmp_path / "verdict.json").write_text(json.dumps(verdict))
+    return tmp_path
+
+
+@pytest.mark.parametrize("speed", ["PASS", "INCONCLUSIVE"])
+def test_the_real_campaign_may_be_inconclusive_on_speed(tmp_path: Path, speed: str) -> None:
+    found = _campaign_verdicts(_bundle(tmp_path, "PASS", speed))
+    assert found["4s"]["speed"] == speed and found["4s"]["bounds"] == [0.2, 1.8]
+
+
+@pytest.mark.parametrize(("quality", "speed"), [("FAIL", "PASS"), ("PASS", "FAIL"), ("INCONCLUSIVE", "PASS")])
+def test_the_real_campaign_must_keep_the_frames_and_never_be_slower(tmp_path: Path, quality: str, speed: str) -> None:
+    with pytest.raises(ConformanceFailure, match="must keep the frames"):
+        _campaign_verdicts(_bundle(tmp_path, quality, speed))
