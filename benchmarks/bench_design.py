@@ -1,39 +1,42 @@
-"""Device time per verdict: the fixed and the sequential design side by side, for the NPU specs at their hints.
+"""Device time per verdict and every guarantee of the sequential design, simulated through h3bench's own code.
 
-For ``fixtures/runspecs/950pr-x4.toml`` (one candidate) and
-``910b1-x8.toml`` (two candidates, lossless) it simulates campaigns through
-h3bench's own verdict code (:func:`h3bench.plan.designsim.simulate_campaigns`)
-and prices every block they ran (:func:`h3bench.plan.devicetime.device_time`):
-expected wall hours and device-hours (mean, p90, max) under no effect, a
-true 10 % speedup and the effect the hints expect, with the error rates and
-the power of each design. ``--specs`` adds, for every shipped spec, the
-figures its comments should state for the sequential design.
+Three tables, each from :func:`h3bench.plan.designsim.simulate_campaigns` (the
+live run's decision, :func:`h3bench.stats.sequential.judge_series`, and its
+course, :mod:`h3bench.runspec.course`), priced by
+:mod:`h3bench.plan.devicetime`:
 
-Costs: the specs' hints (their request times; 600 s per server start and
-60 s per stop, which the hints state as assumed), no compilation on top of
-the warmup request. 910b1-x8's 15 s hint is its 5 s one times the 950PR
-recipe's 15 s / 5 s ratio (5887.24 / 745.43), as the spec says.
+1. **Device time**: for ``fixtures/runspecs/950pr-x4.toml`` (one candidate)
+   and ``910b1-x8.toml`` (two candidates, lossless) at their hints, the
+   fixed design (:meth:`h3bench.runspec.design.Design.fixed_of`) beside the
+   spec's own: wall hours mean / p90 / max over the simulated campaigns, the
+   dearest campaign the design can run at all
+   (:func:`h3bench.plan.devicetime.worst_seconds`), and PASS per candidate.
+2. **Guarantees**: every scenario of :data:`h3bench.plan.guarantees.SCENARIOS`,
+   its rate ± Monte-Carlo SE against its bound (tests_unit/plan/test_guarantees.py
+   holds them at fewer campaigns).
+3. ``--specs``: what each shipped spec's comments state.
 
-Run: ``.venv/bin/python benchmarks/bench_design.py [--n 20000] [--specs]``
+Costs: the specs' hints (600 s per server start and 60 s per stop, which the
+hints state as assumed), no compilation on top of the warmup request.
+
+Run: ``.venv/bin/python benchmarks/bench_design.py [--n 20000] [--scale 5] [--specs]``
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from h3bench.plan import designsim
-from h3bench.plan.devicetime import CampaignCosts, costs_from_spec, device_time
-from h3bench.plan.estimate import design_of
-from h3bench.quality import lossless_design
+from h3bench.plan import designsim, guarantees
+from h3bench.plan.devicetime import CampaignCosts, costs_from_spec, device_time, fixed_seconds, worst_seconds
 from h3bench.runspec import BASELINE, RunSpec, load_runspec
-from h3bench.runspec.schedule import control_blocks, series_of
-from h3bench.stats.intervals import FAIL, PASS
+from h3bench.runspec.course import Course
+from h3bench.runspec.design import Design, series_of
+from h3bench.stats.intervals import PASS
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECS = ROOT / "fixtures" / "runspecs"
@@ -45,18 +48,6 @@ def simulate(design, ratios, *, n, seed, cv_p, lossless, **model):
                                         seed=seed, lossless=lossless)
 
 
-def hours(run, costs: CampaignCosts) -> tuple[str, float]:
-    s = device_time(run, costs).summary()
-    return (f"{s.wall_h[0]:6.1f} {s.wall_h[1]:6.1f} {s.wall_h[2]:6.1f} | {s.device_h[0]:6.0f} {s.device_h[1]:6.0f} "
-            f"{s.device_h[2]:6.0f}"), s.wall_h[0]
-
-
-def designs(spec: RunSpec):
-    """Today's fixed design, and the spec's own (sequential) design as the campaign runs it."""
-    return (designsim.fixed_design(len(spec.workload.durations), len(spec.protocol.order) // 2,
-                                   controls=control_blocks(spec)), design_of(spec))
-
-
 def hinted(spec: RunSpec, costs: CampaignCosts) -> list[float] | None:
     arms = [a for a in spec.candidates if a in (spec.hints.e2e_s if spec.hints else {})]
     if not arms or spec.hints is None:
@@ -65,73 +56,61 @@ def hinted(spec: RunSpec, costs: CampaignCosts) -> list[float] | None:
     return [e2e[arms[0]][f"{d:g}"] / e2e[BASELINE][f"{d:g}"] for d in costs.durations]
 
 
-def side_by_side(name: str, n: int, scale: dict[str, float] | None = None) -> None:
-    spec = load_runspec(SPECS / name)
-    costs = costs_from_spec(spec, scale=scale)
-    n_cand = len(series_of(spec))
-    lossless = spec.gates.lossless
-    fixed, seq = designs(spec)
-    print(f"\n## {name}: {n_cand} candidate(s), durations {[f'{d:g} s' for d in costs.durations]} in order of cost, "
-          f"{costs.baseline[0].devices} devices per arm, lossless {'on' if lossless else 'off'}")
-    per_request = ", ".join(f"{d:g} s: {c.request_s:.0f} s per request"
-                            for d, c in zip(costs.durations, costs.baseline, strict=True))
-    first = costs.baseline[0]
-    print(f"costs: {per_request}; start {first.startup_s:.0f} s, stop {first.shutdown_s:.0f} s ({costs.source})")
-    for design in (fixed, seq):
-        print(f"  {design.describe()}")
-    scenarios = [("no effect", [[1.0] * len(costs.durations)] * n_cand)]
+def scenarios_of(spec: RunSpec, costs: CampaignCosts) -> list[tuple[str, list[list[float]]]]:
+    n_cand, n_dur = len(series_of(spec)), len(costs.durations)
+    found = [("no effect", [[1.0] * n_dur] * n_cand)]
     if n_cand == 1:
-        scenarios.append(("true 10 %", [[0.9] * len(costs.durations)]))
+        found += [("true 10 %", [[0.9] * n_dur]), ("true 5 %", [[0.95] * n_dur])]
         hint = hinted(spec, costs)
         if hint:
-            scenarios.append((f"hinted effect ({', '.join(f'{r:.3f}' for r in hint)})", [hint]))
+            found.append((f"hinted effect ({', '.join(f'{r:.3f}' for r in hint)})", [hint]))
     else:
-        scenarios.append(("one true 10 %, one without", [[0.9] * 2] + [[1.0] * 2] * (n_cand - 1)))
-        scenarios.append(("both true 10 %", [[0.9] * 2] * n_cand))
-    print("| scenario | process noise | design | PASS per candidate | wall h mean | p90 | max | device-h mean | p90 | max |"
-          " vs fixed |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for label, ratios in scenarios:
-        for cv_p in NOISE:
-            base = None
-            for design in (fixed, seq):
-                run = simulate(design, ratios, n=n, seed=1, cv_p=cv_p, lossless=lossless)
-                text, mean = hours(run, costs)
-                base = base or mean
-                passed = ", ".join(f"{v:.1%}" for v in (run.outcome == PASS).mean(0))
-                cells = " | ".join(text.replace("|", "").split())
-                print(f"| {label} | {cv_p:.0%} | {design.name} | {passed} | {cells} | {mean / base:.0%} |")
-    print("\nerror rates (worst cases: one duration on the margin 0.98 and the others at 0.5 for false 'faster'; every "
-          "duration at 1.02 for false 'slower'; every candidate alike)")
-    print("| design | false faster | false slower | power 10 %, 1 % / 2 % process noise | power 5 %, 1 % / 2 % |")
-    print("|---|---|---|---|---|")
-    n_d = len(costs.durations)
-    for design in (fixed, seq):
-        ff = max(float((simulate(design, [[0.98 if i == d else 0.5 for i in range(n_d)]] * n_cand, n=n, seed=3 + d,
-                                          cv_p=0.02, lossless=False).outcome == PASS).any(-1).mean())
-                 for d in range(n_d))
-        fs = float((simulate(dataclasses.replace(design, in_order_of_cost=False), [[1.02] * n_d] * n_cand, n=n,
-                             seed=5, cv_p=0.02, lossless=False).outcome == FAIL).any(-1).mean())
-        powers = [[float((simulate(design, [[r] * n_d] * n_cand, n=n, seed=7, cv_p=cv, lossless=lossless).outcome
-                          == PASS).mean()) for cv in NOISE] for r in (0.9, 0.95)]
-        print(f"| {design.name} | {ff:.2%} | {fs:.2%} | {powers[0][0]:.1%} / {powers[0][1]:.1%} | "
-              f"{powers[1][0]:.1%} / {powers[1][1]:.1%} |")
+        found += [("one true 10 %, one without", [[0.9] * n_dur] + [[1.0] * n_dur] * (n_cand - 1)),
+                  ("both true 10 %", [[0.9] * n_dur] * n_cand), ("both true 5 %", [[0.95] * n_dur] * n_cand)]
+    return found
 
 
-def candidate_ratio(spec: RunSpec, arm: str) -> float | None:
-    """A simulator arm's true ratio to the baseline (its time_scale); None for real arms."""
-    own, base = spec.arms[arm].sim, spec.arms[BASELINE].sim
-    if own is None or base is None:
-        return None
-    return float(own.get("time_scale", 1.0)) / float(base.get("time_scale", 1.0))
+def device_table(names: list[str], n: int) -> None:
+    print("\n## Device time: the fixed design and the sequential design, wall hours of the node")
+    print(f"({n} simulated campaigns per cell, 2 % request noise; the worst case is the dearest campaign the design "
+          "can run at all)\n")
+    print("| spec | scenario | process noise | fixed | sequential mean / p90 / max | worst case | mean / fixed "
+          "| PASS per candidate, fixed → sequential |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name in names:
+        spec = load_runspec(SPECS / name)
+        costs = costs_from_spec(spec)
+        lossless = spec.gates.lossless
+        seq, fixed = Design.of(spec), Design.fixed_of(spec)
+        course = Course.of(spec)
+        for label, ratios in scenarios_of(spec, costs):
+            worst = worst_seconds(course, costs, ratios)[0] / 3600
+            for cv_p in NOISE:
+                runs = [simulate(d, ratios, n=n, seed=1, cv_p=cv_p, lossless=lossless) for d in (fixed, seq)]
+                hours = [device_time(run, costs).summary().wall_h for run in runs]
+                passed = [", ".join(f"{v:.1%}" for v in (run.outcome == PASS).mean(0)) for run in runs]
+                print(f"| `{name}` | {label} | {cv_p:.0%} | {hours[0][0]:.1f} | {hours[1][0]:.1f} / {hours[1][1]:.1f} "
+                      f"/ {hours[1][2]:.1f} | {worst:.1f} | {hours[1][0] / hours[0][0]:.0%} | {passed[0]} → "
+                      f"{passed[1]} |")
 
 
-def spec_figures(name: str, n: int, scale: dict[str, float] | None = None) -> None:
+def guarantee_table(scale: int) -> None:
+    print(f"\n## Guarantees (tests_unit/plan/test_guarantees.py; here {scale}x its campaigns, 2 % request noise, "
+          "2 % process noise unless stated)\n")
+    print("| design | scenario | counted | rate ± SE | bound | campaigns |")
+    print("|---|---|---|---|---|---|")
+    for s in guarantees.SCENARIOS:
+        rate = guarantees.measure(s, n=s.n * scale, seed=s.seed + 1000)
+        mark = "" if rate.holds(s) else " **not held**"
+        print(f"| {s.design} | {s.name} | {s.count} | {rate.value:.2%} ± {rate.se:.2%} | "
+              f"{'≤' if s.at_most else '≥'} {s.bound:.1%}{mark} | {rate.n} |")
+
+
+def spec_figures(name: str, n: int) -> None:
     spec = load_runspec(SPECS / name)
     durations = len(spec.workload.durations)
-    series = series_of(spec)
-    n_cand = len(series)
-    seq = design_of(spec)
+    n_cand = len(series_of(spec))
+    seq = Design.of(spec)
     lossless = spec.gates.lossless
     print(f"\n## {name}: {n_cand} series, {durations} duration(s), lossless {'on' if lossless else 'off'}")
     print(f"  {seq.describe()}")
@@ -141,50 +120,40 @@ def spec_figures(name: str, n: int, scale: dict[str, float] | None = None) -> No
         both = [float((run.outcome[:, 0] == PASS).mean()) for run in runs]
         text = f"speed PASS {speed[0]:.1%} (1 % process noise) / {speed[1]:.1%} (2 %)"
         if lossless:
-            text += f"; with a truly lossless candidate's lossless verdict, PASS {both[0]:.1%} / {both[1]:.1%}"
+            fails = [float(run.lossless_fail.any(-1).mean()) for run in runs]
+            text += (f"; with a truly lossless candidate's lossless verdict, PASS {both[0]:.1%} / {both[1]:.1%} "
+                     f"(lossless FAIL {fails[0]:.2%} / {fails[1]:.2%})")
         print(f"  a true {1 - r:.0%} speedup, each candidate: {text}")
-    ff = max(float((simulate(seq, [[0.98 if i == d else 0.5 for i in range(durations)]] * n_cand, n=n, seed=13 + d,
-                             cv_p=0.02, lossless=False).outcome == PASS).any(-1).mean()) for d in range(durations))
-    fs = float((simulate(dataclasses.replace(seq, in_order_of_cost=False), [[1.02] * durations] * n_cand, n=n,
-                         seed=15, cv_p=0.02, lossless=False).outcome == FAIL).any(-1).mean())
-    print(f"  false 'faster' at the margin {ff:.2%}, false 'slower' {fs:.2%} (bound 2.5 % each, campaign-wide)")
     null = simulate(seq, [[1.0] * durations] * n_cand, n=n, seed=17, cv_p=0.02, lossless=lossless)
     dearer = float((null.pairs[:, :, 1:] > 0).mean()) if durations > 1 else 0.0
     print(f"  no effect: pairs run per candidate at the first duration {null.pairs[:, :, 0].mean():.2f} "
           f"(of {seq.looks[0][-1]}); reaches a dearer duration {dearer:.2%}")
     if lossless:
-        levels = seq.lossless_levels or ()
-        smallest = [(lossless_design.baseline_needed(lossless_design.pass_from_pairs(a), a),
-                     lossless_design.pass_from_pairs(a)) for a in levels]
-        rate = lossless_design.false_reject_per_candidate(smallest, levels)
-        print(f"  lossless: levels {', '.join(f'{a:g}' for a in levels)} per duration; smallest designs "
-              f"{', '.join(f'{b} + {c}' for b, c in smallest)}; a truly lossless candidate rejected in ≤ {rate:.2%} "
-              f"(per candidate); ≥ 90 % power against 3x on every metric at each duration")
-    own = [(s.name, candidate_ratio(spec, s.arm)) for s in series]
-    if all(r is not None for _, r in own):
-        ratios = [[float(r)] * durations for _, r in own]  # type: ignore[arg-type]
-        if spec.final is not None and spec.final_control != BASELINE:  # the final against the original baseline
-            final, original = candidate_ratio(spec, spec.final), candidate_ratio(spec, spec.final_control)
-            ratios[-1] = [float(final or 1) / float(original or 1)] * durations
-        for cv in NOISE:
-            run = simulate(seq, ratios, n=n, seed=19, cv_p=cv, lossless=lossless)
-            parts = [f"{s.name} (true {r[0]:.3f}): speed PASS {p:.1%}, pairs {m:.2f}"
-                     for s, r, p, m in zip(series, ratios, (run.code == PASS).all(-1).mean(0),
-                                           run.pairs.sum(-1).mean(0), strict=True)]
-            print(f"  its own candidates, {cv:.0%} process noise: " + "; ".join(parts))
+        levels = [seq.lossless_alpha(d) for d in range(durations)]
+        print(f"  lossless: levels {', '.join(f'{a:g}' for a in levels)} per duration, a truly lossless candidate "
+              f"rejected in at most {1 - np.prod([1 - a for a in levels]):.2%}")
+    if spec.hints is None:  # a sim spec: the plan prices it from its arms' profiles
+        return
+    costs = costs_from_spec(spec)
+    course = Course.of(spec)
+    ones = [[1.0] * durations] * n_cand
+    fixed = fixed_seconds(costs, ones, pairs=len(spec.protocol.order) // 2,
+                          controls=Design.fixed_of(spec).fixed_controls)[0]
+    print(f"  worst case {worst_seconds(course, costs, ones)[0] / 3600:.1f} h against the fixed design's "
+          f"{fixed / 3600:.1f} h (no effect)")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--n", type=int, default=20_000, help="simulated campaigns per cell (default 20000)")
+    parser.add_argument("--n", type=int, default=20_000, help="simulated campaigns per device-time cell")
+    parser.add_argument("--scale", type=int, default=5, help="the guarantees' campaigns, times the test's")
     parser.add_argument("--specs", action="store_true", help="also print every shipped spec's figures")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
-    print(f"# device time per verdict, {args.n} simulated campaigns per cell, 2 % request noise")
-    side_by_side("950pr-x4.toml", args.n)
-    side_by_side("910b1-x8.toml", args.n)
+    device_table(["950pr-x4.toml", "910b1-x8.toml"], args.n)
+    guarantee_table(args.scale)
     if args.specs:
-        print("\n# the figures each shipped spec's comments should state (sequential design)")
+        print("\n# the figures each shipped spec's comments state (its own design)")
         for name in ("sim.toml", "sim-candidates.toml", "sim-research.toml", "910b1-x8.toml", "950pr-x4.toml"):
             spec_figures(name, args.n)
     print(f"\n({time.perf_counter() - t0:.0f} s)", file=sys.stderr)

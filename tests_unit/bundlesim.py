@@ -58,14 +58,16 @@ def write_bundle(root: Path, spec: RunSpec, latency: Callable[[Block, int], floa
                  final: dict[str, Any] | None = None,
                  spec_extra: Mapping[str, Any] | None = None, run_kind: str = "FORMAL",
                  engine_commit: str | None = None, stop_after: int | None = None,
-                 contract: Mapping[str, tuple[bytes, bytes | None]] | None = None) -> Path:
+                 contract: Mapping[str, tuple[bytes, bytes | None]] | None = None,
+                 manifest_extra: Mapping[str, Any] | None = None) -> Path:
     """A sealed bundle whose measured requests took ``latency(block, index)`` seconds.
 
     ``stop_after``: only the first blocks ran, and the bundle is sealed as
     interrupted (as Ctrl-C seals it); :func:`resume_bundle` runs the rest.
     ``contract`` gives, per arm, what its servers answered as ``/openapi.json``
     and ``vllm serve --help=all`` (None: not a vllm arm); each block records it
-    as a real server start does (:mod:`h3bench.run.contract`).
+    as a real server start does (:mod:`h3bench.run.contract`). ``manifest_extra``:
+    more top-level manifest records (as a shard's ``shard`` record).
     """
     data = spec.model_dump(mode="json")
     for key, value in (spec_extra or {}).items():  # research fields: arms.<name>.<field> or a top-level key
@@ -78,7 +80,8 @@ def write_bundle(root: Path, spec: RunSpec, latency: Callable[[Block, int], floa
     if engine_commit is not None:
         source = {**source, "engine_commit": engine_commit}
     bundle = Bundle.create(root, spec_id=spec.spec_id, spec=data, inputs={}, source=source, model=data["model"],
-                           started_at=started_at, extra={"run": {"kind": run_kind, "unpinned": [], "unverified": []}})
+                           started_at=started_at, extra={"run": {"kind": run_kind, "unpinned": [], "unverified": []},
+                                                     **(manifest_extra or {})})
     blocks = Schedule(spec).blocks
     _run_blocks(bundle, spec, blocks[:stop_after], latency, contract)
     interrupted = "interrupted (KeyboardInterrupt)" if stop_after is not None else None

@@ -23,7 +23,13 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 CAMPAIGN_DIRS = ("tests_perf", "tests_lifecycle", "tests_quality")
-FAST_SIM = {"time_scale": 0.0002, "jitter_cv": 0.01, "workers": 2}
+FAST_SIM = {"time_scale": 0.0002, "jitter_cv": 0.01, "workers": 1}  # one spawned worker: each costs a fresh interpreter
+# Plugins of this test environment that a campaign never uses: loading them costs each child pytest a
+# second of CPU, and the suite runs about a hundred of them.
+UNUSED_PLUGINS = ("-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:anyio")
+# The report each campaign writes as it ends costs more CPU than a small campaign's quality step; the tests of the
+# report (tests_unit/report/) ask for it.
+NO_REPORT = ("--no-report",)
 
 
 def _toml(value: Any) -> str:
@@ -103,20 +109,22 @@ def write_campaign(
     return spec
 
 
-def run_campaign(pytester: pytest.Pytester, spec: Path, *args: str) -> pytest.RunResult:
+def run_campaign(pytester: pytest.Pytester, spec: Path, *args: str, report: bool = False) -> pytest.RunResult:
     """Run pytest on the project in a subprocess (servers and signals are involved), evidence under the project."""
     return pytester.runpytest_subprocess(
-        "--runspec", str(spec), "--evidence-dir", str(pytester.path / "evidence"), "-p", "no:cacheprovider", *args,
-        timeout=600,
+        "--runspec", str(spec), "--evidence-dir", str(pytester.path / "evidence"), *UNUSED_PLUGINS,
+        *(() if report else NO_REPORT), *args, timeout=600,
     )
 
 
-def child_campaign(project: Path, spec: Path, *args: str) -> tuple[int, str, Path | None]:
+def child_campaign(project: Path, spec: Path, *args: str, report: bool = False,
+                   verbose: bool = False) -> tuple[int, str, Path | None]:
     """Run the project's campaign in a child pytest: its exit code, what it printed, and its one bundle.
 
     For module fixtures, which cannot use pytester: the child is not an xdist
     worker and has a device lock of its own (as the campaign_subprocess_env
-    fixture arranges), and no LPIPS weights, whatever this machine has cached.
+    fixture arranges), and no LPIPS weights, whatever this machine has cached. ``verbose``: the summary
+    with every reason (-v), not one screen.
     """
     evidence = project / "evidence"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
@@ -125,21 +133,21 @@ def child_campaign(project: Path, spec: Path, *args: str) -> tuple[int, str, Pat
     env.pop("H3BENCH_LPIPS_DIR", None)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "--runspec", str(spec), "--evidence-dir", str(evidence),
-         "-p", "no:cacheprovider", "-q", *args],
+         *UNUSED_PLUGINS, *(() if report else NO_REPORT), "-v" if verbose else "-q", *args],
         cwd=project, env=env, capture_output=True, text=True, timeout=900,
     )
     found = bundles_in(evidence) if evidence.is_dir() else []
     return proc.returncode, proc.stdout + proc.stderr, found[0] if len(found) == 1 else None
 
 
-def noisy_campaign(project: Path, candidate: str) -> tuple[Path, str]:
+def noisy_campaign(project: Path, candidate: str, *, report: bool = False) -> tuple[Path, str]:
     """Run a campaign whose candidate adds video noise in a child pytest: its one bundle and what pytest printed.
 
     The noisy candidate fails its quality tests (exit 1); any other exit means
     the campaign did not run, and the test fails.
     """
     spec = write_campaign(project, candidates={candidate: {"video_noise": 12.0}})
-    code, output, path = child_campaign(project, spec, f"--benchmark-json={project / 'benchmark.json'}")
+    code, output, path = child_campaign(project, spec, f"--benchmark-json={project / 'benchmark.json'}", report=report)
     if code != pytest.ExitCode.TESTS_FAILED or path is None:
         pytest.fail(f"campaign exited {code}:\n{output[-8000:]}")
     return path, output
@@ -162,7 +170,7 @@ def start_campaign(pytester: pytest.Pytester, spec: Path, *args: str, output: Pa
     with output.open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "pytest", "--runspec", str(spec), "--evidence-dir", str(pytester.path / "evidence"),
-             "-p", "no:cacheprovider", *args],
+             *UNUSED_PLUGINS, *NO_REPORT, *args],
             cwd=pytester.path, env=env, stdout=out, stderr=subprocess.STDOUT,
         )
 

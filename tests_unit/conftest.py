@@ -54,15 +54,19 @@ def make_mp4(tmp_path: Path):
 
 @pytest.fixture
 def campaign_subprocess_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """For a campaign run in a child pytest: not an xdist worker, and its own device lock.
+    """For a campaign run in a child pytest: not an xdist worker, its own device lock, and no LPIPS weights.
 
     The inner pytest must not think it is an xdist worker when the outer one is,
     and unit-test campaigns need not queue behind each other (or behind a real
-    campaign on this host) for the host-wide device lock.
+    campaign on this host) for the host-wide device lock. Their specs do not
+    require LPIPS, so an empty h3bench cache keeps them the same on every
+    machine (and spares each one torch and the AlexNet passes); a test that
+    wants LPIPS gives ``--lpips-dir``.
     """
-    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID", "H3BENCH_LPIPS_DIR"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("H3BENCH_DEVICE_LOCK", str(tmp_path / "devices.lock"))
+    monkeypatch.setenv("H3BENCH_CACHE_DIR", str(tmp_path / "h3bench-cache"))
 
 
 def run_ffmpeg(ffmpeg: str, *args: str) -> str:

@@ -59,7 +59,8 @@ def test_the_container_has_the_npu_mounts_and_init() -> None:
 
 def run_step(pytester: pytest.Pytester, spec: Path, summary: Path) -> subprocess.CompletedProcess[str]:
     step = campaign_step()
-    dispatched = {"RUNSPEC": str(spec), "ARM": "all", "MARKER": "", "ALLOW_UNPINNED": "false"}
+    dispatched = {"RUNSPEC": str(spec), "ARM": "all", "MARKER": "", "ALLOW_UNPINNED": "false",
+                  "ARTIFACTS": "https://example.invalid/actions/runs/1#artifacts"}
     env = {name: dispatched[name] if EXPRESSION.search(str(value)) else str(value) for name, value in step["env"].items()}
     (pytester.path / ".ci").mkdir(exist_ok=True)
     shutil.copy(REPO / ".ci" / "campaign", pytester.path / ".ci" / "campaign")

@@ -20,7 +20,7 @@ import pytest
 
 from tests_unit.campaign_project import write_campaign
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("install")]
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@
 Imports are read from the source with :mod:`ast`, every kind of them: at
 module level, inside functions (the lazy ones) and under ``TYPE_CHECKING``
 (a type that a lower module takes from a higher one is still an arrow back
-up). The order of the packages is README's "Layout" section; a new package
+up). The order of the packages is docs/layout.md's; a new package
 must be placed in it.
 """
 
@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "h3bench"
 # What every stage shares, then the packages from the bottom up: each imports only those before it.
 SHARED = ("errors", "h3", "outcome", "interrupts")
 LAYERS = ("evidence", "media", "metrics", "stats", "quality", "runspec", "host", "server", "sim", "run", "plan",
-          "verdict", "report", "session", "pool", "ledger", "plugin", "cli",
+          "verdict", "report", "session", "pool", "ledger", "bisect", "plugin", "cli",
           "conformance")
 # The simulator is a program of its own: it shares only the H3 facts and the error tree with the harness.
 SIM_MAY_IMPORT = {"h3bench.h3", "h3bench.errors"}

@@ -11,14 +11,18 @@
                                      what a campaign will run and cost, before anything runs
     h3bench run --runspec FILE [--arm ARM] [--evidence-dir DIR] [--resume BUNDLE] ...
                                      a whole campaign without pytest (see h3bench.cli.campaign)
-    h3bench report BUNDLE [--out DIR] [--lpips-dir DIR] [--lpips-device DEV]
+    h3bench report BUNDLE [--out DIR] [--step-summary FILE [--artifact-url URL]] [--lpips-dir DIR] ...
                                      report.html and summary.md of a bundle that verifies
     h3bench pool BUNDLE... --out DIR [--look]
                                      the fan-in of a campaign over several hosts (see h3bench.cli.pool)
     h3bench ledger add BUNDLE | show | verify [--bundles DIR] [--ledger FILE]
                                      the hash-chained ledger of candidates (see h3bench.ledger.chain)
+    h3bench bisect --runspec FILE [--evidence-dir DIR] [--resume DIR] [--on speed|quality] [--ledger FILE]
+                                     from a regression to its culprit commit (see h3bench.cli.bisect)
     h3bench history DIR... [--html FILE] [--json]
                                      baseline medians across campaigns, with flagged steps
+    h3bench export BUNDLE [--format bmf|github-benchmark|json] [--out FILE]
+                                     a verified bundle's results for dashboards (see h3bench.report.export)
     h3bench sim ...                  (every argument goes to h3bench.sim.main)
 
 ``report`` writes ``report.html`` (self-contained) and ``summary.md``, by
@@ -52,6 +56,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 def _numpy_without_blas_workers() -> None:
@@ -76,7 +81,9 @@ def _numpy_without_blas_workers() -> None:
 _numpy_without_blas_workers()
 
 from h3bench import __version__, media, quality  # noqa: E402
+from h3bench.cli import bisect as cli_bisect  # noqa: E402
 from h3bench.cli import campaign as cli_campaign  # noqa: E402
+from h3bench.cli import export as cli_export  # noqa: E402
 from h3bench.cli import ledger as cli_ledger  # noqa: E402
 from h3bench.cli import pool as cli_pool  # noqa: E402
 from h3bench.errors import H3BenchError, RunSpecError, UsageError, WeightIntegrityError  # noqa: E402
@@ -288,11 +295,12 @@ def _configure_validate(parser: argparse.ArgumentParser) -> None:
     _configure_bundle(parser)
     parser.add_argument("--lossless", action="store_true",
                         help="also run the lossless test against the baseline's own variability")
+    cli_campaign.verbose_flag(parser)
     _configure_lpips(parser)
 
 
 def _run_validate(args: argparse.Namespace) -> int:
-    from h3bench.report.terminal import summary_lines
+    from h3bench.report.terminal import campaign_summary
     from h3bench.session.results import Results
     from h3bench.session.settings import Settings
 
@@ -308,26 +316,56 @@ def _run_validate(args: argparse.Namespace) -> int:
                          indent=2, allow_nan=False))
     else:
         print(f"validated with {quality.VALIDATOR_VERSION}: {written}")
-        for line in summary_lines(results.spec, document, bundle=path, profiles=list(results.bundle.samples("profile"))):
+        for line in campaign_summary(results.spec, document, bundle=path, verbose=args.verbose,
+                                     profiles=list(results.bundle.samples("profile"))):
             print(line)
     return EXIT_CODES[outcome]
 
 
 def _configure_report(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("bundle", help="an evidence bundle directory")
+    parser.add_argument("bundle", help="an evidence bundle directory, or a bisection's directory")
     parser.add_argument("--out", metavar="DIR",
                         help="directory for report.html and summary.md (default: <bundle's parent>/reports/<bundle name>)")
+    parser.add_argument("--step-summary", metavar="FILE",
+                        help="also append summary.md to FILE (a CI job summary, e.g. $GITHUB_STEP_SUMMARY), cut to "
+                             "GitHub's 1 MiB with a last line naming --artifact-url")
+    parser.add_argument("--artifact-url", metavar="URL", default="the run's artifacts",
+                        help="where the whole report is, for the line that says a job summary was cut")
     _configure_lpips(parser)  # only for the worst pair's per-frame LPIPS curve
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    # matplotlib, librosa and scikit-image load only for a report.
+    from h3bench.bisect.report import is_bisection, write_bisect_report
+    from h3bench.report.markdown import STEP_SUMMARY_BYTES, fit_summary
+
+    if is_bisection(Path(args.bundle)):  # a bisection's directory: the posterior after each probe, the device time
+        written: Any = write_bisect_report(Path(args.bundle), args.out)
+    else:  # matplotlib and scikit-image load only for a report
+        from h3bench.report import write_report
+
+        written = write_report(_bundle_dir(args.bundle), args.out, lpips_dir=args.h3_lpips_dir,
+                               lpips_device=args.h3_lpips_device)
+    print(f"report: {written.html}")
+    print(f"summary: {written.summary}")
+    if args.step_summary:
+        summary = Path(args.step_summary)
+        room = STEP_SUMMARY_BYTES - (summary.stat().st_size if summary.is_file() else 0)
+        with summary.open("a", encoding="utf-8") as out:
+            out.write(fit_summary(Path(written.summary).read_text(encoding="utf-8"), max(0, room), args.artifact_url))
+    return 0
+    # matplotlib and scikit-image load only for a report.
     from h3bench.report import write_report
+    from h3bench.report.markdown import STEP_SUMMARY_BYTES, fit_summary
 
     written = write_report(_bundle_dir(args.bundle), args.out, lpips_dir=args.h3_lpips_dir,
                            lpips_device=args.h3_lpips_device)
     print(f"report: {written.html}")
     print(f"summary: {written.summary}")
+    if args.step_summary:
+        summary = Path(args.step_summary)
+        room = STEP_SUMMARY_BYTES - (summary.stat().st_size if summary.is_file() else 0)
+        with summary.open("a", encoding="utf-8") as out:
+            out.write(fit_summary(written.summary.read_text(encoding="utf-8"), max(0, room), args.artifact_url))
     return 0
 
 
@@ -352,8 +390,12 @@ SUBCOMMANDS: dict[str, Subcommand | Passthrough] = {
                        cli_pool.configure_pool, cli_pool.run_pool),
     "ledger": Subcommand("the append-only, hash-chained ledger of candidates: add a bundle, show, verify",
                          cli_ledger.configure_ledger, cli_ledger.run_ledger),
+    "bisect": Subcommand("search a regression's culprit among the engine commits of a spec's [bisect] range",
+                         cli_bisect.configure_bisect, cli_bisect.run_bisect),
     "history": Subcommand("the baseline's E2E medians across campaigns, with flagged step changes",
                           cli_ledger.configure_history, cli_ledger.run_history),
+    "export": Subcommand("a verified bundle's results as Bencher's BMF, github-action-benchmark's JSON or h3bench's",
+                         cli_export.configure_export, cli_export.run_export),
     "sim": Passthrough("run the vLLM-Omni simulator server (arguments go to h3bench.sim)", _run_sim),
 }
 

@@ -25,7 +25,7 @@ from h3bench.session.settings import Settings
 if TYPE_CHECKING:  # the live campaign loads only when one runs
     from h3bench.runspec.schedule import Block
 
-__all__ = ["EXIT_INTERRUPTED", "configure_plan", "configure_run", "run_campaign", "run_plan"]
+__all__ = ["EXIT_INTERRUPTED", "configure_plan", "configure_run", "run_campaign", "run_plan", "verbose_flag"]
 
 CATEGORIES = ("perf", "lifecycle", "quality")
 
@@ -46,6 +46,13 @@ def settings_from(args: argparse.Namespace) -> Settings:
 def configure_run(parser: argparse.ArgumentParser) -> None:
     configure_settings(parser, resume=True)
     _add_markexpr(parser)
+    verbose_flag(parser)
+
+
+def verbose_flag(parser: argparse.ArgumentParser) -> None:
+    """``-v``: the summary with every reason, as ``pytest -v`` prints it, instead of one screen."""
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="print every reason of every verdict, not only the one-screen summary")
 
 
 def run_campaign(args: argparse.Namespace) -> int:
@@ -75,7 +82,7 @@ def run_campaign(args: argparse.Namespace) -> int:
             interrupted = f"interrupted by {interrupt_name(exc)}"
         finally:
             document = campaign.finish(interrupted)
-        for line in [*campaign.summary(), *campaign.ending()]:
+        for line in [*campaign.summary(verbose=args.verbose), *campaign.ending()]:
             print(line)
         if campaign.interrupted:
             return EXIT_INTERRUPTED
@@ -127,6 +134,11 @@ def run_plan(args: argparse.Namespace) -> int:
                      evidence_root=settings.evidence_root)
     for line in plan_lines(plan):
         print(line)
+    if spec.bisect is not None:  # a bisection: its range, and what the search costs (simulated at the hints)
+        from h3bench.bisect.plan import plan_lines as bisect_lines
+
+        for line in bisect_lines(spec):
+            print(line)
     if args.shards:
         from h3bench.plan.estimate import shard_lines
 

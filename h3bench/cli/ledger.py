@@ -1,4 +1,10 @@
-"""``h3bench ledger add|show|verify`` and ``h3bench history``: what a team keeps across campaigns."""
+"""``h3bench ledger add|show|verify`` and ``h3bench history``: what a team keeps across campaigns.
+
+An entry whose bundle cannot be found (not at its recorded path, nor by its
+seal under ``--bundles DIR``) is unverified: ``show`` marks its row, and
+``verify`` fails on it unless ``--allow-missing`` is given, and then says
+how many entries it did not verify.
+"""
 
 from __future__ import annotations
 
@@ -26,9 +32,12 @@ def configure_ledger(parser: argparse.ArgumentParser) -> None:
     add.add_argument("bundle", help="an evidence bundle directory")
     show = actions.add_parser("show", help="print the ledger's table, grouped by hardware kind")
     show.add_argument("--json", action="store_true", dest="json", help="print the entries as JSON")
-    check = actions.add_parser("verify", help="re-check the chain and every referenced bundle that can be found")
-    check.add_argument("--bundles", action="append", default=[], metavar="DIR",
-                       help="also look for moved bundles under DIR (repeatable)")
+    check = actions.add_parser("verify", help="re-check the chain and every referenced bundle; fail on one not found")
+    check.add_argument("--allow-missing", action="store_true", dest="allow_missing",
+                       help="pass although some entries' bundles are not found (they are counted as unverified)")
+    for sub in (show, check):
+        sub.add_argument("--bundles", action="append", default=[], metavar="DIR",
+                         help="also look for moved bundles under DIR, by their seals (repeatable)")
     for sub in (add, show, check):
         sub.add_argument("--ledger", default=DEFAULT_LEDGER, metavar="FILE",
                          help="the ledger file (default: ./%(default)s)")
@@ -59,6 +68,9 @@ def ledger_table(lines: Sequence[tuple[int, LedgerEntry]], marks: Mapping[int, S
         before: tuple[int, LedgerEntry] | None = None
         for seq, e in group:
             found = notes.setdefault(seq, [])
+            if e.bundle.pooled:  # one campaign over several hosts: the shards it holds, by seal
+                found.append("pool of " + ", ".join(f"{s.label} (host {s.host}, {s.final_sha256[:12]})"
+                                                    for s in e.bundle.pooled))
             if e.stages is not None:
                 moved = [f"{p.part} {part_ratio_text(p)}" for p in e.stages.parts if p.moved and p.part != "e2e"]
                 found.append(f"stages (attribution, not the verdict): interval excludes 1: {', '.join(moved) or 'none'}")
@@ -93,9 +105,8 @@ def ledger_table(lines: Sequence[tuple[int, LedgerEntry]], marks: Mapping[int, S
 
 def run_ledger(args: argparse.Namespace) -> int:
     # Imported here: the ledger's imports (evidence bundles, environment) would cost every h3bench command 50 ms.
-    from h3bench.ledger.chain import add_bundle, verify_ledger
-    from h3bench.ledger.entries import WORDS
-    from h3bench.outcome import Outcome
+    from h3bench.ledger.chain import add_bundle
+    from h3bench.ledger.entries import LedgerEntry
 
     path = Path(args.ledger)
     if args.action == "add":
@@ -103,39 +114,67 @@ def run_ledger(args: argparse.Namespace) -> int:
         for note in added.notes:
             print(note)
         for entry in added.entries:
-            word = WORDS[Outcome(entry["verdict"])]
+            typed = LedgerEntry.from_dict(entry, where=f"{path}: line {entry['seq'] + 1}")
+            word = f"{typed.word} (a shard: not judged alone)" if typed.bundle.shard else typed.word
             replaces = entry.get("supersedes") or []
             also = f" (supersedes line {', '.join(str(s + 1) for s in replaces)})" if replaces else ""
             print(f"{path}: line {entry['seq'] + 1}: {entry['candidate']} {entry['duration']} s {word}{also}")
         return 0
     if args.action == "show":
-        return _show(path, as_json=args.json)
-    report = verify_ledger(path, args.bundles)
-    print(f"{path}: {'OK' if report.ok else 'PROBLEMS'} ({report.entries} entries, "
-          f"{report.bundles_checked} bundles checked, {len(report.not_found)} entries' bundles not found)")
+        return _show(path, as_json=args.json, bundle_dirs=args.bundles)
+    return _verify(path, args.bundles, allow_missing=args.allow_missing)
+
+
+def _verify(path: Path, bundle_dirs: Sequence[str], *, allow_missing: bool) -> int:
+    """Exit 0 only when nothing is wrong and every entry was checked against its bundle (or ``allow_missing``)."""
+    from h3bench.ledger.chain import verify_ledger
+
+    report = verify_ledger(path, bundle_dirs)
+    missing = len(report.not_found)
+    counts = (f"({report.entries} entries, {report.bundles_checked} bundles checked, {missing} entries' bundles not "
+              "found)")
+    if not report.ok:
+        head = f"PROBLEMS {counts}"
+    elif not missing:
+        head = f"OK {counts}"
+    elif allow_missing:
+        head = (f"OK for what was checked, but {missing} of {report.entries} entries are UNVERIFIED: their bundles "
+                f"were not found (--allow-missing) {counts}")
+    else:
+        head = (f"NOT VERIFIED: {missing} of {report.entries} entries are unverified, their bundles not found {counts};"
+                " give --bundles DIR where they are, or --allow-missing to pass without them")
+    print(f"{path}: {head}")
     for problem in report.problems:
         print(f"  {problem}")
-    for missing in report.not_found:
-        print(f"  not checked: {missing}")
+    for line in report.not_found:
+        print(f"  unverified: {line}")
     for note in report.notes:
         print(f"  note: {note}")
-    return 0 if report.ok else 1
+    return 0 if report.ok and (allow_missing or not missing) else 1
 
 
-def _show(path: Path, *, as_json: bool) -> int:
+def _show(path: Path, *, as_json: bool, bundle_dirs: Sequence[str] = ()) -> int:
     """The table (or JSON) of every entry, each broken line marked and listed; exit 1 when any line is broken.
 
-    ``show`` checks every line and the chain as ``verify`` does (not the bundles):
-    a tampered line is never printed as if it were evidence without its mark.
+    ``show`` checks every line and the chain as ``verify`` does, and whether
+    each entry's bundle can be found (not its content): a tampered line, or
+    one whose bundle is nowhere, is never printed as if it were evidence
+    without its mark.
     """
-    from h3bench.ledger.chain import read_ledger
+    from h3bench.ledger.chain import read_ledger, replaces, unverified_entries
 
     found = read_ledger(path)
+    unverified = unverified_entries(found, bundle_dirs)
     marks: dict[int, list[str]] = {}
     for line in found.lines:
         marks.setdefault(line.seq, []).extend(f"BROKEN: line {line.number}: {p}" for p in line.problems)
+        if line.seq in unverified:
+            marks[line.seq].append(f"UNVERIFIED: {unverified[line.seq]}: nothing on this row was checked against "
+                                   "evidence (h3bench ledger verify --bundles DIR finds a bundle that moved)")
         if line.seq in found.superseded_by:
-            marks[line.seq].append(f"superseded by #{found.superseded_by[line.seq]} (a later state of its bundle)")
+            newer = found.lines[found.superseded_by[line.seq]].entry
+            why = replaces(newer, line.entry) if newer is not None and line.entry is not None else None
+            marks[line.seq].append(f"superseded by #{found.superseded_by[line.seq]} ({why})")
     typed = [(line.seq, line.entry) for line in found.lines if line.entry is not None]
     if as_json:
         print(json.dumps([line.record for line in found.lines if line.record is not None], indent=2))
@@ -144,6 +183,9 @@ def _show(path: Path, *, as_json: bool) -> int:
         untyped = [f"#{line.seq}! BROKEN, not an entry: line {line.number}: {'; '.join(line.problems)}"
                    for line in found.lines if line.entry is None]
         print("\n".join(table + untyped) if table or untyped else f"{path}: no entries")
+    if unverified:
+        print(f"h3bench: {path}: {len(unverified)} of {len(found.lines)} entries UNVERIFIED (their bundles were not "
+              "found)", file=sys.stderr)
     if found.problems:
         print(f"h3bench: {path}: {len(found.problems)} problem(s); the lines marked ! are not evidence as they "
               "stand (h3bench ledger verify checks their bundles too)", file=sys.stderr)

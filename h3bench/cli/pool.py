@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from h3bench.cli.campaign import verbose_flag
 from h3bench.outcome import Outcome
 
 __all__ = ["configure_pool", "run_pool"]
@@ -27,12 +28,13 @@ def configure_pool(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--look", action="store_true",
                         help="a look of the sequential design: also write the look file the next round's shards "
                              "take with --looks, and print whether each candidate and duration continues")
+    verbose_flag(parser)
 
 
 def run_pool(args: argparse.Namespace) -> int:
     from h3bench.pool import next_window, pool_bundles, window_lines, write_window
     from h3bench.pool.fanin import pooled_results
-    from h3bench.report.terminal import summary_lines
+    from h3bench.report.terminal import campaign_summary
     from h3bench.runspec import parse_runspec
 
     out = Path(args.out)
@@ -42,7 +44,7 @@ def run_pool(args: argparse.Namespace) -> int:
 
     bundle = Bundle.open(pooled.path)
     spec = parse_runspec(bundle.manifest["spec"], source=f"{pooled.path}/manifest.json")
-    for line in summary_lines(spec, document, bundle=pooled.path, profiles=[]):
+    for line in campaign_summary(spec, document, bundle=pooled.path, verbose=args.verbose):
         print(line)
     if document.pool is not None:
         for name, durations in document.pool.series.items():

@@ -176,6 +176,25 @@ def commit(tmp: Path, target: Path) -> bool:
     return created
 
 
+def replace_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` under ``path`` whole or not at all, replacing what was there.
+
+    For files outside a bundle (reports, look files, exports): a reader never
+    sees half a file, and a full disk leaves none. An OSError is the caller's
+    to name (each names its output its own way).
+    """
+    tmp = path.with_name(f"{TMP_PREFIX}{path.name}-{secrets.token_hex(4)}")
+    try:
+        with tmp.open("wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def append_line(path: Path, line: bytes) -> None:
     """Append one complete line with O_APPEND and fsync it; on failure the file is left as it was."""
     created = not path.exists()

@@ -2,6 +2,8 @@
 
 :mod:`~h3bench.ledger.entries` derives one entry per candidate and duration
 from a sealed bundle, :mod:`~h3bench.ledger.chain` appends and verifies them,
+:mod:`~h3bench.ledger.campaigns` knows the shards and pools of a campaign
+over several hosts as one campaign,
 :mod:`~h3bench.ledger.history` follows the baseline over campaigns,
 :mod:`~h3bench.ledger.changepoint` finds its steps and
 :mod:`~h3bench.ledger.plot` draws them.

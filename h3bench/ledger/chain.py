@@ -24,6 +24,16 @@ itself records the replacement and both entries verify (the earlier one
 against the bundle as it was at its seal). An earlier state of a bundle whose
 later state is in the ledger is refused.
 
+The shards of a campaign over several hosts, their pool and any re-pool are
+one campaign (:mod:`~h3bench.ledger.campaigns`: the spec id and the set of
+shard seals). A shard's entry is marked as the shard and is never a claim.
+A pool's entries supersede, by the same ``supersedes`` field, the entries
+of the shards it pooled and of a pool of fewer of them (one with a shard
+missing, or of fewer rounds). Adding what a pool in the ledger already holds
+(one of its shards, the same shards pooled again, a pool of fewer of them)
+is refused, naming the line that holds the campaign; so is a pool that
+shares a shard with one in the ledger while neither holds the other.
+
 Appends are made under an exclusive ``flock`` on ``<ledger>.lock``, so two
 writers cannot both extend the same tail: the second one reads the first
 one's lines, checks the chain and duplicates again, and appends after them.
@@ -59,7 +69,7 @@ if TYPE_CHECKING:
     from h3bench.ledger.entries import LedgerEntry
 
 __all__ = ["FRAGMENTS", "GENESIS", "Added", "LedgerFile", "LedgerLine", "LedgerReport", "add_bundle", "entry_hash",
-           "read_ledger", "verify_ledger"]
+           "read_ledger", "replaces", "unverified_entries", "verify_ledger"]
 
 GENESIS = "0" * 64
 FRAGMENTS = ".fragments"  # beside the ledger: what crashes left of appends, moved out by the next add
@@ -193,10 +203,27 @@ def read_ledger(path: str | Path) -> LedgerFile:
     return _with_supersessions(found)
 
 
-def _with_supersessions(found: LedgerFile) -> LedgerFile:
-    """Check every ``supersedes``: an earlier entry of an earlier seal of the same bundle, same candidate and duration.
+def replaces(newer: LedgerEntry, older: LedgerEntry) -> str | None:
+    """Why ``newer`` may supersede ``older`` (same candidate and duration), or None when it may not."""
+    if (older.candidate, older.duration) != (newer.candidate, newer.duration):
+        return None
+    if older.bundle.final_sha256 in newer.bundle.seals[:-1]:
+        return "a later state of its bundle"
+    pool, other = newer.campaign_key, older.campaign_key
+    if pool is None or other is None or not pool.folds(other):
+        return None
+    if not other.pooled:
+        return "the pool of its shards"
+    return "a pool of more of its campaign's shards" if other.seals != pool.seals else None  # a re-pool: refused
 
-    A line that names a line it cannot replace is broken; so is a line replaced twice.
+
+def _with_supersessions(found: LedgerFile) -> LedgerFile:
+    """Check every ``supersedes``: an earlier entry of the same candidate and duration that the new one replaces.
+
+    It replaces an entry of an earlier seal of the same bundle, or, as a
+    pool, an entry of one of its shards or of a pool of fewer of them
+    (:func:`replaces`). A line that names a line it cannot replace is
+    broken; so is a line replaced twice.
     """
     lines = list(found.lines)
     superseded: dict[int, int] = {}
@@ -210,10 +237,9 @@ def _with_supersessions(found: LedgerFile) -> LedgerFile:
             if older is None:
                 wrong.append(f"supersedes line {seq + 1 if isinstance(seq, int) else seq!r}, which is not an entry "
                              "before it")
-            elif (older.candidate, older.duration) != (entry.candidate, entry.duration) or \
-                    older.bundle.final_sha256 not in entry.bundle.seals[:-1]:
+            elif replaces(entry, older) is None:
                 wrong.append(f"supersedes line {seq + 1}, which is not an earlier state of the same bundle's "
-                             f"{entry.candidate} at {entry.duration} s")
+                             f"{entry.candidate} at {entry.duration} s, nor of a campaign it pools")
             elif seq in superseded:
                 wrong.append(f"supersedes line {seq + 1}, which line {superseded[seq] + 1} already supersedes")
             else:
@@ -270,28 +296,62 @@ def _move_fragment(found: LedgerFile, fragment: LedgerLine) -> str:
             f" not an entry); moved to {store}")
 
 
-def _identity(new: list[dict[str, Any]], lines: Sequence[LedgerLine], superseded: dict[int, int],
+def _lines(found: Sequence[LedgerLine]) -> str:
+    return ", ".join(str(line.number) for line in found)
+
+
+def _campaign(ref: LedgerEntry, entries: Sequence[LedgerLine], superseded: dict[int, int],
+              stored_path: Path) -> list[LedgerLine]:
+    """The live entries a shard or pool replaces; UsageError when a pool in the ledger already holds its campaign."""
+    key = ref.campaign_key
+    if key is None:
+        return []
+    keys = [(line, line.entry.campaign_key) for line in entries if line.entry is not None]
+    holders = [(line, other) for line, other in keys if other is not None and other.folds(key)]
+    if holders:
+        live = [line for line, _ in holders if line.seq not in superseded] or [line for line, _ in holders]
+        if ref.bundle.shard is not None:
+            what = f"{ref.bundle.shard.label} of a campaign whose pool is in the ledger"
+        elif any(other.seals == key.seals for _, other in holders):
+            what = "a second pool of the same shards as a pool in the ledger"
+        else:
+            what = "a pool of fewer shards of a campaign pooled over more of them in the ledger"
+        held = f"line {live[0].number} holds" if len(live) == 1 else f"lines {_lines(live)} hold"
+        raise UsageError(f"{stored_path}: {what} ({held} the campaign, spec {key.spec_id[:12]}); one campaign is "
+                         "entered once, nothing appended")
+    disagree = [line for line, other in keys if other is not None and key.disagrees(other)]
+    if disagree:
+        raise UsageError(f"{stored_path}: pools shards that lines {_lines(disagree)} pool differently (they share a "
+                         "shard, and neither holds the other's): two accounts of one campaign, nothing appended")
+    return [line for line, other in keys if other is not None and line.seq not in superseded and key.folds(other)]
+
+
+def _identity(ref: LedgerEntry, lines: Sequence[LedgerLine], superseded: dict[int, int],
               stored_path: Path) -> dict[tuple[str, str], list[int]]:
-    """Which earlier entries each new entry replaces; UsageError when the bundle's state is already entered."""
-    ref = new[0]["bundle"] if new else None
-    if ref is None:
-        return {}
-    seal, earlier_seals = ref["final_sha256"], ref["seals"][:-1]
+    """Which earlier entries each new entry replaces; UsageError when the bundle's state is already entered.
+
+    ``ref`` is one of the new entries (they share the bundle): a bundle is
+    known by its seals, and a shard or pool also by its campaign's key.
+    """
+    seal, earlier_seals = ref.bundle.final_sha256, ref.bundle.seals[:-1]
     entries = [line for line in lines if line.entry is not None]
     known = [line for line in entries if line.entry is not None and line.entry.bundle.final_sha256 == seal]
     if known:
-        raise UsageError(f"{stored_path}: already in the ledger (lines {', '.join(str(e.number) for e in known)}, "
+        raise UsageError(f"{stored_path}: already in the ledger (lines {_lines(known)}, "
                          f"final.json {seal[:12]}); a bundle is entered once, by its content, whatever its path")
     later = [line for line in entries if line.entry is not None and seal in line.entry.bundle.seals[:-1]]
     if later:
         raise UsageError(f"{stored_path}: an earlier state of a bundle whose later state is in the ledger (lines "
-                         f"{', '.join(str(e.number) for e in later)}); it was resumed since, nothing appended")
-    replaces: dict[tuple[str, str], list[int]] = {}
+                         f"{_lines(later)}); it was resumed since, nothing appended")
+    replaced: dict[tuple[str, str], list[int]] = {}
     for line in entries:
         entry = line.entry
         if entry is not None and entry.bundle.final_sha256 in earlier_seals and line.seq not in superseded:
-            replaces.setdefault((entry.candidate, entry.duration), []).append(line.seq)
-    return replaces
+            replaced.setdefault((entry.candidate, entry.duration), []).append(line.seq)
+    for line in _campaign(ref, entries, superseded, stored_path):
+        assert line.entry is not None
+        replaced.setdefault((line.entry.candidate, line.entry.duration), []).append(line.seq)
+    return replaced
 
 
 def add_bundle(bundle: str | Path, ledger: str | Path) -> Added:
@@ -302,7 +362,8 @@ def add_bundle(bundle: str | Path, ledger: str | Path) -> Added:
     EvidenceError
         The bundle does not verify (the problems are named), or the ledger has a broken line.
     UsageError
-        The bundle is DIAGNOSTIC, or this state of it is already in the ledger, or a later one is;
+        The bundle is DIAGNOSTIC, or this state of it is already in the ledger, or a later one is,
+        or a pool in the ledger already holds its campaign (or pools its shards differently);
         or ``ledger`` is a directory, or in a directory that does not exist.
     """
     from h3bench.ledger.entries import entries_of  # stats and the spec load only when a bundle is read
@@ -311,7 +372,8 @@ def add_bundle(bundle: str | Path, ledger: str | Path) -> Added:
     path = Path(ledger)
     _ledger_target(path)
     stored = open_verified(bundle)
-    new = [entry.to_dict() for entry in entries_of(stored)]
+    typed = entries_of(stored)
+    new = [entry.to_dict() for entry in typed]
     notes: list[str] = []
     with _locked(path):
         found = read_ledger(path) if path.exists() else LedgerFile(path, ())
@@ -322,7 +384,7 @@ def add_bundle(bundle: str | Path, ledger: str | Path) -> Added:
         if found.problems:
             raise EvidenceError(f"{path}: the ledger does not verify, nothing appended: " + "; ".join(found.problems),
                                 path=str(path))
-        replaces = _identity(new, found.lines, found.superseded_by, stored.path)
+        replaced = _identity(typed[0], found.lines, found.superseded_by, stored.path) if typed else {}
         lines = found.lines
         prefix = b"\n" if lines and not lines[-1].terminated else b""  # a complete last entry gets its newline
         if prefix:
@@ -332,7 +394,7 @@ def add_bundle(bundle: str | Path, ledger: str | Path) -> Added:
         for offset, entry in enumerate(new):
             full = {**entry, "seq": len(lines) + offset, "prev": prev, "added_at": added_at,
                     "written_by": f"h3bench {h3bench.__version__}"}
-            older = replaces.get((entry["candidate"], entry["duration"]), [])
+            older = replaced.get((entry["candidate"], entry["duration"]), [])
             if older:
                 full["supersedes"] = older
             full["hash"] = prev = entry_hash(full)
@@ -390,14 +452,20 @@ def _locate(entry: LedgerEntry, index: dict[str, Path]) -> Path | None:
     return found
 
 
+def _differ(expected: dict[str, Any], found: dict[str, Any], ignore: Sequence[str]) -> list[str]:
+    """The keys whose values differ; an entry written before a field existed is compared on the fields it has."""
+    wanted = {k: v for k, v in expected.items() if k not in ignore and k in found}
+    kept = {k: v for k, v in found.items() if k not in ignore}
+    return sorted(k for k in wanted.keys() | kept.keys() if wanted.get(k) != kept.get(k))
+
+
 def _derived_problems(line: str, entry: dict[str, Any], derived: list[dict[str, Any]]) -> list[str]:
     same = [d for d in derived if (d["candidate"], d["duration"]) == (entry.get("candidate"), entry.get("duration"))]
     if not same:
         return [f"{line}: its bundle has no candidate {entry.get('candidate')!r} at {entry.get('duration')} s"]
-    # An entry written before a field existed is compared on the fields it has (the chain pins what it holds).
-    expected = {k: v for k, v in same[0].items() if k != "bundle" and k in entry}
-    found = {k: v for k, v in entry.items() if k not in _NOT_DERIVED and k != "bundle"}
-    differ = sorted(k for k in expected.keys() | found.keys() if expected.get(k) != found.get(k))
+    differ = _differ(same[0], entry, (*_NOT_DERIVED, "bundle"))
+    # The bundle's identity too (its seals, its shard or pooled shards), not where it was when it was entered.
+    differ += [f"bundle.{k}" for k in _differ(same[0]["bundle"], entry["bundle"], ("path", "name"))]
     return [f"{line}: differs from what its bundle says: {', '.join(differ)}"] if differ else []
 
 
@@ -448,3 +516,24 @@ def verify_ledger(ledger: str | Path, bundle_dirs: Sequence[str | Path] = ()) ->
             problems += _derived_problems(name, record, derived[key])
     return LedgerReport(str(found.path), len(found.lines), len(derived), tuple(problems), tuple(not_found),
                         tuple(notes))
+
+
+def unverified_entries(found: LedgerFile, bundle_dirs: Sequence[str | Path] = ()) -> dict[int, str]:
+    """Per entry (its seq) whose bundle is neither at its recorded path nor, by its seal, under ``bundle_dirs``: why.
+
+    Such an entry is unverified: nothing it claims can be checked here
+    (``ledger show`` marks it; ``ledger verify`` fails on it unless told ``--allow-missing``).
+    """
+    index = _bundle_index([Path(d) for d in bundle_dirs])
+    located: dict[tuple[str, str], Path | None] = {}  # the entries of one bundle share it
+    missing = {}
+    for line in found.lines:
+        if line.entry is None:
+            continue
+        ref = line.entry.bundle
+        key = (ref.path, ref.final_sha256)
+        if key not in located:
+            located[key] = _locate(line.entry, index)
+        if located[key] is None:
+            missing[line.seq] = f"its bundle is not at {ref.path} (final.json {ref.final_sha256[:12]}…)"
+    return missing

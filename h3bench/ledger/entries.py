@@ -15,6 +15,13 @@ never recomputed, so the ledger says what the campaign said:
 - **INCONCLUSIVE** when no part failed but one could not be decided;
 - **PASS** (accepted) when every part passed.
 
+A shard of a campaign over several hosts (``--shard I/N``) is never a claim:
+its entry is marked with the shard (``shard 1/2``, :class:`~h3bench.ledger.campaigns.ShardMark`),
+its verdict is INCONCLUSIVE, "not judged alone", and its own per-host
+figures are kept. A pooled bundle's entry names the shards it pooled, by
+seal: the ledger knows the shards and their pools as one campaign
+(:mod:`~h3bench.ledger.campaigns`).
+
 Engine claims (the source commit, the image) and harness claims (the
 h3bench version, the validator versions that judged the run) are kept in
 separate sections, so a change of validator is never read as a change of
@@ -28,9 +35,11 @@ from typing import Any
 
 from h3bench.errors import UsageError
 from h3bench.evidence.codec import from_json, to_json
+from h3bench.ledger.campaigns import CampaignKey, ShardMark, pooled_shards, shard_mark
 from h3bench.outcome import Outcome, combine
 from h3bench.run.contract import Contract
 from h3bench.session.stored import StoredBundle
+from h3bench.verdict.acceptance import shard_alone
 from h3bench.verdict.stage_effects import StageEffects
 from h3bench.verdict.verdicts import (
     Acceptance,
@@ -57,6 +66,8 @@ class BundleRef:
     ``final_sha256`` is the seal of the state the entry describes; ``seals``
     every seal of the bundle up to it, in order (a resumed bundle's earlier
     states: an entry of one of them is superseded, never duplicated).
+    ``shard``: the bundle is one shard of a campaign over several hosts;
+    ``pooled``: it is the pool of these shards (:mod:`~h3bench.ledger.campaigns`).
     """
 
     path: str
@@ -66,6 +77,8 @@ class BundleRef:
     outcome: str  # final.json's: completed, interrupted, aborted
     seals: tuple[str, ...] = ()
     manifest_sha256: str | None = None
+    shard: ShardMark | None = None
+    pooled: tuple[ShardMark, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -122,7 +135,13 @@ class LedgerEntry:
 
     @property
     def word(self) -> str:
-        return WORDS[self.verdict]
+        """How the ledger names the outcome: a shard's entry is named as the shard, never as a verdict."""
+        return self.bundle.shard.label if self.bundle.shard is not None else WORDS[self.verdict]
+
+    @property
+    def campaign_key(self) -> CampaignKey | None:
+        """The sharded campaign this entry's bundle belongs to (None: a bundle run without ``--shard``)."""
+        return CampaignKey.of(self.spec_id, self.bundle.shard, self.bundle.pooled, self.bundle.seals)
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = to_json(self)
@@ -183,8 +202,10 @@ def entries_of(bundle: StoredBundle) -> list[LedgerEntry]:
     campaign = document.accepted
     outcome = str(bundle.final.get("outcome"))
     seals = bundle.seals[: bundle.seals.index(bundle.final_sha256) + 1] if bundle.final_sha256 in bundle.seals else ()
+    where = f"{bundle.path}/manifest.json"
+    shard = shard_mark(bundle.manifest, bundle.final_sha256, where=where)
     ref = BundleRef(str(bundle.path), bundle.path.name, bundle.started_at, bundle.final_sha256, outcome, seals,
-                    bundle.manifest_sha256 or None)
+                    bundle.manifest_sha256 or None, shard, pooled_shards(bundle.manifest, where=where))
     entries = []
     found = bundle.contract()
     contract = found if found.recorded else None
@@ -198,6 +219,10 @@ def entries_of(bundle: StoredBundle) -> list[LedgerEntry]:
             decided, reasons = _verdict(d, heldout, acceptance.accepted if acceptance else None,
                                         acceptance.reasons if acceptance else (),
                                         verdict.stopped.reason if verdict is not None and verdict.stopped else None)
+            if shard is not None:  # one host's pairs: never a claim; its own figures stay in the entry
+                decided = Outcome.INCONCLUSIVE
+                reasons = [shard_alone(shard.index, shard.count),
+                           *(r for r in reasons if not r.startswith("not accepted: "))]
             if outcome != "completed":
                 reasons.append(f"the run ended {outcome}: {bundle.final.get('interrupted') or bundle.final.get('error')}")
             attribution = bundle.attribution(candidate)

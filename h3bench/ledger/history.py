@@ -8,7 +8,12 @@ their content (the manifest every state and copy of a campaign's bundle
 shares, and its seals), so one directory named twice (relatively and
 absolutely), a copy, or an earlier copy of a bundle resumed since is the same
 campaign, counted in its latest state and named among the skipped. Copies
-resumed apart (their seals diverge) are not counted. The rest are grouped
+resumed apart (their seals diverge) are not counted. A campaign over
+several hosts is one campaign too (:mod:`~h3bench.ledger.campaigns`): its
+pooled bundle is its point, and the point names the bundles it folds (the
+shards it pooled, an earlier pool of fewer of them, a re-pool of the same
+shards); a shard whose pool is not among the bundles is not counted (one
+host's pairs are not the campaign), and is named with why. The rest are grouped
 into series by
 
 - the hardware kind (``8x910b1`` and ``4x910c`` are never mixed),
@@ -44,6 +49,7 @@ from typing import Any
 
 from h3bench.errors import H3BenchError
 from h3bench.evidence.codec import to_json
+from h3bench.ledger.campaigns import CampaignKey, pooled_shards, shard_mark
 from h3bench.ledger.changepoint import StepReport, detect_steps
 from h3bench.runspec import BASELINE
 from h3bench.session.stored import Contract, StoredBundle, contract_changes, open_verified
@@ -65,6 +71,7 @@ class CampaignPoint:
     median_s: float  # median of the baseline blocks' medians
     blocks: int
     contract: Contract | None = None  # what the bundle's baseline servers said they accept; None: not recorded
+    folded: tuple[str, ...] = ()  # a pooled campaign: the other bundles of it that this point counts, with what each is
 
 
 @dataclass(frozen=True)
@@ -139,7 +146,66 @@ def _one_per_campaign(bundles: list[StoredBundle]) -> tuple[list[StoredBundle], 
     return kept, skipped
 
 
-def _points(stored: StoredBundle) -> dict[tuple[str, str, str], CampaignPoint]:
+def _key(stored: StoredBundle) -> CampaignKey | None:
+    """The campaign over several hosts that the bundle is a shard or a pool of; EvidenceError: a malformed record."""
+    where = f"{stored.path}/manifest.json"
+    return CampaignKey.of(stored.spec_id, shard_mark(stored.manifest, stored.final_sha256, where=where),
+                          pooled_shards(stored.manifest, where=where), stored.seals)
+
+
+def _shard_first(stored: StoredBundle) -> tuple[int, int, int, str]:
+    """The shards in their campaign's order (round, then index), then the other pools by start."""
+    mark = shard_mark(stored.manifest, stored.final_sha256)
+    return (0, mark.round, mark.index, "") if mark is not None else (1, 0, 0, stored.started_at)
+
+
+def _what(stored: StoredBundle, key: CampaignKey, pool: CampaignKey) -> str:
+    """What a bundle folded into a pool is: one of its shards, an earlier pool of fewer shards, or a re-pool."""
+    mark = shard_mark(stored.manifest, stored.final_sha256)
+    if mark is not None:
+        return f"{mark.label}, host {mark.host}"
+    return "a re-pool of the same shards" if key.seals == pool.seals else \
+        f"a pool of {len(key.seals)} of its {len(pool.seals)} shards"
+
+
+def _one_per_pool(bundles: list[StoredBundle]) -> tuple[list[tuple[StoredBundle, tuple[str, ...]]],
+                                                         list[tuple[str, str]]]:
+    """Each campaign over several hosts once, as its fullest pool with what it folds; a shard alone is not counted.
+
+    Of pools of the same shards the first (by start, then path) is counted;
+    pools that share a shard while neither folds the other are not counted.
+    """
+    keyed = [(stored, _key(stored)) for stored in sorted(bundles, key=lambda b: (b.started_at, str(b.path)))]
+    pools = [(place, key) for place, (_, key) in enumerate(keyed) if key is not None and key.pooled]
+    counted: dict[int, CampaignKey] = {}
+    for place, key in pools:
+        # A pool of more shards, or an earlier pool of the same ones, holds this one's campaign.
+        wider = [k for at, k in pools if at != place and k.folds(key) and (k.seals != key.seals or at < place)]
+        if not wider and not any(key.disagrees(k) for _, k in pools):
+            counted[place] = key
+    kept: list[tuple[StoredBundle, tuple[str, ...]]] = []
+    skipped: list[tuple[str, str]] = []
+    for place, (stored, own) in enumerate(keyed):
+        if own is None:
+            kept.append((stored, ()))
+        elif place in counted:
+            folded = sorted(((other, k) for at, (other, k) in enumerate(keyed)
+                             if at != place and k is not None and own.folds(k)), key=lambda pair: _shard_first(pair[0]))
+            kept.append((stored, tuple(f"{other.path} ({_what(other, k, own)})" for other, k in folded)))
+        elif any(pool.folds(own) for pool in counted.values()):
+            continue  # named by the pool that counts it
+        elif own.pooled or any(k.folds(own) for _, k in pools):
+            skipped.append((str(stored.path), "pools of one campaign that disagree on its shards (they share a shard, "
+                            "and neither holds the other's): not counted"))
+        else:
+            mark = shard_mark(stored.manifest, stored.final_sha256)
+            assert mark is not None
+            skipped.append((str(stored.path), f"{mark.label} (host {mark.host}) alone is not judged, and not counted: "
+                            "no pool of it is among these bundles; pool the shards with h3bench pool"))
+    return kept, skipped
+
+
+def _points(stored: StoredBundle, folded: tuple[str, ...] = ()) -> dict[tuple[str, str, str], CampaignPoint]:
     """Per (duration, workload, command): this bundle's campaign point (baseline blocks that succeeded)."""
     workload = {k: v for k, v in (stored.spec_data.get("workload") or {}).items() if k != "durations"}
     document = stored.document()
@@ -151,7 +217,8 @@ def _points(stored: StoredBundle) -> dict[tuple[str, str, str], CampaignPoint]:
     for key, level in levels.items():
         duration = key.removesuffix("s")
         points[(duration, json.dumps({**workload, "duration": duration}, sort_keys=True), stored.baseline_command())] = \
-            CampaignPoint(str(stored.path), stored.started_at, engine, level.median_e2e_s, level.blocks, contract)
+            CampaignPoint(str(stored.path), stored.started_at, engine, level.median_e2e_s, level.blocks, contract,
+                          folded)
     return points
 
 
@@ -169,12 +236,18 @@ def read_history(dirs: Sequence[Path]) -> History:
         if stored.diagnostic:
             skipped.append((str(path), "DIAGNOSTIC run (not a campaign result)"))
             continue
+        try:
+            _key(stored)
+        except H3BenchError as exc:
+            skipped.append((str(path), str(exc)))
+            continue
         verified.append(stored)
     campaigns, again = _one_per_campaign(verified)
-    skipped += again
-    for stored in campaigns:
+    counted, alone = _one_per_pool(campaigns)
+    skipped += again + alone
+    for stored, folded in counted:
         try:
-            points = _points(stored)
+            points = _points(stored, folded)
             spec = comparable_id(stored)
         except H3BenchError as exc:
             skipped.append((str(stored.path), str(exc)))
@@ -229,6 +302,8 @@ def history_lines(history: History) -> list[str]:
                   Path(c.bundle).name) for i, c in enumerate(series.campaigns)]
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines += ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+        lines += [f"  #{i} is one campaign over several hosts, pooled; it folds {len(c.folded)} bundle(s), counted "
+                  f"once: {'; '.join(c.folded)}" for i, c in enumerate(series.campaigns) if c.folded]
         lines += [_step_line(series, step) for step in series.steps.steps]
         lines += contract_lines(series)
         if not series.steps.flagged:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import html
 import io
-import os
 import statistics
 from pathlib import Path
 from typing import Any
 
-from h3bench.evidence.files import now
+from h3bench.evidence.files import now, replace_atomic
 from h3bench.ledger.history import History, Series, history_lines
 
 __all__ = ["series_svg", "write_history_page"]
@@ -75,11 +74,4 @@ def write_history_page(history: History, path: Path) -> None:
     for series in history.series:
         parts.append(f"<h2>{html.escape(series.title)}</h2><figure>{series_svg(series)}</figure>")
     parts.append(f"<pre>{html.escape(chr(10).join(history_lines(history)))}</pre></body></html>")
-    # Whole or not at all: a full disk leaves no truncated page under the name.
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        tmp.write_text("".join(parts), encoding="utf-8")
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    replace_atomic(path, "".join(parts).encode("utf-8"))  # a full disk leaves no truncated page under the name

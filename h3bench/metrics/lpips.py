@@ -10,13 +10,15 @@ network on two arrays, as scikit-image's metrics take them.
 The weights are authenticated first (:mod:`h3bench.metrics.lpips_weights`).
 
 The network (:class:`LpipsNetwork`) is assembled here from torchvision's
-AlexNet ``features`` (built on the meta device, so nothing is initialised or
-fetched) and the five 1x1 linear heads, with ``lpips``'s scaling constants.
+AlexNet ``features`` (its twelve layers written out, :func:`alexnet_trunk`,
+built on the meta device, so nothing is initialised or fetched) and the
+five 1x1 linear heads, with ``lpips``'s scaling constants.
 It is split where LPIPS splits: :meth:`LpipsNetwork.features` turns frames
 into their five unit-normalised feature maps, and
 :meth:`LpipsNetwork.distances` scores pairs of them with the heads. So a frame
 that appears in several pairs goes through AlexNet once (the quality engine,
-:mod:`h3bench.quality.engine`, relies on that), frames go through AlexNet
+:mod:`h3bench.quality.engine`, relies on that), many pairs of a few frames
+are scored by one weighted Gram matrix per tap, frames go through AlexNet
 as one batch in channels-last layout under ``torch.inference_mode``, and a
 pair of byte-identical frames scores exactly 0 without the heads (as ``lpips``
 does: identical features give a zero difference).
@@ -39,12 +41,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torchvision
 
 from h3bench import media
 from h3bench.errors import MediaShapeError, UsageError
 from h3bench.media.prefetch import prefetch
 from h3bench.metrics.lpips_weights import (
+    CONVOLUTIONS,
     DEFAULT_PINS,
     DIR_ENV,
     PINS_ENV,
@@ -66,6 +68,7 @@ __all__ = [
     "LpipsResult",
     "LpipsWeights",
     "WeightSource",
+    "alexnet_trunk",
     "authenticate_weights",
     "default_weights",
     "locate_weights",
@@ -134,11 +137,12 @@ class LpipsNetwork:
     def __init__(self, weights: LpipsWeights, device: str = "cpu") -> None:
         self.device = _resolve_device(device)
         with torch.device("meta"):
-            trunk = torchvision.models.alexnet(weights=None).features[: TAPS[-1] + 1]
+            trunk = alexnet_trunk()
         trunk.load_state_dict(weights.features, strict=True, assign=True)
         # Channels-last is the fast layout for oneDNN and cuDNN; torch_npu picks its own formats.
         self.layout = torch.contiguous_format if self.device.type == "npu" else torch.channels_last
-        self.trunk = trunk.eval().to(device=self.device, memory_format=self.layout)
+        # Module.to takes memory_format, which torch's overloads do not declare.
+        self.trunk = trunk.eval().to(device=self.device, memory_format=self.layout)  # type: ignore[call-overload]
         self.heads = [weights.heads[f"lin{k}.model.1.weight"].reshape(-1).to(self.device) for k in range(len(TAPS))]
         self.shift = torch.tensor(_SHIFT, device=self.device)
         self.scale = torch.tensor(_SCALE, device=self.device)
@@ -164,11 +168,17 @@ class LpipsNetwork:
     def distances(self, batch: FeatureBatch, first: Sequence[int], second: Sequence[int]) -> np.ndarray:
         """LPIPS of the frame pairs ``(first[i], second[i])`` of ``batch`` (baseline, candidate), as float64.
 
-        The heads are memory-bound: on the CPU each pair's difference is taken
-        a cache-sized step of positions at a time (``_HEAD_STEP_VALUES``), then
-        squared and weighted in place, so no pair's differences are ever whole
-        in memory. On an accelerator each tap is one step.
+        When the pairs cover most pairs of the frames they name (the quality
+        engine's lossless comparisons: every process against every other),
+        one weighted Gram matrix per tap scores them all (:meth:`_gram_distances`).
+        Otherwise each pair's difference is taken a cache-sized step of
+        positions at a time (``_HEAD_STEP_VALUES``) on the CPU, then squared
+        and weighted in place, so no pair's differences are ever whole in
+        memory; on an accelerator each tap is one step.
         """
+        frames = sorted(set(first) | set(second))
+        if len(frames) ** 2 <= 4 * len(first):
+            return self._gram_distances(batch, frames, first, second)
         taps = [tap.reshape(len(batch), -1, tap.shape[-1]) for tap in batch.taps]  # [N, positions, C] views
         cpu = self.device.type == "cpu"
         steps = [min(tap.shape[1], max(1, _HEAD_STEP_VALUES // tap.shape[2])) if cpu else tap.shape[1] for tap in taps]
@@ -185,6 +195,48 @@ class LpipsNetwork:
                     torch.mv(diff, head, out=weighted[start:stop])
                 scores[i] += weighted.mean()
         return scores.cpu().numpy().astype(np.float64)
+
+    def _gram_distances(self, batch: FeatureBatch, frames: Sequence[int], first: Sequence[int],
+                        second: Sequence[int]) -> np.ndarray:
+        """Every pair at once: per tap, ``Σ_c w_c (a_c - b_c)²`` summed over positions is ``G_aa + G_bb - 2 G_ab``.
+
+        ``G = X diag(w) Xᵀ`` over the frames' flattened features (one matrix
+        product for all pairs, where the stepped heads read two frames' maps
+        per pair). The products are in float64: a near-identical pair's
+        distance is a small difference of large sums, which float32 would
+        round away.
+        """
+        row = {frame: i for i, frame in enumerate(frames)}
+        a = torch.tensor([row[f] for f in first], device=self.device)
+        b = torch.tensor([row[f] for f in second], device=self.device)
+        every = list(frames) == list(range(len(batch)))
+        index = torch.tensor(list(frames), device=self.device)
+        scores = torch.zeros(len(first), dtype=torch.float64, device=self.device)
+        for tap, head in zip(batch.taps, self.heads, strict=True):
+            x = (tap if every else tap.index_select(0, index)).reshape(len(frames), -1, tap.shape[-1])
+            # w_c·x rounded once in float32 serves both G_aa and G_ab, so the rounding cancels to first order.
+            gram = (x * head).flatten(1).double() @ x.flatten(1).double().T
+            own = torch.diagonal(gram)
+            scores += (own[a] + own[b] - gram[a, b] - gram[b, a]) / x.shape[1]  # symmetric in a and b, bit for bit
+        return scores.cpu().numpy()
+
+
+def alexnet_trunk() -> torch.nn.Sequential:
+    """torchvision's ``AlexNet().features`` up to the last tap, with its layer indexes (so its state dict's keys).
+
+    Built here from :data:`~h3bench.metrics.lpips_weights.CONVOLUTIONS`: importing torchvision costs more CPU
+    than a whole short comparison, and LPIPS needs only these twelve layers.
+    """
+    layers: list[torch.nn.Module] = []
+    for index in range(TAPS[-1] + 1):
+        if index in CONVOLUTIONS:
+            out, inp, kernel, padding, stride = CONVOLUTIONS[index]
+            layers.append(torch.nn.Conv2d(inp, out, kernel, stride=stride, padding=padding))
+        elif index - 1 in CONVOLUTIONS:
+            layers.append(torch.nn.ReLU(inplace=True))
+        else:
+            layers.append(torch.nn.MaxPool2d(kernel_size=3, stride=2))
+    return torch.nn.Sequential(*layers)
 
 
 def _resolve_device(device: str) -> torch.device:

@@ -45,7 +45,9 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = [
+    "ALEXNET_SHAPES",
     "CHANNELS",
+    "CONVOLUTIONS",
     "DEFAULT_PINS",
     "DIR_ENV",
     "PINS_ENV",
@@ -65,6 +67,16 @@ DIR_ENV = "H3BENCH_LPIPS_DIR"  # a directory of weights to use instead of the h3
 # these ReLUs (relu1..relu5); the final max-pool (index 12) is never used.
 TAPS = (1, 4, 7, 9, 11)
 CHANNELS = (64, 192, 384, 256, 256)
+# torchvision's AlexNet (torchvision/models/alexnet.py) as its state dict: each key's shape. The convolutions
+# of ``features`` at these indexes (out, in, kernel, padding, stride), then the classifier, which LPIPS drops.
+CONVOLUTIONS = {0: (64, 3, 11, 2, 4), 3: (192, 64, 5, 2, 1), 6: (384, 192, 3, 1, 1), 8: (256, 384, 3, 1, 1),
+                10: (256, 256, 3, 1, 1)}
+ALEXNET_SHAPES: Mapping[str, tuple[int, ...]] = MappingProxyType({
+    **{key: shape for index, (out, inp, k, _, _) in CONVOLUTIONS.items()
+       for key, shape in ((f"features.{index}.weight", (out, inp, k, k)), (f"features.{index}.bias", (out,)))},
+    **{key: shape for index, (out, inp) in {1: (4096, 9216), 4: (4096, 4096), 6: (1000, 4096)}.items()
+       for key, shape in ((f"classifier.{index}.weight", (out, inp)), (f"classifier.{index}.bias", (out,)))},
+})
 
 _PathLike = str | os.PathLike[str]
 
@@ -160,14 +172,8 @@ def authenticate_weights(directory: _PathLike | None = None, *, pins: _PathLike 
     if heads_path is None:
         return _load_checkpoint(_checkpoint_file(root, table), table)
     assert root is not None
-    import torch
-    import torchvision
-
-    with torch.device("meta"):
-        reference = torchvision.models.alexnet(weights=None)
-    backbone_shapes = {key: tuple(value.shape) for key, value in reference.state_dict().items()}
     heads_shapes = {f"lin{k}.model.1.weight": (1, c, 1, 1) for k, c in enumerate(CHANNELS)}
-    backbone_file, backbone = _load_state_dict(root / table.backbone.file, table.backbone, backbone_shapes)
+    backbone_file, backbone = _load_state_dict(root / table.backbone.file, table.backbone, ALEXNET_SHAPES)
     heads_file, heads = _load_state_dict(heads_path, table.heads, heads_shapes)
     features = {key.removeprefix("features."): value for key, value in backbone.items() if key.startswith("features.")}
     return LpipsWeights(WeightSource(TORCHVISION, (backbone_file, heads_file)),

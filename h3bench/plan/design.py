@@ -37,7 +37,8 @@ import numpy as np
 from h3bench.plan import designsim
 from h3bench.quality import lossless
 from h3bench.runspec import RunSpec, parse_runspec
-from h3bench.runspec.schedule import CandidateWorkload, Schedule, control_blocks, looks_of, lossless_level, pass_from, series_of
+from h3bench.runspec.design import Design, DesignMode, control_blocks, looks_of, lossless_level, run_order, series_of
+from h3bench.runspec.schedule import CandidateWorkload, Schedule
 from h3bench.stats import intervals
 
 __all__ = ["REFERENCE_NOISE", "TARGET_RATIO", "design_problems", "design_warnings", "speed_power"]
@@ -108,7 +109,7 @@ def _power(spec: RunSpec, order: str) -> float:
 
 
 def _speed_problem(spec: RunSpec) -> str | None:
-    if spec.protocol.design == "sequential":
+    if spec.protocol.design is DesignMode.SEQUENTIAL:
         return None  # every look has at least two pairs (the spec refuses fewer)
     order = spec.protocol.order
     if not intervals.is_paired_order(order) or len(order) >= 4:
@@ -129,7 +130,7 @@ def sequential_power(spec: RunSpec, ratio: float = TARGET_RATIO) -> float:
         n_series = len(series_of(spec))
         request_cv, process_cv = REFERENCE_NOISE
         run = designsim.simulate_campaigns(
-            designsim.design_of(spec), [[ratio] * len(spec.workload.durations)] * n_series,
+            Design.of(spec), [[ratio] * len(spec.workload.durations)] * n_series,
             model=designsim.LatencyModel(request_cv, process_cv), n=_CAMPAIGNS, seed=0,
             lossless=spec.gates.lossless)
         _SEQUENTIAL_POWER[key] = float((run.code == intervals.PASS).all(-1).all(-1).mean())
@@ -138,7 +139,7 @@ def sequential_power(spec: RunSpec, ratio: float = TARGET_RATIO) -> float:
 
 def design_warnings(spec: RunSpec) -> list[str]:
     """What a design that can reach a verdict still cannot show: the power figure, and the design that can."""
-    if spec.protocol.design == "sequential":
+    if spec.protocol.design is DesignMode.SEQUENTIAL:
         if spec.gates.lossless and _sequential_lossless_problem(spec):
             return []  # no power to state: design_problems refuses it
         if spec.protocol.requests_per_block > designsim.SIMULATED_REQUESTS:
@@ -166,7 +167,7 @@ def design_warnings(spec: RunSpec) -> list[str]:
 def _lossless_problem(spec: RunSpec, lossless_on: bool) -> str | None:
     if not lossless_on or not spec.candidates:
         return None
-    if spec.protocol.design == "sequential":
+    if spec.protocol.design is DesignMode.SEQUENTIAL:
         return _sequential_lossless_problem(spec)
     schedule = Schedule(spec)
     baseline, candidate = schedule.lossless_processes(CandidateWorkload(spec.candidates[0],
@@ -184,7 +185,7 @@ def _lossless_problem(spec: RunSpec, lossless_on: bool) -> str | None:
 def _sequential_lossless_problem(spec: RunSpec) -> str | None:
     """The sequential design runs the control blocks its lossless test needs, but PASS needs enough pairs too."""
     for duration in spec.workload.durations:
-        needed, last = pass_from(spec, duration, True), looks_of(spec, duration)[-1]
+        needed, last = Design.of(spec).pass_from(run_order(spec).index(duration), True), looks_of(spec, duration)[-1]
         if needed > last:
             return (f"the lossless test at {duration:g} s cannot reach PASS by the last look ({last} pairs): at its "
                     f"level ({lossless_level(spec, duration):.3g}) it needs {needed} AB/BA pairs; make the last look "

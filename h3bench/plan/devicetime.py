@@ -12,7 +12,9 @@ true 10 %, the effect the spec's hints expect).
 :func:`device_time` gives every simulated campaign's figures and their
 parts (server starts and stops, warmups, measured requests, audits, lossless
 control blocks); :meth:`DeviceTime.summary` the mean, the 90th percentile
-(nearest rank) and the maximum. :func:`costs_from_spec` reads a RunSpec's
+(nearest rank) and the maximum; :func:`worst_seconds` the dearest campaign a
+design can run at all, which the plan holds against the fixed design's
+(:func:`fixed_seconds`). :func:`costs_from_spec` reads a RunSpec's
 ``[hints]``. Held-out seeds and profiling requests are not priced here: they
 run after the formal blocks and do not depend on the design.
 """
@@ -27,10 +29,11 @@ import numpy as np
 
 from h3bench.errors import UsageError
 from h3bench.plan.designsim import CampaignRun
+from h3bench.runspec.course import Course
 from h3bench.stats.blockstat import BlockBudget
 
 __all__ = ["DEFAULT_SHUTDOWN_S", "DEFAULT_STARTUP_S", "ArmCost", "CampaignCosts", "DeviceTime", "DeviceTimeSummary",
-           "costs_from_spec", "device_time", "fixed_seconds"]
+           "costs_from_spec", "device_time", "fixed_seconds", "sharded_time", "worst_seconds"]
 
 DEFAULT_STARTUP_S = 600.0  # one NPU server start (weight load), the issue-26 assumption when hints give none
 DEFAULT_SHUTDOWN_S = 60.0
@@ -181,6 +184,30 @@ def costs_from_spec(spec: object, *, startup_s: float | None = None, shutdown_s:
     return CampaignCosts(run_order, base, candidates, hints.source)
 
 
+def worst_seconds(course: Course, costs: CampaignCosts, ratios: np.ndarray | list[list[float]]) -> tuple[float, float]:
+    """Wall and device seconds of the dearest campaign ``course`` can run: an upper bound of its maximum.
+
+    Every series runs every pair of every duration, and every control block
+    the schedule lists runs too (:meth:`h3bench.runspec.course.Course.control_slots`,
+    what one series alone could need), whatever the data.
+    """
+    design = course.design
+    if len(costs.baseline) != design.n_durations:
+        raise UsageError(f"costs for {len(costs.baseline)} durations, the design has {design.n_durations}")
+    truth = np.asarray(ratios, dtype=float)
+    wall = device = 0.0
+    for d, base in enumerate(costs.baseline):
+        block = base.block_s(design.budget)
+        wall += course.control_slots(d) * block
+        device += course.control_slots(d) * block * base.devices
+        for c in range(truth.shape[0]):
+            own = costs.candidate(c, d, float(truth[c, d]))
+            pairs = design.looks[d][-1]
+            wall += pairs * (block + own.block_s(design.budget))
+            device += pairs * (block * base.devices + own.block_s(design.budget) * own.devices)
+    return wall, device
+
+
 def fixed_seconds(costs: CampaignCosts, ratios: np.ndarray | list[list[float]], *, pairs: int = 4,
                   controls: int = 0) -> tuple[float, float]:
     """Wall and device seconds of the fixed design (``pairs`` AB/BA pairs at every duration, 1 + 3 + 1 blocks).
@@ -189,7 +216,8 @@ def fixed_seconds(costs: CampaignCosts, ratios: np.ndarray | list[list[float]], 
     design"); ``ratios[c][d]`` the candidates' request times over the
     baseline's, e.g. as measured.
     """
-    from h3bench.plan.designsim import fixed_design, simulate_campaigns
+    from h3bench.plan.designsim import simulate_campaigns
+    from h3bench.runspec.design import fixed_design
 
     run = simulate_campaigns(fixed_design(len(costs.durations), pairs, controls=controls), ratios, n=1,
                              lossless=controls > 0)
@@ -200,28 +228,25 @@ def fixed_seconds(costs: CampaignCosts, ratios: np.ndarray | list[list[float]], 
 def sharded_time(run: CampaignRun, costs: CampaignCosts, shards: int) -> DeviceTime:
     """Price the campaigns of ``run`` as ``shards`` hosts run them: wall seconds of one host, device seconds of all.
 
-    Each series' pairs at a duration are rounded up to whole AB/BA units on
-    every shard (:func:`h3bench.runspec.shards.round_up`: a round may run pairs
-    past a look inside it); the busiest host runs ``ceil(pairs / 2N)`` units,
-    and that is its wall time (a duration with fewer units than hosts leaves
-    the others idle). Control blocks are
-    spread over the hosts likewise. ``wall_s`` is one host's, ``device_s``
-    every host's devices together (the overrun included).
+    ``run`` is simulated over the same ``shards`` (:func:`h3bench.plan.designsim.simulate_campaigns`),
+    so its pairs are whole rounds: a round may run pairs past a look inside
+    it. The busiest host runs ``ceil(pairs / 2N)`` units of each series,
+    and that is its wall time (a duration with fewer units than hosts
+    leaves the others idle); control blocks are spread over the hosts
+    likewise. ``wall_s`` is one host's, ``device_s`` every host's devices
+    together.
     """
-    from h3bench.runspec.shards import round_up
-
     design = run.design
     n = run.pairs.shape[0]
     wall = np.zeros(n)
     device = np.zeros(n)
     for d, base in enumerate(costs.baseline):
-        cap = design.looks[d][-1]
         controls = run.controls[:, d].astype(float)
         wall += np.ceil(controls / shards) * base.block_s(design.budget)
         device += controls * base.block_s(design.budget) * base.devices
         for c in range(run.ratios.shape[0]):
             own = costs.candidate(c, d, float(run.ratios[c, d]))
-            pairs = np.array([round_up(int(p), shards, cap) for p in run.pairs[:, c, d]], dtype=float)
+            pairs = run.pairs[:, c, d].astype(float)
             pair_s = base.block_s(design.budget) + own.block_s(design.budget)
             wall += np.minimum(pairs, np.ceil(pairs / (2 * shards)) * 2) * pair_s  # the busiest host's units
             device += pairs * (base.block_s(design.budget) * base.devices + own.block_s(design.budget) * own.devices)

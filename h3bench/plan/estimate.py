@@ -32,21 +32,14 @@ from h3bench.evidence import Bundle, files
 from h3bench.h3 import expected_shape, workload_marker
 from h3bench.host.devices import DeviceLock
 from h3bench.plan.design import design_problems, design_warnings
-from h3bench.plan.designsim import SIMULATED_REQUESTS, design_of, fixed_design, simulate_campaigns
-from h3bench.plan.devicetime import ArmCost, CampaignCosts, DeviceTimeSummary, device_time, sharded_time
+from h3bench.plan.designsim import SIMULATED_REQUESTS, simulate_campaigns
+from h3bench.plan.devicetime import ArmCost, CampaignCosts, DeviceTimeSummary, device_time, sharded_time, worst_seconds
 from h3bench.quality import lossless_design
 from h3bench.run.records import load_results
 from h3bench.runspec import BASELINE, UNPINNED, RunSpec
-from h3bench.runspec.schedule import (
-    Block,
-    check_shards,
-    control_blocks,
-    design_text,
-    lossless_level,
-    run_order,
-    series_of,
-    spec_blocks,
-)
+from h3bench.runspec.course import Course
+from h3bench.runspec.design import Design, DesignMode, control_blocks, design_text, lossless_level, run_order, series_of
+from h3bench.runspec.schedule import Block, check_shards, spec_blocks
 from h3bench.stats.intervals import PASS
 
 __all__ = ["BYTES_PER_PIXEL_FRAME", "Cost", "Plan", "bundle_bytes", "cost_of", "make_plan", "plan_lines"]
@@ -81,6 +74,7 @@ class DeviceEstimate:
     fixed: DeviceTimeSummary
     extra_h: float  # wall hours of what runs beyond the formal blocks (held-out, profiling), at most
     pass_rate: float  # campaigns in which every candidate passes
+    worst_h: float = 0.0  # wall hours of the dearest campaign the design can run (h3bench.plan.devicetime.worst_seconds)
 
 
 @dataclass(frozen=True)
@@ -177,7 +171,7 @@ def cost_of(spec: RunSpec, duration: float, arm: str, history: Iterable[Path] = 
     return found
 
 
-def _campaign_costs(spec: RunSpec, history: Iterable[Path]) -> tuple[CampaignCosts, dict[str, list[float]]] | None:
+def campaign_costs(spec: RunSpec, history: Iterable[Path]) -> tuple[CampaignCosts, dict[str, list[float]]] | None:
     """Each duration's baseline block costs and each candidate's, from the best source; None when one is unknown."""
     order = run_order(spec)
     known = {(d, arm): cost_of(spec, d, arm, history) for d in order for arm in spec.arms}
@@ -208,12 +202,11 @@ def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 20
     held-out and profiling phases run on top (``extra_h``: when every
     candidate passes).
     """
-    found = _campaign_costs(spec, history)
+    found = campaign_costs(spec, history)
     if found is None or not spec.candidates or spec.protocol.requests_per_block > SIMULATED_REQUESTS:
         return ()
     costs, own = found
-    design = design_of(spec)
-    fixed = fixed_design(len(costs.durations), len(spec.protocol.order) // 2, controls=control_blocks(spec))
+    design, fixed = Design.of(spec), Design.fixed_of(spec)
     n_candidates = len(series_of(spec))
     scenarios = {"no effect": [[1.0] * len(costs.durations)] * n_candidates,
                  "a true 10 % speedup": [[0.9] * len(costs.durations)] * n_candidates}
@@ -222,13 +215,15 @@ def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 20
         scenarios["the costs' own effect (" + ", ".join(f"{c} {'/'.join(f'{r:.3f}' for r in own[c])}"
                                                         for c in spec.candidates) + ")"] = hinted
     lossless = spec.gates.lossless
+    course = Course.of(spec)
     estimates = []
     for name, ratios in scenarios.items():
         run = simulate_campaigns(design, ratios, n=n, lossless=lossless)
         baseline = simulate_campaigns(fixed, ratios, n=n, lossless=lossless)
         passed = float((run.outcome == PASS).all(-1).mean())
         estimates.append(DeviceEstimate(name, device_time(run, costs).summary(),
-                                        device_time(baseline, costs).summary(), _extra_h(spec, costs), passed))
+                                        device_time(baseline, costs).summary(), _extra_h(spec, costs), passed,
+                                        worst_seconds(course, costs, ratios)[0] / 3600))
     return tuple(estimates)
 
 
@@ -239,7 +234,7 @@ def shard_estimates(spec: RunSpec, shards: int, history: Iterable[Path] = (), *,
     The same simulated campaigns as :func:`device_estimates`, priced as a
     sharded campaign runs them (:func:`h3bench.plan.devicetime.sharded_time`).
     """
-    found = _campaign_costs(spec, history)
+    found = campaign_costs(spec, history)
     if found is None or not spec.candidates:
         return ()
     costs, _ = found
@@ -247,8 +242,8 @@ def shard_estimates(spec: RunSpec, shards: int, history: Iterable[Path] = (), *,
     n_candidates = len(series_of(spec))
     out = []
     for name, ratio in (("no effect", 1.0), ("a true 10 % speedup", 0.9)):
-        run = simulate_campaigns(design_of(spec), [[ratio] * len(costs.durations)] * n_candidates, n=n,
-                                 lossless=spec.gates.lossless)
+        run = simulate_campaigns(Design.of(spec), [[ratio] * len(costs.durations)] * n_candidates, n=n,
+                                 lossless=spec.gates.lossless, shards=shards)
         out.append((name, sharded_time(run, costs, shards).summary()))
     return tuple(out)
 
@@ -415,7 +410,7 @@ def _three(hours: tuple[float, float, float], unit: str) -> str:
 def lossless_rate_line(spec: RunSpec) -> str:
     """How often a truly lossless candidate is rejected by the lossless test over its durations."""
     levels = [lossless_level(spec, d) for d in run_order(spec)]
-    if spec.protocol.design == "fixed":  # the exact level of the fixed design's processes
+    if spec.protocol.design is DesignMode.FIXED:  # the exact level of the fixed design's processes
         pairs = len(spec.protocol.order) // 2
         baseline = control_blocks(spec) + pairs * len(series_of(spec))
         rate = lossless_design.false_reject_per_candidate([(baseline, pairs)] * len(levels), levels)
@@ -426,6 +421,23 @@ def lossless_rate_line(spec: RunSpec) -> str:
     n = len(spec.candidates)
     some = f"; one of the {n} candidates in at most {1 - (1 - rate) ** n:.1%}" if n > 1 else ""
     return f"lossless: a truly lossless candidate is rejected in {rate:.2%} of campaigns ({how}){some}"
+
+
+def control_lines(spec: RunSpec) -> list[str]:
+    """Where a sequential lossless campaign's control blocks go, how many can run, and when they do not."""
+    if spec.protocol.design is not DesignMode.SEQUENTIAL or not spec.gates.lossless:
+        return []
+    course = Course.of(spec)
+    lines = []
+    for d, duration in enumerate(run_order(spec)):
+        f, slots = course.first_pass(d), course.control_slots(d)
+        needed = lossless_design.baseline_needed(f, course.design.lossless_alpha(d))
+        if slots:
+            lines.append(f"lossless controls at {duration:g} s: up to {slots} before round {f}, where PASS is first "
+                         f"allowed; its test needs {needed} baseline processes with {f} candidate ones, and every "
+                         f"series' A blocks count, so they run only for what the series still running leave short "
+                         f"(none when {-(-needed // f)} or more series reach round {f})")
+    return lines
 
 
 def _device_lines(p: Plan) -> list[str]:
@@ -441,10 +453,21 @@ def _device_lines(p: Plan) -> list[str]:
         extra = f"; held-out and profiling add at most {_three((e.extra_h,) * 3, 'wall').split(' / ')[-1]}" \
             if e.extra_h else ""
         fixed = (e.fixed.wall_h[0], e.fixed.wall_h[0], e.fixed.wall_h[0])
+        worst = (f"; at worst {_three((e.worst_h,) * 3, 'wall').split(' / ')[-1]}"
+                 if p.spec.protocol.design is DesignMode.SEQUENTIAL else "")
         lines.append(f"  {e.scenario}: {_three(e.design.wall_h, 'wall')}, {_three(e.design.device_h, 'device')} "
-                     f"(fixed design: {_three(fixed, 'wall').split(' / ')[-1]}; every candidate PASS in "
+                     f"(fixed design: {_three(fixed, 'wall').split(' / ')[-1]}{worst}; every candidate PASS in "
                      f"{e.pass_rate:.0%}){extra}")
     return lines
+
+
+def dearer_than_fixed(p: Plan) -> list[str]:
+    """Scenarios in which the dearest campaign the sequential design can run costs more than the fixed design."""
+    if p.spec.protocol.design is not DesignMode.SEQUENTIAL:
+        return []
+    return [f"the sequential design can cost up to {e.worst_h:.3g} h of wall time ({e.scenario}), more than the "
+            f"fixed design's {e.fixed.wall_h[0]:.3g} h: end the dearer durations' looks at the fixed design's pairs "
+            "(protocol.looks) or fewer pairs at the cheapest" for e in p.device if e.worst_h > e.fixed.wall_h[0] * 1.0005]
 
 
 def plan_lines(p: Plan) -> list[str]:
@@ -459,11 +482,13 @@ def plan_lines(p: Plan) -> list[str]:
         lines.append(f"estimated wall time: unknown (no hint for some arm or duration; source: {p.source})")
     else:
         every = ("every planned block; a sequential campaign stops most series earlier"
-                 if p.spec.protocol.design == "sequential" else "the blocks")
+                 if p.spec.protocol.design is DesignMode.SEQUENTIAL else "the blocks")
         lines.append(f"estimated wall time: {_duration(p.seconds)} for {every}, quality on top (source: {p.source})")
     lines += _device_lines(p)
+    lines += [f"warning: {line}" for line in dearer_than_fixed(p)]
     if p.spec.gates.lossless:
         lines.append(lossless_rate_line(p.spec))
+        lines += control_lines(p.spec)
     lines.append(f"estimated disk for the bundle: {p.disk_bytes / 1e6:.1f} MB")
     lines += [f"problem: {problem}" for problem in p.problems] or ["problems found before launch: none"]
     return lines

@@ -396,7 +396,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     if campaign is None or not campaign.wrote_anything:
         return
     terminalreporter.section("h3bench campaign summary")
-    for line in [*campaign.summary(), *campaign.ending()]:
+    for line in [*campaign.summary(verbose=config.get_verbosity() > 0), *campaign.ending()]:
         terminalreporter.write_line(line)
     anchor = campaign.anchor()
     if anchor is not None:
@@ -406,6 +406,8 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
 
 def _report_line(campaign: Campaign) -> str:
     """Write the report beside the bundle, which pytest_sessionfinish has sealed; a failure never fails the session."""
+    if not campaign.settings.report:
+        return f"report: not written (--no-report); h3bench report {campaign.bundle.path} writes it"
     try:
         with warnings.catch_warnings():
             # pytest applies the tests' filterwarnings (error) here too; a plotting library's warning is no error.

@@ -54,7 +54,7 @@ from h3bench.pool.shards import ShardBundle, Shards, read_shards
 from h3bench.run.contract import Contract, contract_changes
 from h3bench.run.records import BlockResult, finished_attempts
 from h3bench.runspec import BASELINE, RunSpec
-from h3bench.runspec.schedule import budget_of, lossless_level, series_of
+from h3bench.runspec.design import budget_of, lossless_level, series_of
 from h3bench.session.results import Results
 from h3bench.session.settings import Settings
 from h3bench.stats import hosts as host_stats

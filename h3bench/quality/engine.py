@@ -176,8 +176,8 @@ class Engine:
         done = 0
         for group, frames in zip(groups, expected, strict=True):
             self._frames = (done, total)
-            walked = self._run_group(group)
-            done += frames if frames is not None else walked
+            decoded = self._run_group(group)
+            done += frames if frames is not None else decoded
             self._tell_frames(done)
         return [self._reports[pair.key] for pair in pairs]
 
@@ -233,7 +233,7 @@ class Engine:
             elif settings.weights is not None:
                 self._lpips_state = (settings.weights, None)
             else:
-                from h3bench.metrics.lpips import authenticate_weights
+                from h3bench.metrics.lpips_weights import authenticate_weights
 
                 try:
                     self._lpips_state = (authenticate_weights(settings.directory), None)
@@ -255,7 +255,7 @@ class Engine:
     # -- one group ------------------------------------------------------------------------
 
     def _run_group(self, pairs: list[_Pair]) -> int:
-        """Compare one group of pairs that share files; the number of frame indexes it walked."""
+        """Compare one group of pairs that share files; the number of frames it decoded (every file's)."""
         files = list({id(f): f for p in pairs for f in (p.base, p.cand)}.values())
         weights, _ = self._lpips_weights()
         lpips_files = {id(f) for p in pairs for f in (p.base, p.cand)} if weights is not None else set()
@@ -300,13 +300,19 @@ class Engine:
         yield _End(info, None, reader.pcm, reader.sha256, _file_spectra(reader.pcm, info.audio, seconds))
 
     def _stream(self, pairs: list[_Pair], files: list[_File], streams: dict[int, Any], *, lpips: bool) -> int:
-        """Read every file's frames in lockstep and feed them to every pair they belong to; the frame indexes read."""
+        """Read every file's frames in lockstep and feed them to every pair they belong to; the frames decoded.
+
+        Progress counts decoded frames, every file's: a frame index of a
+        group costs about its number of files (the decode and AlexNet pass of
+        each; one Gram matrix serves all of its pairs), so a rate in these
+        units holds from one group to the next.
+        """
         from h3bench.metrics.ssim_psnr import VideoComparison
 
         for pair in pairs:
             pair.video = VideoComparison(pair.base.path, pair.cand.path)
         live = {id(f): f for f in files}
-        index = 0
+        index = decoded = 0
         while live:
             frames: dict[int, media.DecodedFrame] = {}
             for key, file in list(live.items()):
@@ -329,8 +335,9 @@ class Engine:
             if lpips:
                 self._lpips_step([p for p in both if p.lpips_error is None], frames, index)
             index += 1
-            self._tell_frames(self._frames[0] + index)
-        return index
+            decoded += len(frames)
+            self._tell_frames(self._frames[0] + decoded)
+        return decoded
 
     def _finish(self, file: _File, end: _End) -> None:
         file.info, file.error, file.pcm = end.info, end.error, end.pcm
@@ -469,9 +476,14 @@ def _spectra_of(pcm: np.ndarray, count: int) -> tuple[int, Spectra] | None:
 
 
 def _expected_frames(pairs: Sequence[_Pair]) -> int | None:
-    """The frame indexes a group walks when every pair says its duration (the longest file's count)."""
-    seconds = [p.comparison.expect_seconds for p in pairs]
-    return None if None in seconds else max(frame_count(s) for s in seconds if s is not None)
+    """The frames a group decodes when every pair says its duration: each of its files' expected count."""
+    expect: dict[str, float] = {}
+    for pair in pairs:
+        if pair.comparison.expect_seconds is None:
+            return None
+        for file in (pair.base, pair.cand):
+            expect[file.path] = pair.comparison.expect_seconds
+    return sum(frame_count(seconds) for seconds in expect.values())
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:

@@ -54,7 +54,7 @@ campaigns for any distribution (``L = C(B+C, C)``; 4.76 % at 6 + 4 and α
 lossless candidate's lossless verdict is FAIL in about 9 %
 (tests_unit/stats/test_error_rates.py); holding 5 % over both would need α/2 per
 duration and, for 90 % power at α/2, 7 + 4 processes (three control blocks). Ten processes do not resolve a 3x
-change on one metric only, or 1.5x on all, reliably (see the README).
+change on one metric only, or 1.5x on all, reliably (docs/quality.md).
 
 A candidate-only run takes its baseline processes from today's anchors only:
 the stored bundle's processes are exchangeable with today's only when the

@@ -19,23 +19,24 @@ First PASS look
 ---------------
 A lossless campaign does not stop a candidate for efficacy before its
 lossless test can reach a verdict: PASS is allowed from
-:func:`pass_from_pairs` pairs on (3: three candidate processes), and the
-sequential boundaries spend the PASS level only from there
+:func:`pass_from_pairs` pairs on (4 at 0.01, 3 at 0.04), at a dearer
+duration only at its last look (:meth:`h3bench.runspec.design.Design.pass_from`:
+a PASS one look earlier would need one more control block before it), and
+the sequential boundaries spend the PASS level only from there
 (:func:`h3bench.stats.sequential.boundaries` ``pass_from``). Stops for futility,
 FAIL or the audit need no lossless verdict and stay allowed at every look.
 
 Control blocks
 --------------
 Every baseline block of the duration is a baseline process (every series'
-``A`` blocks, :meth:`h3bench.schedule.Schedule.lossless_processes`). A
-control block runs only for the shortfall :func:`control_blocks_needed`,
-and interleaved with the series (:func:`controls_before_pair`): one before
-each pair of a candidate that could PASS at that pair, while a shortfall
-remains; what is still missing when the candidate passes runs then, before
-its lossless verdict (:func:`controls_at_pass`). Controls all run first would put every control process
-before the candidate processes, so a drift of outputs with time reads as a
-candidate effect (the issue measured 33.9 % false rejects for the later
-candidate of `910b1-x8.toml`).
+``A`` blocks, :meth:`h3bench.runspec.schedule.Schedule.lossless_processes`).
+A control block runs only for the shortfall of those against
+:func:`baseline_needed`, before the look at which a candidate that still runs
+may PASS (:mod:`h3bench.runspec.course`: the one rule the live run, the
+pool's rounds and the plan follow). Controls all run first would put every
+control process before the candidate processes, so a drift of outputs with
+time reads as a candidate effect (the issue measured 33.9 % false rejects for
+the later candidate of `910b1-x8.toml`).
 """
 
 from __future__ import annotations
@@ -50,10 +51,8 @@ from h3bench.quality import lossless
 __all__ = [
     "DEAREST_SHARE",
     "PER_CANDIDATE_ALPHA",
+    "SMALLEST_CANDIDATE",
     "baseline_needed",
-    "control_blocks_needed",
-    "controls_at_pass",
-    "controls_before_pair",
     "false_reject_per_candidate",
     "lossless_levels",
     "pass_from_pairs",
@@ -63,6 +62,7 @@ PER_CANDIDATE_ALPHA = 0.05
 DEAREST_SHARE = 0.8
 _MAX_BASELINE = 16
 CANDIDATE_CAP = 6  # see baseline_needed
+SMALLEST_CANDIDATE = 3  # fewer candidate processes never reach 90 % power against 3x with up to 16 baseline ones
 
 
 def lossless_levels(n_durations: int, per_candidate: float = PER_CANDIDATE_ALPHA,
@@ -117,35 +117,9 @@ def baseline_needed(n_candidate: int, alpha: float) -> int:
 
 
 @functools.lru_cache(maxsize=16)
-def pass_from_pairs(alpha: float, max_baseline: int = 8, smallest: int = 3) -> int:
+def pass_from_pairs(alpha: float, max_baseline: int = 8, smallest: int = SMALLEST_CANDIDATE) -> int:
     """The fewest pairs (candidate processes, at least ``smallest``) whose test is feasible with ≤ ``max_baseline``."""
     for n_candidate in range(smallest, 17):
         if baseline_needed(n_candidate, alpha) <= max_baseline:
             return n_candidate
     raise UsageError(f"no lossless design with ≤ {max_baseline} baseline processes at level {alpha:g}")
-
-
-def control_blocks_needed(n_candidate: int, baseline_available: int, alpha: float) -> int:
-    """Control blocks still needed at one duration: the shortfall of the series' own baseline blocks."""
-    return max(0, baseline_needed(n_candidate, alpha) - baseline_available)
-
-
-def controls_before_pair(pair: int, pass_from: int, baseline_so_far: int, alpha: float) -> int:
-    """Control blocks (0 or 1) to run before a candidate's pair number ``pair`` (1-based) at one duration.
-
-    From the first pair at which PASS is allowed, one control block runs
-    before each pair while the baseline processes after that pair (all
-    series' ``A`` blocks and controls so far, plus the pair's own) would
-    still fall short of :func:`baseline_needed`; what is still short when
-    the candidate passes runs then (:func:`controls_at_pass`). So controls
-    are spread between the pairs of a candidate that is still running, and
-    none run for a candidate stopped early.
-    """
-    if pair < pass_from:
-        return 0
-    return int(baseline_so_far + 1 < baseline_needed(pair, alpha))
-
-
-def controls_at_pass(pairs: int, baseline_so_far: int, alpha: float) -> int:
-    """Control blocks still to run when a candidate passes after ``pairs`` pairs, before its lossless verdict."""
-    return control_blocks_needed(pairs, baseline_so_far, alpha)

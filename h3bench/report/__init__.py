@@ -9,7 +9,7 @@ pictures, :mod:`~h3bench.report.page` writes the HTML and
 
 The report never writes into the bundle (bundles are append-only and
 sealed): by default it goes to ``<bundle's parent>/reports/<bundle name>/``.
-matplotlib, librosa and scikit-image are imported only here, so the pytest
+matplotlib and scikit-image are imported only here, so the pytest
 plugin and the command line stay light to import.
 """
 
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from h3bench.errors import UsageError
-from h3bench.evidence.files import now
+from h3bench.evidence.files import now, replace_atomic
 from h3bench.metrics.lpips_weights import DIR_ENV as LPIPS_DIR_ENV
 from h3bench.report import figures as charts
 from h3bench.report.contents import read_contents
@@ -53,10 +53,7 @@ def default_out(bundle: str | os.PathLike[str]) -> Path:
 
 
 def _write_text(path: Path, text: str) -> None:
-    # Whole or not at all: a reader (or a browser) never sees half a page.
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    replace_atomic(path, text.encode("utf-8"))  # a reader (or a browser) never sees half a page
 
 
 def write_report(

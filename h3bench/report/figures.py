@@ -17,7 +17,7 @@ from typing import Any, TypeVar, cast
 
 import matplotlib
 
-matplotlib.use("Agg")  # before anything imports pyplot (librosa.display does)
+matplotlib.use("Agg")  # before anything imports pyplot: no display is needed
 
 from matplotlib import rc_context
 from matplotlib.figure import Figure as MplFigure

@@ -21,9 +21,12 @@ from h3bench.report.terminal import part_ratio_text
 from h3bench.verdict.stage_effects import DIT_PER_FORWARD, E2E
 from h3bench.verdict.verdicts import key_marker
 
-__all__ = ["MAX_LINES", "render_summary"]
+__all__ = ["MAX_LINES", "STEP_SUMMARY_BYTES", "fit_summary", "render_summary"]
 
 MAX_LINES = 60  # what fits a pull-request comment without scrolling past it
+# A GitHub job's step summary holds at most 1 MiB (a larger one is refused, and the step's summary lost); a little
+# under, for what the job appends beside it. summary.md itself (MAX_LINES) fits a pull-request comment's 64 kB.
+STEP_SUMMARY_BYTES = 1024 * 1024 - 4096
 _STOP_CHARS = 200
 
 
@@ -130,3 +133,19 @@ def render_summary(contents: Contents, report: Path) -> str:
         # Many candidates: keep the head and the path of the full report, which has everything.
         lines = [*lines[: MAX_LINES - 2], "- … (cut; every table is in the full report)", lines[-1]]
     return "\n".join(lines) + "\n"
+
+
+def fit_summary(text: str, limit_bytes: int, where: str) -> str:
+    """``text`` within ``limit_bytes`` of UTF-8: whole when it fits, else cut at a line with a last line naming ``where``.
+
+    ``where`` says where the whole of it is (the run's artifact), so a cut
+    summary never reads as complete.
+    """
+    data = text.encode("utf-8")
+    if len(data) <= limit_bytes:
+        return text
+    note = f"\n> **Cut** at {{kept}} of {len(data)} bytes to fit GitHub's limit; the whole summary and report: {where}\n"
+    room = limit_bytes - len(note.format(kept=limit_bytes).encode("utf-8"))
+    kept = data[: max(0, room)].decode("utf-8", "ignore")
+    kept = kept[: kept.rfind("\n") + 1] if "\n" in kept else ""
+    return kept + note.format(kept=len(kept.encode("utf-8")))

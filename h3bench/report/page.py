@@ -20,7 +20,7 @@ from h3bench.outcome import Outcome
 from h3bench.report.contents import Contents, Series, describe_lpips_source, gate_rows
 from h3bench.report.figures import Figure
 from h3bench.report.terminal import part_ratio_text
-from h3bench.runspec.schedule import design_text
+from h3bench.runspec.design import design_text
 from h3bench.verdict.stage_effects import DIT_PER_FORWARD
 from h3bench.verdict.verdicts import key_marker
 

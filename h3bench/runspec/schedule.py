@@ -1,19 +1,30 @@
 """The schedule: a RunSpec's blocks, and the cases every campaign test is parametrized by.
 
-Per duration, blocks run in this order, each one fresh server process:
+Per duration (in :func:`~h3bench.runspec.design.run_order`), each block one
+fresh server process:
 
-1. the **lossless control blocks** (``protocol.lossless_baseline_blocks``,
-   by default 2 when ``gates.lossless`` is on): baseline blocks that only
-   add baseline processes to the lossless test. They run first, so they also
-   absorb first-block-of-the-day effects, and they are never used for speed;
-2. per candidate, the spec's order (``ABBAABBA`` by default): ``A`` a
-   baseline block, ``B`` a candidate block. Adjacent blocks form the AB/BA
-   pairs that the statistics pair (:func:`h3bench.stats.speed.paired_block_ratios`).
+- the fixed design runs its **lossless control blocks** first
+  (``protocol.lossless_baseline_blocks``, by default 2 when ``gates.lossless``
+  is on: baseline blocks that only add baseline processes to the lossless
+  test, never used for speed), then per candidate the spec's order
+  (``ABBAABBA`` by default): ``A`` a baseline block, ``B`` a candidate block;
+- the sequential design runs the series' AB/BA pairs round-robin up to the
+  last look, and lists its control blocks before the pairs of the round
+  where PASS is first allowed, as many as a series running alone could need
+  (:meth:`h3bench.runspec.course.Course.control_slots`).
+
+Adjacent blocks form the AB/BA pairs that the statistics pair
+(:func:`h3bench.stats.speed.paired_block_ratios`). Which listed blocks run is
+the course's decision (:mod:`h3bench.runspec.course`): a series stopped by a
+look, or not past a cheaper duration, and controls no series needs, are not
+run.
 
 A candidate-only run (``--arm candidate --baseline-evidence BUNDLE``) runs,
-per duration and candidate, ``protocol.anchored_order`` instead (``BABBAB``
-by default): its ``A`` blocks are fresh baseline **anchors** of the day, and
-the speed verdict compares the candidate with them
+per duration and candidate, its anchored order instead
+(:func:`~h3bench.runspec.design.anchored_order`: ``BABBAB``, or with the
+lossless test on as many anchors as that test needs): its ``A`` blocks are
+fresh baseline **anchors** of the day, and the speed verdict compares the
+candidate with them
 (:func:`h3bench.stats.speed.anchored_speed_report`). The stored bundle's blocks are
 the rest of the schedule: they give the shift report, the quality
 references (the i-th candidate block is matched with the i-th stored
@@ -51,43 +62,27 @@ from dataclasses import dataclass
 from typing import Literal
 
 from h3bench.errors import UsageError
-from h3bench.quality.lossless import ALPHA as LOSSLESS_ALPHA
-from h3bench.quality.lossless_design import controls_at_pass, controls_before_pair, lossless_levels, pass_from_pairs
 from h3bench.runspec import BASELINE, RunSpec
-from h3bench.runspec.shards import SeriesWindow, Shard, Window, round_up
-from h3bench.stats.blockstat import BlockBudget
-from h3bench.stats.sequential import DEARER_LOOKS, FIRST_LOOKS
+from h3bench.runspec.course import Course
+from h3bench.runspec.design import DesignMode, Series, anchored_order, control_blocks, looks_of, run_order, series_of
+from h3bench.runspec.shards import Shard, Window
 
 __all__ = [
     "CASE_FIXTURES",
     "CONTROLS",
-    "DEFAULT_CONTROL_BLOCKS",
     "Block",
     "CandidateWorkload",
     "Case",
     "MatchedPair",
     "OutputRef",
     "Schedule",
-    "Series",
-    "budget_of",
     "check_shards",
-    "control_blocks",
-    "design_text",
-    "first_window",
-    "in_order_of_cost",
-    "interleaved_controls",
-    "looks_of",
-    "lossless_level",
-    "pass_from",
-    "run_order",
-    "series_of",
     "shard_blocks",
     "spec_blocks",
 ]
 
-DEFAULT_CONTROL_BLOCKS = 2  # 4 + 2 baseline processes against 4 candidate ones: see h3bench.quality.lossless
 CONTROLS = BASELINE  # the series of the control blocks: no candidate can be called "baseline"
-Design = Literal["paired", "controls", "anchored"]
+BlockDesign = Literal["paired", "controls", "anchored"]
 
 
 @dataclass(frozen=True)
@@ -104,7 +99,7 @@ class Block:
     arm: str  # the series' control (A) or the candidate (B)
     position: int  # 1-based position in its series' order
     letter: Literal["A", "B"]  # A: the series' control (the baseline, or the original baseline), B: candidate
-    design: Design = "paired"
+    design: BlockDesign = "paired"
     control: str = BASELINE  # the arm of the series' A blocks
 
     @property
@@ -168,144 +163,26 @@ Case = Block | OutputRef | MatchedPair | CandidateWorkload
 CASE_FIXTURES = ("block", "baseline_output", "matched_pair", "candidate_workload")
 
 
-def control_blocks(spec: RunSpec) -> int:
-    """Lossless control blocks per duration: the spec's number, else 2 when ``gates.lossless`` is on."""
-    count = spec.protocol.lossless_baseline_blocks
-    return count if count is not None else (DEFAULT_CONTROL_BLOCKS if spec.gates.lossless else 0)
-
-
-@dataclass(frozen=True)
-class Series:
-    """One comparison: ``arm`` (B blocks) against ``control`` (A blocks), named ``name`` in ids and verdicts."""
-
-    name: str
-    arm: str
-    control: str = BASELINE
-
-
-def series_of(spec: RunSpec) -> tuple[Series, ...]:
-    """Every candidate against the baseline, then the final combination against a different original baseline."""
-    found = [Series(candidate, candidate) for candidate in spec.candidates]
-    if spec.final is not None and spec.final_control != BASELINE:
-        found.append(Series(f"{spec.final}-vs-{spec.final_control}", spec.final, spec.final_control))
-    return tuple(found)
-
-
-def _series(duration: float, series: Series, order: str, design: Design, *, start: int = 1) -> list[Block]:
+def _series(duration: float, series: Series, order: str, design: BlockDesign, *, start: int = 1) -> list[Block]:
     return [Block(duration, series.name, series.control if letter == "A" else series.arm, position,
                   "A" if letter == "A" else "B", design, series.control)
             for position, letter in enumerate(order, start=start)]
 
 
-def budget_of(spec: RunSpec) -> BlockBudget:
-    """What each block measures: the spec's warmups, measured requests and audit."""
-    p = spec.protocol
-    return BlockBudget(p.warmups_per_block, p.requests_per_block, p.audit, p.audit and p.audit_counts)
-
-
-def design_text(spec: RunSpec, *, anchored: bool = False) -> str:
-    """How the blocks are run and judged, as the header, the plan and the verdict name it."""
-    p = spec.protocol
-    budget = budget_of(spec).describe()
-    if anchored:
-        return f"candidate-only run: anchored order {p.anchored_order} against a stored baseline, {budget} per block"
-    if p.design == "fixed":
-        return f"fixed design: order {p.order} at every duration, {budget} per block"
-    looks = "; ".join(f"{d:g} s after {list(looks_of(spec, d))} pairs" for d in run_order(spec))
-    gate = ", a dearer duration only after a PASS at the cheaper" if in_order_of_cost(spec) else ""
-    return (f"sequential design: AB/BA pairs round-robin, {budget} per block, looks {looks}, {p.spending} spending"
-            f"{', futility at 1 - margin' if p.futility else ''}{gate}")
-
-
-def in_order_of_cost(spec: RunSpec) -> bool:
-    """Whether a dearer duration runs only for a candidate that passed the cheaper ones (unset: the sequential design)."""
-    chosen = spec.protocol.durations_in_order_of_cost
-    return chosen if chosen is not None else spec.protocol.design == "sequential"
-
-
-def run_order(spec: RunSpec) -> tuple[float, ...]:
-    """The durations in the order their blocks run: by cost (the hinted baseline request, else the length) or as given."""
-    durations = tuple(spec.workload.durations)
-    if not in_order_of_cost(spec):
-        return durations
-    hinted = (spec.hints.e2e_s.get(BASELINE, {}) if spec.hints is not None else {})
-    return tuple(sorted(durations, key=lambda d: (hinted.get(f"{d:g}", d), d)))
-
-
-def looks_of(spec: RunSpec, duration: float) -> tuple[int, ...]:
-    """The AB/BA pairs after which the series of ``duration`` are judged: one look at the end in the fixed design."""
-    protocol = spec.protocol
-    if protocol.design == "fixed":
-        return (len(protocol.order) // 2,)
-    index = run_order(spec).index(duration)
-    if protocol.looks is not None:
-        return protocol.looks[min(index, len(protocol.looks) - 1)]
-    return FIRST_LOOKS if index == 0 else DEARER_LOOKS
-
-
-def lossless_level(spec: RunSpec, duration: float) -> float:
-    """The relabelling test's level at ``duration``: the spec's per-candidate level split over the durations."""
-    levels = lossless_levels(len(spec.workload.durations), spec.protocol.lossless_per_candidate)
-    return levels[run_order(spec).index(duration)] if spec.protocol.design == "sequential" else LOSSLESS_ALPHA
-
-
-def pass_from(spec: RunSpec, duration: float, lossless_on: bool) -> int:
-    """The fewest pairs at which a series may PASS: where its lossless test can reach a verdict (sequential only)."""
-    if not lossless_on or spec.protocol.design != "sequential":
-        return 0
-    return pass_from_pairs(lossless_level(spec, duration))
-
-
-def _controls_plan(spec: RunSpec, duration: float, lossless_on: bool) -> tuple[list[int], int]:
-    """Where the lossless control blocks go: before which pairs (1-based), and how many after the last one.
-
-    Before a pair while the baseline processes would fall short of what the
-    lossless test needs (:func:`h3bench.quality.lossless_design.controls_before_pair`);
-    after the last pair as many as a series that passes at any look could
-    still be short of (:func:`~h3bench.quality.lossless_design.controls_at_pass`),
-    run only when one is (:meth:`h3bench.session.results.Results.not_needed`).
-    """
-    if not lossless_on:
-        return [], 0
-    n_series = len(series_of(spec))
-    alpha = lossless_level(spec, duration)
-    first_pass = pass_from(spec, duration, lossless_on)
-    looks = looks_of(spec, duration)
-    before, controls, at_look = [], 0, {}
-    for pair in range(1, looks[-1] + 1):
-        if controls_before_pair(pair, first_pass, controls + (pair - 1) * n_series, alpha):
-            before.append(pair)
-            controls += 1
-        at_look[pair] = controls + pair * n_series
-    after = max((controls_at_pass(n, at_look[n], alpha) for n in looks if n >= first_pass), default=0)
-    return before, after
-
-
-def _sequential(spec: RunSpec, duration: float, lossless_on: bool) -> list[Block]:
-    """The series' AB/BA pairs round-robin up to the last look, lossless control blocks between them where short.
+def _sequential(spec: RunSpec, duration: float, course: Course) -> list[Block]:
+    """The series' AB/BA pairs round-robin up to the last look, the control blocks before round ``f``.
 
     Round-robin keeps every series' pairs close in time (a drift of the
     outputs' nondeterminism then reaches all series alike).
     """
+    d = run_order(spec).index(duration)
     blocks: list[Block] = []
-    before, after = _controls_plan(spec, duration, lossless_on)
-    controls = 0
     for pair in range(1, looks_of(spec, duration)[-1] + 1):
-        if pair in before:
-            controls += 1
-            blocks += _series(duration, Series(CONTROLS, BASELINE), "A", "controls", start=controls)
+        if pair == course.controls_before(d):
+            blocks += _series(duration, Series(CONTROLS, BASELINE), "A" * course.control_slots(d), "controls")
         for one in series_of(spec):
             blocks += _series(duration, one, "AB" if pair % 2 else "BA", "paired", start=2 * pair - 1)
-    for _ in range(after):
-        controls += 1
-        blocks += _series(duration, Series(CONTROLS, BASELINE), "A", "controls", start=controls)
     return blocks
-
-
-def interleaved_controls(spec: RunSpec, duration: float, lossless_on: bool) -> int:
-    """How many of a duration's control blocks run between its pairs; the rest run after the last pair."""
-    return len(_controls_plan(spec, duration, lossless_on)[0]) if spec.protocol.design == "sequential" else \
-        control_blocks(spec)
 
 
 def spec_blocks(spec: RunSpec, arms: str = "all", *, anchored: bool = False, lossless: bool | None = None
@@ -315,18 +192,19 @@ def spec_blocks(spec: RunSpec, arms: str = "all", *, anchored: bool = False, los
     ``arms`` is ``all``, ``baseline`` (the ``A`` blocks) or ``candidate``
     (the ``B`` blocks). ``anchored`` gives a candidate-only run's blocks
     instead: each series' anchored order, anchors included. The sequential
-    design lists every block up to its last look: a series that stops at an
-    earlier look leaves the rest unrun (:meth:`Schedule.not_needed`).
+    design lists every block up to its last look, and every control block a
+    series might need: which of them run is the course's decision
+    (:meth:`h3bench.runspec.course.Course.why_not`).
     ``lossless``: the lossless test is on (default: the spec's gate).
     """
-    lossless_on = spec.gates.lossless if lossless is None else lossless
+    course = Course.of(spec, lossless=lossless)
     blocks: list[Block] = []
     for duration in run_order(spec):
         if anchored:
             for series in series_of(spec):
-                blocks += _series(duration, series, spec.protocol.anchored_order, "anchored")
-        elif spec.protocol.design == "sequential":
-            blocks += _sequential(spec, duration, lossless_on)
+                blocks += _series(duration, series, anchored_order(spec, lossless), "anchored")
+        elif spec.protocol.design is DesignMode.SEQUENTIAL:
+            blocks += _sequential(spec, duration, course)
         else:
             blocks += _series(duration, Series(CONTROLS, BASELINE), "A" * control_blocks(spec), "controls")
             for series in series_of(spec):
@@ -334,55 +212,19 @@ def spec_blocks(spec: RunSpec, arms: str = "all", *, anchored: bool = False, los
     return tuple(b for b in blocks if anchored or arms == "all" or (arms == BASELINE) == (b.letter == "A"))
 
 
-def first_window(spec: RunSpec, shards: int, lossless: bool | None = None) -> Window:
-    """Round 1 of a sharded campaign: each series up to its first look, in whole units on every shard.
-
-    The fixed design has one look, at the end: its round 1 is every pair. A
-    dearer duration run in order of cost waits for the look that passes the
-    cheaper one (its window is empty until then).
-    """
-    windows: dict[str, dict[str, SeriesWindow]] = {}
-    for index, duration in enumerate(run_order(spec)):
-        looks = looks_of(spec, duration)
-        waits = spec.protocol.design == "sequential" and in_order_of_cost(spec) and index > 0
-        through = 0 if waits else round_up(looks[0], shards, looks[-1])
-        windows[f"{duration:g}s"] = {s.name: SeriesWindow(0, through) for s in series_of(spec)}
-    return Window(1, shards, spec.spec_id, windows)
-
-
-def shard_blocks(spec: RunSpec, blocks: tuple[Block, ...], shard: Shard, window: Window,
+def shard_blocks(spec: RunSpec, blocks: tuple[Block, ...], shard: Shard, window: Window, *,
                  lossless: bool | None = None) -> tuple[Block, ...]:
-    """The blocks of ``blocks`` that ``shard`` runs in ``window``'s round (:mod:`h3bench.runspec.shards`).
-
-    A pair goes with its AB/BA unit; a sequential design's control block goes
-    with the pair it precedes, a fixed design's round-robin over the shards
-    in round 1; the controls after the last pair are not run.
-    """
-    lossless_on = spec.gates.lossless if lossless is None else lossless
-    precedes: dict[tuple[float, int], int] = {}  # (duration, control position) → the 0-based pair it precedes
-    if spec.protocol.design == "sequential":
-        for duration in run_order(spec):
-            before, _ = _controls_plan(spec, duration, lossless_on)
-            precedes.update({(duration, i): pair - 1 for i, pair in enumerate(before, start=1)})
-
-    def keeps(block: Block) -> bool:
-        if block.design == "controls":
-            pair = precedes.get((block.duration, block.position))
-            if spec.protocol.design != "sequential":
-                return window.round == 1 and (block.position - 1) % shard.count + 1 == shard.index
-            return pair is not None and shard.runs_pair(pair) and any(
-                w.runs(pair) for s in series_of(spec) if (w := window.of(block.duration, s.name)) is not None)
-        found = window.of(block.duration, block.candidate)
-        return found is not None and shard.runs_pair(block.pair) and found.runs(block.pair)
-
-    return tuple(b for b in blocks if keeps(b))
+    """The blocks of ``blocks`` that ``shard`` runs in ``window``'s round (:meth:`Course.shard_runs`)."""
+    course = Course.of(spec, lossless=lossless, shards=shard.count)
+    return tuple(b for b in blocks if course.shard_runs(b.duration, None if b.design == "controls" else b.candidate,
+                                                         b.pair, b.position, shard, window))
 
 
 def check_shards(spec: RunSpec, shards: int) -> None:
     """Refuse more shards than the longest series has AB/BA units: a shard would have no pair to run at all.
 
     A duration with fewer units than shards leaves the last shards idle
-    there (950pr-x4.toml's 15 s has 3 units: a fourth host runs 5 s only).
+    there (950pr-x4.toml's 15 s has 2 units: a third host runs 5 s only).
     """
     units = max(math.ceil(looks_of(spec, d)[-1] / 2) for d in run_order(spec))
     if shards > units:
@@ -393,7 +235,9 @@ def check_shards(spec: RunSpec, shards: int) -> None:
 class Schedule:
     """The blocks one session runs, in order, and the test cases they make.
 
-    ``arms`` selects the blocks this session runs. A candidate-only run
+    ``arms`` selects the blocks this session runs; ``lossless`` lists the
+    control blocks of a lossless test (default: the spec's gate; ``--lossless``
+    turns it on). A candidate-only run
     (``anchored``) runs the anchored orders, and its other blocks come from
     the stored bundle (:attr:`stored_blocks`). A shard of a campaign over
     several hosts (``shard``) runs its AB/BA units of the round's ``window``
@@ -401,24 +245,26 @@ class Schedule:
     """
 
     def __init__(self, spec: RunSpec, arms: str = "all", *, anchored: bool = False, shard: Shard | None = None,
-                 window: Window | None = None) -> None:
+                 window: Window | None = None, lossless: bool | None = None) -> None:
         self.spec = spec
         self.anchored = anchored
         self.shard = shard
-        self.window = window if window is not None or shard is None else first_window(spec, shard.count)
-        self.blocks = self._own(spec_blocks(spec, arms, anchored=anchored))
-        self.stored_blocks = tuple(b for b in spec_blocks(spec) if b.letter == "A") if anchored else ()
-        self.baseline_blocks = tuple(b for b in (*self.stored_blocks,
-                                                 *(self.blocks if anchored else self._own(spec_blocks(spec))))
+        self.lossless = spec.gates.lossless if lossless is None else lossless
+        self.window = (window if window is not None or shard is None
+                       else Course.of(spec, lossless=self.lossless, shards=shard.count).first_window(spec.spec_id))
+        every = spec_blocks(spec, lossless=self.lossless)
+        self.blocks = self._own(spec_blocks(spec, arms, anchored=anchored, lossless=self.lossless))
+        self.stored_blocks = tuple(b for b in every if b.letter == "A") if anchored else ()
+        self.baseline_blocks = tuple(b for b in (*self.stored_blocks, *(self.blocks if anchored else self._own(every)))
                                      if b.letter == "A")
         self._controls = {series.name: series.control for series in series_of(spec)}
         self._order = {block.id: index for index, block in enumerate(self.blocks)}
-        self._campaign = self.blocks if anchored or arms == "all" else spec_blocks(spec)
+        self._campaign = self.blocks if anchored or arms == "all" else every
 
     def _own(self, blocks: tuple[Block, ...]) -> tuple[Block, ...]:
         if self.shard is None or self.window is None:
             return blocks
-        return shard_blocks(self.spec, blocks, self.shard, self.window)
+        return shard_blocks(self.spec, blocks, self.shard, self.window, lossless=self.lossless)
 
     def index(self, block: Block) -> int:
         """The block's place in the order this session runs it (ValueError if it does not run it)."""

@@ -14,9 +14,10 @@ at every duration goes to shard ``u mod N + 1``, so
   block twice and the fan-in (:mod:`h3bench.pool`) is their union.
 
 Lossless control blocks go with the pair they precede (the sequential
-design) or round-robin over the shards (the fixed design's controls); the
-controls a sequential series might still need after its last pair are not run
-in a sharded campaign, whose lossless test is judged within hosts.
+design: the round's look file lists the ones that run,
+:mod:`h3bench.runspec.course`) or round-robin over the shards in round 1 (the
+fixed design's controls). A sharded campaign's lossless test is judged within
+hosts (:mod:`h3bench.pool.fanin`).
 
 **Rounds.** With the sequential design a look pools the pairs every shard
 has finished (``h3bench pool --look``), and the next round of shards runs
@@ -105,20 +106,26 @@ class SeriesWindow:
 
 @dataclass(frozen=True)
 class Window:
-    """One round's windows by duration key (``"5s"``) and series, from a look file; ``round`` counts from 1."""
+    """One round's windows by duration key (``"5s"``) and series, from a look file; ``round`` counts from 1.
+
+    ``controls``: per duration key, the positions of the control blocks the
+    round runs (:meth:`h3bench.runspec.course.Course.next_window`).
+    """
 
     round: int
     shards: int
     spec_id: str
     series: Mapping[str, Mapping[str, SeriesWindow]] = field(default_factory=dict)
     sha256: str = ""  # of the look file it was read from
+    controls: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def of(self, duration: float, series: str) -> SeriesWindow | None:
         return self.series.get(f"{duration:g}s", {}).get(series)
 
     def to_dict(self) -> dict[str, Any]:
         return {"format": LOOKS_FORMAT, "round": self.round, "shards": self.shards, "spec_id": self.spec_id,
-                "series": {d: {s: vars(w) for s, w in found.items()} for d, found in self.series.items()}}
+                "series": {d: {s: vars(w) for s, w in found.items()} for d, found in self.series.items()},
+                "controls": {d: list(found) for d, found in self.controls.items()}}
 
 
 def read_window(path: Path, *, spec_id: str, shards: int) -> Window:
@@ -137,6 +144,7 @@ def read_window(path: Path, *, spec_id: str, shards: int) -> Window:
         raise UsageError(f"--looks {path}: written for {data.get('shards')} shards, this run is one of {shards}")
     try:
         series = {d: {s: SeriesWindow(**w) for s, w in found.items()} for d, found in data["series"].items()}
-        return Window(int(data["round"]), shards, spec_id, series, hashlib.sha256(raw).hexdigest())
+        controls = {d: tuple(int(p) for p in found) for d, found in (data.get("controls") or {}).items()}
+        return Window(int(data["round"]), shards, spec_id, series, hashlib.sha256(raw).hexdigest(), controls)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise UsageError(f"--looks {path}: a series window is malformed ({exc})") from None

@@ -54,6 +54,7 @@ from h3bench.evidence.hashing import sha256_file
 from h3bench.evidence.scrub import Scrubber
 from h3bench.runspec.arms import ARM_TAGS, BASELINE, Arm
 from h3bench.runspec.base import Frozen, Problem, raise_at
+from h3bench.runspec.bisection import Bisect
 from h3bench.runspec.search import FORMAL_STEPS, Heldout
 from h3bench.runspec.tables import UNPINNED, Gates, Hardware, Hints, Inputs, Model, Protocol, Source, Workload
 
@@ -81,6 +82,8 @@ class RunSpec(Frozen):
     final: StrictStr | None = None
     original_baseline: StrictStr | None = None
     heldout: Heldout | None = None
+    # A range of engine commits to search for a regression's culprit (h3bench.runspec.bisection, h3bench.bisect).
+    bisect: Bisect | None = None
 
     # Where the spec came from; neither is part of the id.
     _spec_dir: Path | None = PrivateAttr(default=None)
@@ -137,6 +140,7 @@ class RunSpec(Frozen):
                         message = f"{duration!r} is not one of the workload's durations {sorted(durations)}"
                         problems.append((("hints", table, hinted, duration), message, duration))
         problems += research_problems(self)
+        problems += bisect_problems(self)
         raise_at(problems, "RunSpec")
         return self
 
@@ -148,8 +152,11 @@ class RunSpec(Frozen):
         Secrets are masked first (:mod:`h3bench.evidence.scrub`, by name and pattern), so that the
         scrubbed copy in a bundle's manifest has the same id as the spec it was made from.
         """
+        data = self.model_dump(mode="json")
+        if data.get("bisect") is None:  # a spec without the table keeps the id it had before the table existed
+            data.pop("bisect", None)
         return json.dumps(
-            Scrubber(environ=False).record(self.model_dump(mode="json")),
+            Scrubber(environ=False).record(data),
             sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
         )
 
@@ -375,4 +382,45 @@ def research_problems(spec: RunSpec) -> list[Problem]:
     if spec.heldout is not None and spec.workload.seed in spec.heldout.seeds:
         message = f"the formal seed {spec.workload.seed} is not held out; give other seeds"
         problems.append((("heldout", "seeds"), message, spec.workload.seed))
+    return problems
+
+
+def bisect_problems(spec: RunSpec) -> list[Problem]:
+    """A ``[bisect]`` table's rules across the spec: one bad arm, and each commit's image or profile as its arms need."""
+    table = spec.bisect
+    if table is None:
+        return []
+    problems: list[Problem] = []
+    bad = [name for name in spec.arms if name != BASELINE]
+    if len(bad) != 1:
+        problems.append((("arms",), f"a bisect spec has the good engine (baseline) and the bad one, one candidate; "
+                                    f"found {', '.join(bad)}", None))
+    vllm = [name for name, arm in spec.arms.items() if getattr(arm, "type", None) == "vllm"]
+    if vllm and len(vllm) != len(spec.arms):
+        problems.append((("arms",), "the good and the bad engine must be arms of one kind (both vllm, or both argv)",
+                         None))
+    for where, entry in table.entries():
+        loc = ("bisect", *where)
+        if vllm:
+            if entry.image_digest is None:
+                problems.append(((*loc, "image_digest"), "a vLLM commit needs its image digest", None))
+            if not re.fullmatch(r"[0-9a-f]{40}", entry.commit):
+                problems.append(((*loc, "commit"), "a vLLM engine commit is 40 hexadecimal digits", entry.commit))
+            if entry.sim is not None:
+                problems.append(((*loc, "sim"), "a simulator profile needs simulator arms", None))
+        elif entry.image_digest is not None:
+            problems.append(((*loc, "image_digest"), "simulator arms have no image; give the commit's sim profile",
+                             entry.image_digest))
+    if vllm:
+        for name in ("image", "launcher"):
+            if getattr(table, name) is None:
+                problems.append((("bisect", name), "vLLM arms need the image repository and the launcher that runs "
+                                                   "one image's engine ({image} in it)", None))
+    else:
+        if spec.arms.get(BASELINE) is not None and spec.arms[BASELINE].sim is None:
+            problems.append((("arms", BASELINE, "sim"), "a simulated range starts from the good engine's profile",
+                             None))
+        for name in ("good", "bad"):
+            if getattr(table, name).sim is not None:
+                problems.append((("bisect", name, "sim"), f"the {name} engine's profile is its arm's", None))
     return problems

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictBool, StrictFloat, StrictInt, StrictStr, field_validator, model_validator
@@ -12,12 +13,20 @@ from h3bench.quality.checks import Thresholds
 from h3bench.runspec.base import Frozen, raise_at
 from h3bench.runspec.launch import DeviceIds
 
-__all__ = ["UNPINNED", "Gates", "Hardware", "Hints", "InputFile", "Inputs", "Model", "Protocol", "Source", "Workload"]
+__all__ = ["UNPINNED", "DesignMode", "Gates", "Hardware", "Hints", "InputFile", "Inputs", "Model", "Protocol", "Source",
+           "Workload"]
 
 UNPINNED = "UNPINNED"
 _BLOCK_ORDER = re.compile(r"(?:AB|BA)+")
 
 _Positive = Annotated[StrictFloat, Field(gt=0)]
+
+
+class DesignMode(StrEnum):
+    """How a campaign's blocks run: a fixed order judged once, or pairs judged at looks (:mod:`h3bench.runspec.design`)."""
+
+    FIXED = "fixed"
+    SEQUENTIAL = "sequential"
 
 
 class Hardware(Frozen):
@@ -114,6 +123,8 @@ class Protocol(Frozen):
     --baseline-evidence``) runs per duration: ``A`` a fresh baseline anchor,
     ``B`` a candidate block; without an ``A`` the speed verdict cannot be
     more than INCONCLUSIVE (:func:`h3bench.stats.speed.anchored_speed_report`).
+    Unset, it is ``BABBAB``, or with the lossless test on the fewest anchors
+    that let that test decide (:func:`h3bench.runspec.schedule.anchored_order`).
 
     ``design`` is ``fixed`` (every block of ``order`` at every duration, one
     look at the end) or ``sequential`` (:mod:`h3bench.stats.sequential`):
@@ -154,7 +165,7 @@ class Protocol(Frozen):
     (:mod:`h3bench.run.profiling`).
     """
 
-    design: Literal["fixed", "sequential"] = "fixed"
+    design: DesignMode = DesignMode.FIXED
     order: StrictStr = "ABBAABBA"
     looks: tuple[tuple[Annotated[StrictInt, Field(ge=2)], ...], ...] | None = None
     spending: Literal["hsd", "obf", "pocock"] = "hsd"
@@ -175,7 +186,7 @@ class Protocol(Frozen):
     request_api: Literal["sync", "async"] = "sync"
     telemetry_interval_s: _Positive = 10.0
     lossless_baseline_blocks: Annotated[StrictInt, Field(ge=0)] | None = None
-    anchored_order: StrictStr = "BABBAB"
+    anchored_order: StrictStr | None = None  # unset: h3bench.runspec.schedule.anchored_order chooses
     profile: StrictBool = False
 
     @field_validator("order")
@@ -209,8 +220,8 @@ class Protocol(Frozen):
 
     @field_validator("anchored_order")
     @classmethod
-    def _anchors_and_candidates(cls, value: str) -> str:
-        if not re.fullmatch(r"[AB]*B[AB]*", value):
+    def _anchors_and_candidates(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[AB]*B[AB]*", value):
             raise ValueError(
                 f"anchored_order {value!r} must be A (fresh baseline anchor) and B (candidate) blocks with at "
                 "least one B, such as BABBAB"

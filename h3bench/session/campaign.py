@@ -19,7 +19,7 @@ from h3bench.evidence import Bundle, files
 from h3bench.evidence.files import now
 from h3bench.plan.estimate import bundle_bytes, cost_of
 from h3bench.plan.preflight import preflight
-from h3bench.report.terminal import report_header, summary_lines
+from h3bench.report.terminal import campaign_summary, report_header
 from h3bench.run.measure import Measure
 from h3bench.run.pace import Pace
 from h3bench.run.progress import Progress
@@ -131,12 +131,12 @@ class Campaign:
     def document(self) -> VerdictDocument | None:
         return self.runner.document if self.runner is not None else None
 
-    def summary(self) -> list[str]:
-        """The terminal summary of the verdict that finish() wrote (empty before)."""
+    def summary(self, *, verbose: bool = False) -> list[str]:
+        """The verdict that finish() wrote, on one screen; ``verbose``: with every reason (empty before)."""
         if self.document is None:
             return []
-        return summary_lines(self.spec, self.document, bundle=self.bundle.path,
-                             profiles=list(self.bundle.samples("profile")))
+        return campaign_summary(self.spec, self.document, bundle=self.bundle.path, verbose=verbose,
+                                profiles=list(self.bundle.samples("profile")) if verbose else ())
 
     def anchor(self) -> str | None:
         """SHA-256 of the sealed bundle's final.json (None before it is sealed, or in a reader)."""

@@ -105,6 +105,8 @@ CAMPAIGN = (
            "only the pairs that look left to run", {"type": _existing_path, "metavar": "FILE"}),
     Option("--progress-interval", "without a terminal, print a progress line every SECONDS while a long step runs "
            "(default: 60)", {"type": _seconds, "default": 60.0, "metavar": "SECONDS"}),
+    Option("--no-report", "as the campaign ends, do not write report.html and summary.md beside the bundle "
+           "(h3bench report BUNDLE writes them later)", {"action": "store_true", "default": False}),
 )
 
 
@@ -157,4 +159,5 @@ def resolve(get: Callable[[str], Any], *, here: Path, default_runspec: Path | No
         command=tuple(command),
         shard=get("h3_shard"),
         looks=get("h3_looks"),
+        report=not get("h3_no_report"),
     )

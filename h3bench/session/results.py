@@ -34,26 +34,12 @@ from h3bench.host import telemetry
 from h3bench.outcome import Outcome, combine
 from h3bench.plan.design import design_warnings
 from h3bench.plan.preflight import diagnostic_reasons, is_diagnostic
-from h3bench.quality import lossless_design
 from h3bench.run.contract import ArmContract, Contract, contract_changes, engine_help
 from h3bench.run.records import BlockFailed, BlockResult, CandidateStopped, Sample, Stop, load_results
 from h3bench.runspec import BASELINE, RunSpec, VllmArm, parse_runspec, require_same_spec
-from h3bench.runspec.schedule import (
-    Block,
-    CandidateWorkload,
-    MatchedPair,
-    OutputRef,
-    Schedule,
-    check_shards,
-    control_blocks,
-    design_text,
-    in_order_of_cost,
-    interleaved_controls,
-    looks_of,
-    lossless_level,
-    run_order,
-    series_of,
-)
+from h3bench.runspec.course import Course
+from h3bench.runspec.design import Design, design_text, looks_of, series_of
+from h3bench.runspec.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule, check_shards
 from h3bench.runspec.shards import Window, read_window
 from h3bench.session.settings import Settings
 from h3bench.stats import intervals, sequential, speed
@@ -108,7 +94,8 @@ class Results:
         self.settings = settings
         # A candidate-only run runs the anchored orders; the rest of its schedule is the stored bundle's.
         self.schedule = Schedule(spec, settings.arm, anchored=settings.baseline_evidence is not None,
-                                 shard=settings.shard, window=_window(spec, settings))
+                                 shard=settings.shard, window=_window(spec, settings),
+                                 lossless=settings.lossless or spec.gates.lossless)
         self.stored_baseline: Results | None = None  # set for a candidate-only run
         self._stored_contract = Contract()  # the stored baseline's engine contract, per arm
         self._supply = supply
@@ -372,55 +359,38 @@ class Results:
         return looks.decision(self.spec, duration, ran, lossless_on=self.lossless_on)
 
     def not_needed(self, block: Block) -> str | None:
-        """Why a scheduled block need not run: its series stopped at a look, or did not pass a cheaper duration.
+        """Why a scheduled block need not run: the course's answer (:meth:`h3bench.runspec.course.Course.why_not`).
 
-        None when it must run. A lossless control block between the pairs is
-        needed while a series at its duration still runs; one after the last
-        pair, while a series that passed is short of the baseline processes
-        its lossless test needs.
+        None when it must run, or when that cannot be known yet. A
+        candidate-only run's anchored blocks always run; a shard's round is
+        its window.
         """
-        if block.design == "anchored" or self.schedule.shard is not None:  # a shard's round is its window
+        if block.design == "anchored" or self.schedule.shard is not None:
             return None
-        order = run_order(self.spec)
-        earlier = order[: order.index(block.duration)] if in_order_of_cost(self.spec) else ()
-        if block.design == "controls":
-            return self._control_not_needed(block, earlier)
-        gate = next((why for d in earlier if (why := self._not_passed(d, block.candidate)) is not None), None)
-        if gate is not None:
-            return f"not run: {gate}"
-        found = self.decision(block.duration, block.candidate)
-        if found is not None and found.stop:
-            return (f"not run: {block.candidate} stopped at {block.duration:g} s, look {found.look} ({found.pairs} "
-                    f"pairs): {sequential.REASONS[found.reason_code]}")
-        return None
+        return self.course.why_not(self, block.duration, None if block.design == "controls" else block.candidate)
 
-    def _control_not_needed(self, block: Block, earlier: tuple[float, ...]) -> str | None:
-        if self.spec.protocol.design != "sequential":
-            return None
-        running, passed = [], []
-        for series in series_of(self.spec):
-            if any(self._not_passed(d, series.name) is not None for d in earlier):
-                continue
-            found = self.decision(block.duration, series.name)
-            if found is None or not found.stop:
-                running.append(series.name)
-            elif found.outcome is Outcome.PASS:
-                passed.append(found.pairs)
-        if block.position <= interleaved_controls(self.spec, block.duration, self.lossless_on):
-            return None if running else "not run: no series at this duration still runs"
-        baseline = sum(1 for r in self.ran.values() if r.block.duration == block.duration and r.block.letter == "A"
-                       and r.block.arm == BASELINE and r.ok)
-        alpha = lossless_level(self.spec, block.duration)
-        if any(baseline < lossless_design.baseline_needed(pairs, alpha) for pairs in passed):
-            return None
-        return "not run: every series that passed has the baseline processes its lossless test needs"
+    @property
+    def course(self) -> Course:
+        return Course.of(self.spec, lossless=self.lossless_on)
 
-    def _not_passed(self, duration: float, series: str) -> str | None:
-        found = self.decision(duration, series)
-        if found is not None and found.stop and found.outcome is Outcome.PASS:
-            return None
-        state = f"{found.outcome} at look {found.look}" if found is not None and found.stop else "no decision"
-        return f"{series} did not pass {duration:g} s ({state}), and a dearer duration runs only after a PASS"
+    # -- what the course reads (h3bench.runspec.course.RunView) -------------------------------------------------
+
+    def pairs_run(self, duration: float, series: str) -> int:
+        """The series' highest pair that ran at the duration, plus one (0 before any)."""
+        return max((r.block.pair + 1 for r in self.series(duration, series)), default=0)
+
+    def baseline_run(self, duration: float) -> int:
+        """The baseline processes that ran at the duration: every series' A blocks and the controls."""
+        return sum(1 for r in self.ran.values() if r.block.duration == duration and r.block.letter == "A"
+                   and r.block.arm == BASELINE and r.ok)
+
+    def controls_run(self, duration: float) -> tuple[int, ...]:
+        return tuple(sorted(r.block.position for r in self.ran.values()
+                            if r.block.duration == duration and r.block.design == "controls"))
+
+    def halted(self, series: str) -> tuple[str, str] | None:
+        stop = self.stopped(series)
+        return None if stop is None else (str(stop.outcome), stop.reason)
 
     def _speed(self, duration: float, candidate: str) -> tuple[Outcome, tuple[str, ...], RatioEstimate | None,
                                                                LookDecision | None]:
@@ -450,6 +420,20 @@ class Results:
     def _devices(self, arm: str) -> int:
         return max(1, len(getattr(self.spec.arms[arm], "device_ids", ()) or self.spec.hardware.device_ids))
 
+    def _fixed_block_seconds(self, result: BlockResult) -> float:
+        """What a block of the fixed design (:meth:`Design.fixed_of`) costs at this block's seconds per request.
+
+        Its start and stop as measured, its warmups and timed requests (1 +
+        3 + 1 by default) at this block's warmup and mean timed request.
+        """
+        life = result.lifecycle
+        own, fixed = Design.of(self.spec).budget, Design.fixed_of(self.spec).budget
+        timed = [s.e2e_s for s in result.samples if s.phase != "heldout" and s.kind in ("measured", "audit")
+                 and s.e2e_s is not None]
+        per_request = statistics.fmean(timed) if timed else 0.0
+        return ((life.startup_s or 0.0) + (life.shutdown_s or 0.0) + (life.warmup_s or 0.0) * fixed.warmups / own.warmups
+                + per_request * fixed.columns)
+
     def _fixed_s(self, ran: list[BlockResult], letters: str) -> float | None:
         """What the fixed design's ``letters`` blocks would cost at the seconds these blocks took, on their devices."""
         cost = {}
@@ -457,7 +441,7 @@ class Results:
             mine = [r for r in ran if r.block.letter == letter]
             if not mine:
                 return None
-            cost[letter] = statistics.fmean(self._block_seconds(r) * self._devices(r.block.arm) for r in mine)
+            cost[letter] = statistics.fmean(self._fixed_block_seconds(r) * self._devices(r.block.arm) for r in mine)
         return sum(cost[letter] for letter in letters)
 
     def _look_record(self, duration: float, candidate: str, found: LookDecision | None) -> LookRecord:
@@ -466,20 +450,28 @@ class Results:
         device = sum(self._block_seconds(r) * self._devices(r.block.arm) for r in ran)
         p = self.spec.protocol
         return LookRecord(
-            p.design, looks_of(self.spec, duration), found.look if found else None, found.pairs if found else 0,
+            str(p.design), looks_of(self.spec, duration), found.look if found else None, found.pairs if found else 0,
             bool(found and found.stop), sequential.REASONS[found.reason_code] if found else "continue",
             bool(found and found.first_requests_left_out), tuple(r.block.id for r in ran),
             tuple(b.id for b in planned if b.id not in self.ran), device, self._fixed_s(ran, p.order))
 
     def device_time(self) -> dict[str, DeviceTime]:
-        """Per duration: the blocks that ran and did not, their wall and device time, and the fixed design's."""
+        """Per duration: the blocks that ran and did not, their wall and device time, and the fixed design's.
+
+        The fixed design runs every series at every duration: a series that
+        ran no block here (it did not pass a cheaper duration) is priced as
+        the duration's baseline blocks, both arms, as the plan prices an arm
+        with no figure of its own.
+        """
         out = {}
+        order = self.spec.protocol.order
         for duration in self.spec.workload.durations:
             planned = [b for b in self.schedule.blocks if b.duration == duration]
             ran = [r for b in planned if (r := self.ran.get(b.id)) is not None]
-            fixed = [self._fixed_s([r for r in ran if r.block.candidate == s.name], self.spec.protocol.order)
-                     for s in series_of(self.spec)]
-            controls = self._fixed_s([r for r in ran if r.block.letter == "A"], "A" * control_blocks(self.spec))
+            baseline = [r for r in ran if r.block.letter == "A"]
+            fixed = [self._fixed_s(own, order) if (own := [r for r in ran if r.block.candidate == s.name])
+                     else self._fixed_s(baseline, "A" * len(order)) for s in series_of(self.spec)]
+            controls = self._fixed_s(baseline, "A" * Design.fixed_of(self.spec).fixed_controls)
             total = None if None in fixed or controls is None else sum(f for f in fixed if f) + controls
             out[duration_key(duration)] = DeviceTime(
                 len(ran), len(planned) - len(ran), sum(self._block_seconds(r) for r in ran),

@@ -305,7 +305,7 @@ class Runner:
         self.interrupted = interrupted
         verdicts = self.results.verdicts()
         accepted = acceptance(self.spec, verdicts, heldout, diagnostic=self.diagnostic,
-                              not_selected=self.results.not_selected)
+                              not_selected=self.results.not_selected, shard=self.settings.shard)
         self.document = self.results.document(interrupted=interrupted, heldout=heldout, accepted=accepted,
                                               verdicts=verdicts)
         try:
@@ -322,7 +322,7 @@ class Runner:
         self.unsealed = f"the bundle could not be sealed ({exc}); it is left as it is for --resume"
         verdicts = self.results.verdicts()
         accepted = acceptance(self.spec, verdicts, {}, diagnostic=self.diagnostic,
-                              not_selected=self.results.not_selected)
+                              not_selected=self.results.not_selected, shard=self.settings.shard)
         self.document = self.results.document(interrupted=interrupted, verdicts=verdicts, accepted=accepted)
         return self.document
 

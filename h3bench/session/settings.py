@@ -40,6 +40,7 @@ class Settings:
     command: tuple[str, ...] = ()  # the command as typed: a refusal names the one to run instead
     shard: Shard | None = None  # one shard of a campaign over several hosts (h3bench.runspec.shards)
     looks: Path | None = None  # the look file of the previous round (h3bench pool --look)
+    report: bool = True  # write report.html and summary.md beside the bundle as the campaign ends (pytest)
 
     @classmethod
     def for_bundle(cls, bundle: Path, *, lossless: bool, lpips_dir: str | None, lpips_device: str) -> Settings:

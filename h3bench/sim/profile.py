@@ -34,7 +34,6 @@ import math
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -54,6 +53,7 @@ from pydantic import (
 from h3bench.errors import RunSpecError
 from h3bench.h3 import frame_count, latent_frames
 from h3bench.sim.content import Perturbation
+from h3bench.sim.stageplan import StagePlan
 
 __all__ = [
     "SimProfile",
@@ -203,34 +203,6 @@ class SimProfile(BaseModel):
             post_decode_s=_POST_DECODE_S * scale,
             mux_s=jittered(_linear(self.mux_s, t)),
             peak_memory_mb=_linear(self.peak_memory_gb, t) * 1024.0,
-        )
-
-
-@dataclass(frozen=True)
-class StagePlan:
-    """Wall seconds for each stage of one request, decided by the API process and run by every worker."""
-
-    preprocess_s: float
-    encode_prompt_s: float
-    encode_media_s: float
-    step_s: tuple[float, ...]  # one per DiT forward
-    video_decode_s: float
-    audio_decode_s: float
-    post_decode_s: float
-    mux_s: float
-    peak_memory_mb: float
-
-    @property
-    def total_s(self) -> float:
-        return (
-            self.preprocess_s
-            + self.encode_prompt_s
-            + self.encode_media_s
-            + sum(self.step_s)
-            + self.video_decode_s
-            + self.audio_decode_s
-            + self.post_decode_s
-            + self.mux_s
         )
 
 

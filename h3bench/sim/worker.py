@@ -55,7 +55,7 @@ from pathlib import Path
 
 from h3bench.h3 import STAGE_PREFIX
 from h3bench.sim.content import ContentSpec, Perturbation, RenderInfo, render
-from h3bench.sim.profile import StagePlan
+from h3bench.sim.stageplan import StagePlan
 
 __all__ = [
     "LOG_FORMAT",

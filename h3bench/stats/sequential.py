@@ -30,15 +30,28 @@ spending function of the information fraction ``t = pairs / max pairs``:
 - ``hsd`` (Hwang–Shih–DeCani, parameter γ): ``α(t) = α (1 - e^{-γ t}) /
   (1 - e^{-γ})``, and ``α t`` at γ = 0, the default.
 
-The default, linear spending (HSD γ = 0), was chosen by simulating cost and
-power (2 % request noise, 950PR timings, looks after every pair from 2 to 8
-at 5 s and after 3, 4, 5 pairs at 15 s): Pocock-type spending wastes level
-on looks with one or two degrees of freedom and cost 10 points of power at
-2 % process noise; O'Brien–Fleming-type keeps almost none for early looks,
-so a large effect (the recipe's 0.52) cannot stop early at 15 s (78 % of the
-fixed design's hours instead of 60 %); γ = 0 keeps the power above the fixed
-design's at both noise levels and meets issue 26's cost targets
-(benchmarks/bench_design.py).
+The cheapest duration spends linearly (HSD γ = 0), chosen by simulating cost
+and power (2 % request noise, 950PR timings, a look after every pair from 2
+to 8): Pocock-type spending wastes level on looks with one or two degrees of
+freedom; O'Brien–Fleming-type keeps almost none for early looks. A dearer
+duration (:data:`DEARER_LOOKS`) ends at the fixed design's 4 pairs, so the
+dearest campaign the design can run costs no more than the fixed design
+(:func:`h3bench.plan.devicetime.worst_seconds`); with one look before it,
+linear spending would waste a quarter of the level at 2 degrees of freedom
+and cost about 5 points of power, so it spends mostly at the last look
+(:data:`DEARER_GAMMA`, HSD γ = -10: 8 % of the level by 3 pairs of 4), which
+keeps the fixed design's power there and still stops a large effect (the
+recipe's 0.52) after 3 pairs.
+
+Drift inside a pair
+-------------------
+AB/BA alternation cancels a linear drift, not a step: a step of size ``s``
+between the two blocks of one pair moves the mean log ratio of ``k`` pairs by
+``log(1 + s) / k``. The sequential design's bounds are moved out by that
+much for a step of :data:`STEP_ALLOWANCE` (1.75 %) at every look, which keeps
+false "faster" at or below 2.5 % at the intersection-union worst case under
+a -3 % step inside pair 1, or a host that cools by 5 % over its first block
+(:mod:`h3bench.plan.guarantees`); a larger step can still bias a look.
 
 The classic boundaries assume a normal statistic with known variance; here the
 variance is estimated from as few as two pairs (1 degree of freedom), where
@@ -108,12 +121,17 @@ __all__ = [
     "AUDIT",
     "CALIBRATION_PATHS",
     "CONTINUE",
+    "DEARER_GAMMA",
+    "DEARER_LOOKS",
     "FAILED",
+    "FIRST_LOOKS",
     "FUTILITY",
     "LAST_LOOK",
+    "ONLY_LOOKS",
     "PASSED",
     "REASONS",
     "SPENDING",
+    "STEP_ALLOWANCE",
     "Boundaries",
     "LookDecision",
     "SeriesBlock",
@@ -129,8 +147,14 @@ __all__ = [
 ]
 
 SPENDING = ("obf", "pocock", "hsd")
-FIRST_LOOKS = (2, 3, 4, 5, 6, 7, 8)  # the cheapest duration: a look after every pair, up to 8
-DEARER_LOOKS = (3, 4, 5)  # every dearer duration: its first look at 3 pairs (2 degrees of freedom), up to 5
+FIRST_LOOKS = (2, 3, 4, 5, 6, 7, 8)  # the cheapest of several durations: a look after every pair, up to 8
+# Every dearer duration: a look at 3 pairs, then at the fixed design's 4 (never dearer than it); the only duration of a
+# one-duration design: from 2 pairs. Their levels are spent mostly at the last look (HSD γ = -10: 8 % of it by 3 pairs
+# of 4), so the last look keeps the fixed design's power and an early one stops only a large effect.
+DEARER_LOOKS = (3, 4)
+ONLY_LOOKS = (2, 3, 4)
+DEARER_GAMMA = -10.0
+STEP_ALLOWANCE = 0.0175  # the sequential design's bounds allow for a step of 1.75 % inside one AB/BA pair
 CALIBRATION_PATHS = 1 << 20  # Monte-Carlo error of a calibrated level: about 0.6 % of it at 0.025
 CALIBRATION_SEED = 2026_26
 # Why a series stopped (or did not): codes of SeriesOutcomes.reason.
@@ -250,6 +274,7 @@ class Boundaries:
     fail_level: float
     spending: str = "hsd"
     gamma: float = 0.0
+    allowance: float = 0.0  # a step this large inside one pair moves the log ratio by log(1 + it) / pairs at most
 
     @property
     def max_pairs(self) -> int:
@@ -260,20 +285,24 @@ class Boundaries:
                           zip(self.looks, self.pass_levels, self.fail_levels, strict=True))
         fut = ("never" if self.futility_ratio is None else
                f"when the estimate is at or above {self.futility_ratio:.4f} before the last look")
+        step = (f"; each bound widened by log(1 + {self.allowance:g}) / pairs (a step of {self.allowance:.2%} inside "
+                "one pair)" if self.allowance else "")
         return (f"group-sequential AB/BA, {self.spending} alpha spending of one-sided {self.pass_level:.3g} (upper "
                 f"bound) and {self.fail_level:.3g} (lower bound) over looks after {list(self.looks)} pairs, "
-                f"calibrated on the t sequence; nominal levels per look: {steps}; futility {fut}")
+                f"calibrated on the t sequence; nominal levels per look: {steps}; futility {fut}{step}")
 
 
 def boundaries(
     looks: Sequence[int], levels: intervals.Levels, margin: float, *, spending: str = "hsd", gamma: float = 0.0,
-    futility_ratio: float | str | None = "margin", pass_from: int = 0,
+    futility_ratio: float | str | None = "margin", pass_from: int = 0, allowance: float = 0.0,
 ) -> Boundaries:
     """The boundaries of one duration of a campaign with ``levels`` (:func:`h3bench.stats.intervals.error_levels`).
 
     ``futility_ratio`` ``"margin"`` means ``1 - margin``; ``pass_from`` is
     the fewest pairs at which PASS may be declared (a lossless campaign's
-    first feasible look, :func:`h3bench.quality.lossless_design.pass_from_pairs`).
+    first feasible look, :func:`h3bench.quality.lossless_design.pass_from_pairs`);
+    ``allowance`` widens both bounds for a step of that size inside one
+    pair (:data:`STEP_ALLOWANCE`).
     """
     found = tuple(int(n) for n in looks)
     _check_looks(found)
@@ -285,9 +314,11 @@ def boundaries(
     futility = 1 - margin if futility_ratio == "margin" else futility_ratio
     if isinstance(futility, str):
         raise UsageError(f"futility_ratio must be a number, None or 'margin', got {futility!r}")
+    if not 0 <= allowance < 1:
+        raise UsageError(f"a step allowance must be in [0, 1), got {allowance}")
     return Boundaries(found, look_levels(found, levels.pass_level, spending, gamma, first_pass),
                       look_levels(found, levels.fail_level, spending, gamma), margin, futility,
-                      levels.pass_level, levels.fail_level, spending, gamma)
+                      levels.pass_level, levels.fail_level, spending, gamma, allowance)
 
 
 @dataclass(frozen=True)
@@ -304,11 +335,18 @@ class SeriesOutcomes:
     leak: np.ndarray  # judged also without first requests (the first-request rule flagged; False for ratios)
 
 
-def _bounds(x: np.ndarray, pass_level: float, fail_level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`h3bench.stats.intervals.t_bounds` at a look's levels; a level of 0 gives no bound (0 or ∞)."""
+def _bounds(x: np.ndarray, pass_level: float, fail_level: float, allowance: float = 0.0
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`h3bench.stats.intervals.t_bounds` at a look's levels; a level of 0 gives no bound (0 or ∞).
+
+    ``allowance``: a step of that size inside one of the ``k`` pairs moves
+    their mean log ratio by at most ``log(1 + allowance) / k``, so each bound
+    is moved out by that much.
+    """
     ratio, lower, upper, _ = intervals.t_bounds(x, pass_level or 0.25, fail_level or 0.25)
-    return (ratio, lower if fail_level > 0 else np.zeros_like(lower),
-            upper if pass_level > 0 else np.full_like(upper, np.inf))
+    widen = math.exp(math.log1p(allowance) / x.shape[-1])
+    return (ratio, lower / widen if fail_level > 0 else np.zeros_like(lower),
+            upper * widen if pass_level > 0 else np.full_like(upper, np.inf))
 
 
 def sequential_outcomes(
@@ -356,9 +394,9 @@ def sequential_outcomes(
         if not take.any():
             break
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-            r, lo, hi = _bounds(x[..., :n], b.pass_levels[j], b.fail_levels[j])
+            r, lo, hi = _bounds(x[..., :n], b.pass_levels[j], b.fail_levels[j], b.allowance)
             if second is not None and both[..., j].any():
-                r2, lo2, hi2 = _bounds(second[..., :n], b.pass_levels[j], b.fail_levels[j])
+                r2, lo2, hi2 = _bounds(second[..., :n], b.pass_levels[j], b.fail_levels[j], b.allowance)
                 flag = both[..., j]
                 r, lo, hi = np.where(flag, r2, r), np.where(flag, np.minimum(lo, lo2), lo), np.where(
                     flag, np.maximum(hi, hi2), hi)

@@ -7,11 +7,16 @@ are never added or multiplied into a prediction.
 
 Acceptance (``verdict.json``'s ``accepted``): a candidate is accepted when its
 formal verdict is PASS (every duration) and, when the spec has ``[heldout]``,
-its held-out verdict is PASS at every duration. The campaign is accepted only
+its held-out verdict is PASS at every duration. A run that judged only a part
+(a selection, a DIAGNOSTIC run) neither accepts nor rejects: the candidate is
+"not judged", naming what was left out, unless what ran already FAILed it. The campaign is accepted only
 when the spec names a ``final`` combination, that arm is accepted, and its
 direct comparison with the ``original_baseline`` passed at every duration.
 A DIAGNOSTIC run accepts nothing, and neither does a selection (``-m``,
-``-k``, ``--arm``): acceptance needs every workload of every arm.
+``-k``, ``--arm``): acceptance needs every workload of every arm. A shard of
+a campaign over several hosts (``--shard I/N``) is not judged alone: it
+covers its host's pairs only, and the campaign is judged by ``h3bench pool``
+over every shard (:func:`shard_alone` says so, in place of a rejection).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from collections.abc import Mapping, Sequence
 
 from h3bench.outcome import Outcome
 from h3bench.runspec import RunSpec
-from h3bench.runspec.schedule import series_of
+from h3bench.runspec.design import series_of
+from h3bench.runspec.shards import Shard
 from h3bench.verdict.verdicts import (
     DIAGNOSTIC_VERDICT,
     Acceptance,
@@ -31,7 +37,7 @@ from h3bench.verdict.verdicts import (
     key_marker,
 )
 
-__all__ = ["acceptance", "heldout_candidates"]
+__all__ = ["acceptance", "heldout_candidates", "shard_alone"]
 
 
 def heldout_candidates(spec: RunSpec, verdicts: Mapping[str, CandidateVerdict]) -> list[str]:
@@ -49,16 +55,27 @@ def _direct_series(spec: RunSpec) -> str:
 
 
 def _not_selected(keys: Sequence[str]) -> str:
-    return "partial run: " + ", ".join(map(key_marker, keys)) + " not selected"
+    return ", ".join(map(key_marker, keys)) + " not selected"
+
+
+def shard_alone(index: int, count: int) -> str:
+    """What a shard's acceptance says: neither accepted nor rejected, and what to do."""
+    return f"not judged alone: shard {index} of {count}; pool the shards with h3bench pool"
 
 
 def _candidate(spec: RunSpec, name: str, verdict: CandidateVerdict | None, heldout: Mapping[str, HeldoutVerdict],
                diagnostic: bool, not_selected: Sequence[str]) -> CandidateAcceptance:
+    failed = verdict is not None and verdict.outcome is Outcome.FAIL  # a FAIL at any duration rejects
+    if not failed and (diagnostic or not_selected or verdict is None):  # nothing here can accept or reject it
+        unjudged = ([f"{DIAGNOSTIC_VERDICT}: a diagnostic run accepts nothing"] if diagnostic else []) + (
+            [_not_selected(not_selected)] if not_selected else []) + (
+            ["none of its blocks was selected"] if verdict is None else [])
+        return CandidateAcceptance(False, tuple(unjudged), judged=False)
     reasons = []
     if diagnostic:
         reasons.append(f"{DIAGNOSTIC_VERDICT}: a diagnostic run accepts nothing")
     if not_selected:
-        reasons.append(_not_selected(not_selected))
+        reasons.append("partial run: " + _not_selected(not_selected))
     if verdict is None:
         reasons.append("not judged: none of its blocks was selected")
     elif verdict.outcome is not Outcome.PASS:
@@ -80,8 +97,17 @@ def _candidate(spec: RunSpec, name: str, verdict: CandidateVerdict | None, heldo
 
 def acceptance(spec: RunSpec, verdicts: Mapping[str, CandidateVerdict],
                heldout: Mapping[str, Mapping[str, HeldoutVerdict]], *, diagnostic: bool,
-               not_selected: Mapping[str, Sequence[str]] | None = None) -> Acceptance:
-    """Each candidate's acceptance, and the campaign's: the final combination against the original baseline."""
+               not_selected: Mapping[str, Sequence[str]] | None = None,
+               shard: Shard | None = None) -> Acceptance:
+    """Each candidate's acceptance, and the campaign's: the final combination against the original baseline.
+
+    ``shard``: a shard run alone, which accepts and rejects nothing (:func:`shard_alone`).
+    """
+    if shard is not None:
+        alone = (shard_alone(shard.index, shard.count),
+                 *([f"{DIAGNOSTIC_VERDICT}: a diagnostic run accepts nothing"] if diagnostic else []))
+        return Acceptance(spec.final, False, alone, {name: CandidateAcceptance(False, alone, judged=False)
+                                                     for name in spec.candidates})
     skipped = not_selected or {}
     candidates = {name: _candidate(spec, name, verdicts.get(name), heldout.get(name, {}), diagnostic,
                                    skipped.get(name, ()))

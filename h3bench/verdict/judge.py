@@ -9,6 +9,7 @@ candidate and duration. A matched pair that fails a gate stops its candidate
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import statistics
 import time
@@ -29,7 +30,8 @@ from h3bench.quality.gates import LpipsSettings
 from h3bench.run.progress import Progress
 from h3bench.run.records import Stop
 from h3bench.runspec import RunSpec
-from h3bench.runspec.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule, lossless_level
+from h3bench.runspec.design import lossless_level, spread
+from h3bench.runspec.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule
 from h3bench.verdict.verdicts import GateValue
 
 if TYPE_CHECKING:  # torch loads only when LPIPS is measured
@@ -116,6 +118,15 @@ def quality_outcome(pairs: Sequence[PairOutcome], optional: tuple[str, ...]) -> 
                     Outcome.INCONCLUSIVE if missing else Outcome.PASS])
 
 
+def _anchors_needed(verdict: lossless.LosslessVerdict) -> lossless.LosslessVerdict:
+    """A candidate-only run whose anchors cannot decide: its first reason names the anchored order that can."""
+    assert verdict.feasibility is not None
+    order = spread(verdict.baseline_processes + verdict.feasibility.needed_baseline_blocks,
+                   verdict.candidate_processes)
+    first = f"{verdict.reasons[0]}; for this candidate-only run: protocol.anchored_order = {order!r}"
+    return dataclasses.replace(verdict, reasons=(first, *verdict.reasons[1:]))
+
+
 class Judge:
     """Compares outputs, once each, and keeps every quality and lossless result of the campaign.
 
@@ -170,7 +181,7 @@ class Judge:
     def lpips_status(self) -> LpipsStatus:
         """Authenticate the LPIPS weights once; the reason travels into every report."""
         if self._lpips is None:
-            from h3bench.metrics.lpips import authenticate_weights
+            from h3bench.metrics.lpips_weights import authenticate_weights
 
             required = self.spec.gates.lpips_required
             try:
@@ -301,6 +312,8 @@ class Judge:
             verdict = lossless.judge(matrices, len(baseline), exact=bool(bitwise) and all(bitwise.values()),
                                      metrics=metrics, alpha=lossless_level(self.spec, case.duration),
                                      caveats=caveats)
+            if self.schedule.anchored and verdict.feasibility is not None and not verdict.feasibility.feasible:
+                verdict = _anchors_needed(verdict)
             self._verdicts[case.id] = verdict
             medians = {m: np.median(matrices[m], axis=0).tolist() for m in metrics} if processes else {}
             self._record({"kind": "lossless", "id": case.id, "candidate": case.candidate, "duration": case.duration,

@@ -7,7 +7,9 @@ decision the run took: the decision is a function of the blocks' latencies
 it is the one look at the end of ``order``; in the sequential design the
 first look that stops the series, or the latest look taken while it runs.
 Both apply the same rules: the first-request rule (a warmup that was not
-enough) and the latency half of the anti-shortcut audit.
+enough) and the latency half of the anti-shortcut audit. The looks' levels
+are the course's (:meth:`h3bench.runspec.course.Course.boundaries`), the
+ones the plan simulates.
 """
 
 from __future__ import annotations
@@ -16,39 +18,20 @@ from collections.abc import Sequence
 
 from h3bench.run.records import BlockResult
 from h3bench.runspec import RunSpec
-from h3bench.runspec.schedule import budget_of, looks_of, pass_from, run_order, series_of
-from h3bench.stats import intervals
+from h3bench.runspec.course import Course
+from h3bench.runspec.design import budget_of, looks_of, run_order
 from h3bench.stats.blockstat import BlockBudget
-from h3bench.stats.sequential import Boundaries, LookDecision, SeriesBlock, boundaries, decide
+from h3bench.stats.sequential import Boundaries, LookDecision, SeriesBlock, decide
 
 __all__ = ["boundaries_of", "decision", "series_blocks"]
 
 
-_CALIBRATED: dict[tuple[str, float, bool], Boundaries] = {}  # the looks' levels cost a simulation: once per spec
-
-
-def _boundaries(spec: RunSpec, duration: float, lossless_on: bool) -> Boundaries:
-    key = (spec.spec_id, duration, lossless_on)
-    if key not in _CALIBRATED:
-        _CALIBRATED[key] = _calibrate(spec, duration, lossless_on)
-    return _CALIBRATED[key]
-
-
-def _calibrate(spec: RunSpec, duration: float, lossless_on: bool) -> Boundaries:
-    p = spec.protocol
-    levels = intervals.error_levels(len(spec.workload.durations), len(series_of(spec)))
-    sequential = p.design == "sequential"
-    return boundaries(looks_of(spec, duration), levels, spec.gates.speed_margin,
-                      spending=p.spending, gamma=p.spending_gamma,
-                      futility_ratio="margin" if sequential and p.futility else None,
-                      pass_from=pass_from(spec, duration, lossless_on))
-
-
 def boundaries_of(spec: RunSpec, duration: float, lossless_on: bool) -> Boundaries:
-    """The looks of ``duration`` and their levels (:func:`h3bench.stats.sequential.boundaries`)."""
-    if duration not in run_order(spec):
+    """The looks of ``duration`` and their levels (:meth:`h3bench.runspec.design.Design.boundaries`)."""
+    order = run_order(spec)
+    if duration not in order:
         raise ValueError(f"{duration:g} s is not a duration of {spec.name}")
-    return _boundaries(spec, duration, lossless_on)
+    return Course.of(spec, lossless=lossless_on).boundaries(order.index(duration))
 
 
 def series_blocks(results: Sequence[BlockResult], budget: BlockBudget) -> list[SeriesBlock]:
@@ -78,8 +61,8 @@ def decision(spec: RunSpec, duration: float, results: Sequence[BlockResult], *, 
     if len(blocks) < 2 or looks_of(spec, duration)[-1] < 2:
         return None
     b = boundaries_of(spec, duration, lossless_on)
-    p = spec.protocol
-    leak, cache = p.first_request_level, p.audit_cache_ratio if p.audit else None
+    design = Course.of(spec, lossless=lossless_on).design
+    leak, cache = design.leak_level, design.cache_ratio
     for n in b.looks:
         if 2 * n > len(blocks):
             break

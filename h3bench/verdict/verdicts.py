@@ -174,7 +174,13 @@ class LookRecord:
 
 @dataclass(frozen=True)
 class DeviceTime:
-    """One duration's blocks, every series and control together: what they cost, and what the fixed design would."""
+    """One duration's blocks, every series and control together: what they cost, and what the fixed design would.
+
+    ``fixed_device_s``: the fixed design's blocks (every series' ``order``
+    and its control blocks, 1 warmup + 3 measured + 1 audit each) at the
+    seconds per request these blocks took, a series that ran none here priced
+    as the duration's baseline blocks; None when no baseline block ran here.
+    """
 
     blocks_run: int
     blocks_not_run: int
@@ -271,8 +277,21 @@ class HeldoutVerdict:
 
 @dataclass(frozen=True)
 class CandidateAcceptance:
+    """Whether a candidate is accepted; ``judged`` False when the run could not say (a selection, a diagnostic run)."""
+
     accepted: bool
     reasons: tuple[str, ...]
+    judged: bool = True
+
+    @property
+    def word(self) -> str:
+        """``accepted``, ``rejected``, or ``not judged``: nothing was rejected by a run that judged only a part."""
+        return "accepted" if self.accepted else "rejected" if self.judged else "not judged"
+
+    def describe(self) -> str:
+        """``rejected: formal verdict FAIL``, ``not judged: ref2va_15s not selected``: the word, then the reasons."""
+        reasons = "; ".join(self.reasons)
+        return reasons if reasons.startswith(self.word) else f"{self.word}: {reasons}"
 
 
 @dataclass(frozen=True)

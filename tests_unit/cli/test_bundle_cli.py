@@ -30,7 +30,7 @@ from h3bench.cli import EXIT_CODES, main
 from h3bench.outcome import Outcome
 from tests_unit.campaign_project import noisy_campaign
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("bundle-cli")]
 
 ORIGINAL = h3bench.quality.VALIDATOR_VERSION  # read before any test patches it
 NEWER = f"h3bench-quality-{int(ORIGINAL.rsplit('-', 1)[1]) + 1}"
@@ -247,7 +247,7 @@ def test_newer_validator_writes_its_result_beside_the_frozen_one(copy, capsys, n
 def test_validate_lossless_adds_the_lossless_judgement(copy, capsys, newer_validator):
     old = (copy / "quality" / f"{ORIGINAL}.json").read_bytes()
 
-    code, out, err = run_cli(capsys, "validate", str(copy), "--lossless")
+    code, out, err = run_cli(capsys, "validate", str(copy), "--lossless", "-v")
 
     assert err == ""
     written = f"quality/{newer_validator}.json"

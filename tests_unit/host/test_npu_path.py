@@ -137,7 +137,7 @@ def test_idle_npus_let_every_block_run_with_eight_workers_that_release_the_devic
     npu_smi.answer(IDLE)
     spec = write_npu_campaign(pytester, sim_args="--time-scale 0.00015 --jitter-cv 0.01")
 
-    result = run_campaign(pytester, spec, "tests_perf", "tests_lifecycle", "--benchmark-disable")
+    result = run_campaign(pytester, spec, "-v", "tests_perf", "tests_lifecycle", "--benchmark-disable")
 
     # 4 blocks (ABBA); 5 lifecycle tests x 4 blocks.
     result.assert_outcomes(passed=4 + 20)
@@ -179,7 +179,7 @@ def test_foreign_process_on_an_npu_is_interference_that_makes_the_verdict_inconc
     npu_smi.answer(*answers)
     spec = write_npu_campaign(pytester)
 
-    result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "-rs")
+    result = run_campaign(pytester, spec, "-v", "tests_perf", "--benchmark-disable", "-rs")
 
     result.assert_outcomes(**outcomes)
     interference = "resource interference*pid 8811 (python3) on NPU 3 chip 0"
@@ -200,7 +200,7 @@ def test_conflicting_offload_settings_kill_the_candidate_before_ready_and_fail_i
     layer_wise = '{"mode": "layer", "components": ["dit"]}'
     spec = write_npu_campaign(pytester, "offload_config", "--diffusion-offload-config", layer_wise)
 
-    result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "-rs")
+    result = run_campaign(pytester, spec, "-v", "tests_perf", "--benchmark-disable", "-rs")
 
     # Block 1A passes, 2B dies before ready, the rest of the candidate's series (3B, 4A) is skipped.
     result.assert_outcomes(passed=1, failed=1, skipped=2)
@@ -224,7 +224,7 @@ def test_processes_that_are_not_the_servers_after_its_stop_are_interference_not_
     npu_smi.answer(IDLE, IDLE, IDLE, IDLE, IDLE, IDLE, SERVING)
     spec = write_npu_campaign(pytester)
 
-    result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "-rs")
+    result = run_campaign(pytester, spec, "-v", "tests_perf", "--benchmark-disable", "-rs")
 
     result.assert_outcomes(passed=1, failed=1, skipped=2)
     result.stdout.fnmatch_lines([
@@ -269,7 +269,7 @@ def live_campaign(pytester: pytest.Pytester, npu_smi: FakeNpuSmi, order: str = "
 def test_telemetry_of_every_block_and_a_hot_block_named_in_the_verdict(pytester, npu_smi):
     spec = live_campaign(pytester, npu_smi, order="ABBAABBA", hot_server=3)  # 3B: 25 °C hotter, 120 W more
 
-    result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable")
+    result = run_campaign(pytester, spec, "-v", "tests_perf", "--benchmark-disable")
 
     result.assert_outcomes(passed=8)
     bundle = bundle_of(pytester)
@@ -304,7 +304,7 @@ def test_telemetry_of_every_block_and_a_hot_block_named_in_the_verdict(pytester,
 def test_what_is_on_the_devices_decides_between_cleanup_and_interference(pytester, npu_smi, live, failure, outcome):
     spec = live_campaign(pytester, npu_smi, **live)
 
-    result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "-rs")
+    result = run_campaign(pytester, spec, "-v", "tests_perf", "--benchmark-disable", "-rs")
 
     result.assert_outcomes(passed=1, failed=1, skipped=2)
     result.stdout.fnmatch_lines([f"*5s-{CANDIDATE}-2B-{CANDIDATE}: {failure}*"])
@@ -346,7 +346,7 @@ def test_a_server_on_another_attention_backend_than_the_arm_expects_fails_its_bl
                          offload={"dlo": {"transfer": "rank-local"}})
     spec = write_910b1_campaign(pytester, {"baseline": baseline, CANDIDATE: candidate})
 
-    result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable", "-rs")
+    result = run_campaign(pytester, spec, "-v", "tests_perf", "--benchmark-disable", "-rs")
 
     result.assert_outcomes(**outcomes)
     mismatch = ("attention backend mismatch: the server's workers used attention backend SDPA for role 'self' "
@@ -388,7 +388,7 @@ def test_conflicting_offload_settings_in_a_vllm_arm_are_refused_before_any_serve
     spec = write_910b1_campaign(pytester, {"baseline": vllm_arm("AllGather DLO", offload={"dlo": {}}),
                                            CANDIDATE: conflicting})
 
-    result = run_campaign(pytester, spec, "tests_perf", "--benchmark-disable")
+    result = run_campaign(pytester, spec, "-v", "tests_perf", "--benchmark-disable")
 
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*arms.{CANDIDATE}.offload: diffusion_offload_config cannot be combined with "

@@ -107,8 +107,8 @@ def test_a_forged_supersession_breaks_the_line(interrupted, tmp_path):
         line["hash"] = prev = entry_hash(line)
     ledger.write_text("".join(json.dumps(line) + "\n" for line in lines))
 
-    assert "line 3: supersedes line 1, which is not an earlier state of the same bundle's clean at 5 s" in \
-        verify_ledger(ledger).problems
+    assert "line 3: supersedes line 1, which is not an earlier state of the same bundle's clean at 5 s, nor of a " \
+        "campaign it pools" in verify_ledger(ledger).problems
 
 
 def test_a_rewritten_earlier_seal_of_a_resumed_bundle_is_caught(interrupted):
@@ -223,3 +223,24 @@ def test_paths_are_resolved_but_links_do_not_double_count(tmp_path):
     history = read_history([tmp_path / "evidence", tmp_path / "link"])
 
     assert [len(s.campaigns) for s in history.series] == [len(bundles)] * 2
+
+
+@pytest.mark.parametrize(("record", "expected"), [
+    ({"shard": {"index": "one", "count": 2, "round": 1, "host": {"name": "host-1"}}},
+     "its shard record is malformed (ValueError: invalid literal for int() with base 10: 'one')"),
+    ({"pool": {"shards": [{"index": 1, "count": 2}]}}, "its pool record's shard 1 is malformed (KeyError: "
+                                                       "'final_sha256')"),
+], ids=["shard", "pool"])
+def test_a_malformed_shard_or_pool_record_is_one_line_and_history_skips_it(tmp_path, capsys, record, expected):
+    """A campaign over several hosts is known by these records (issue 37): one that cannot be read is named, never a
+    traceback."""
+    bundle = write_bundle(tmp_path / "evidence", npu_spec(clean={}), latency(1), started_at="2026-11-20T10:00:00.000Z",
+                          manifest_extra=record)
+    ledger = tmp_path / "ledger.jsonl"
+
+    code, _, err = cli(capsys, "ledger", "add", str(bundle), "--ledger", str(ledger))
+
+    assert code == 1 and err == f"h3bench: error: {bundle}/manifest.json: {expected}\n"
+    assert not ledger.exists()
+    history = read_history([tmp_path / "evidence"])
+    assert history.series == () and history.skipped == ((str(bundle), f"{bundle}/manifest.json: {expected}"),)

@@ -238,14 +238,58 @@ def test_verify_catches_a_changed_final_json(two_bundles, ledger):
 
 
 def test_a_moved_bundle_is_found_with_bundles_dir(two_bundles, ledger, tmp_path, capsys):
-    moved = tmp_path / "archive"
+    """Issue 37: with every bundle moved away, verify said OK and exited 0."""
+    moved = tmp_path / "archive" / "renamed"
+    moved.parent.mkdir()
     shutil.move(str(tmp_path / "evidence"), moved)
 
     code, out, _ = cli(capsys, "ledger", "verify", "--ledger", str(ledger))
-    assert code == 0 and "0 bundles checked, 8 entries' bundles not found" in out and "not checked: line 1" in out
+    assert code == 1 and out.startswith(f"{ledger}: NOT VERIFIED: 8 of 8 entries are unverified, their bundles not "
+                                        "found (8 entries, 0 bundles checked, 8 entries' bundles not found)"), out
+    assert "  unverified: line 1: " in out and "--allow-missing" in out
+    code, out, err = cli(capsys, "ledger", "show", "--ledger", str(ledger))
+    assert code == 0 and out.count("! UNVERIFIED: its bundle is not at ") == 8 and "8 of 8 entries UNVERIFIED" in err
 
-    code, out, _ = cli(capsys, "ledger", "verify", "--ledger", str(ledger), "--bundles", str(moved))
-    assert code == 0 and "2 bundles checked, 0 entries' bundles not found" in out
+    # Found by content under --bundles, whatever the directories are called now.
+    code, out, _ = cli(capsys, "ledger", "verify", "--ledger", str(ledger), "--bundles", str(moved.parent))
+    assert code == 0 and out.startswith(f"{ledger}: OK (8 entries, 2 bundles checked, 0 entries' bundles not found)")
+    code, out, err = cli(capsys, "ledger", "show", "--ledger", str(ledger), "--bundles", str(moved.parent))
+    assert code == 0 and "UNVERIFIED" not in out + err
+
+
+def _append_forged(ledger: Path, entry: dict) -> None:
+    """Append ``entry`` with a self-consistent chain: the next seq, the last line's hash as prev, its own hash."""
+    from h3bench.ledger.chain import entry_hash
+
+    last = json.loads(ledger.read_text().splitlines()[-1])
+    entry = {**entry, "seq": last["seq"] + 1, "prev": last["hash"]}
+    entry["hash"] = entry_hash(entry)
+    with ledger.open("a") as f:
+        f.write(json.dumps(entry, separators=(",", ":")) + "\n")
+
+
+def test_a_fabricated_entry_is_never_ok(two_bundles, ledger, tmp_path, capsys):
+    """Issue 37: an entry with an invented seal and a bundle path that does not exist passed verify, exit 0."""
+    invented = json.loads(ledger.read_text().splitlines()[-1])
+    invented["bundle"] = {**invented["bundle"], "path": str(tmp_path / "never-ran"), "final_sha256": "ab" * 32,
+                          "seals": ["ab" * 32]}
+    invented["verdict"] = "PASS"
+    _append_forged(ledger, invented)
+
+    code, out, _ = cli(capsys, "ledger", "verify", "--ledger", str(ledger))
+    assert code == 1 and "NOT VERIFIED: 1 of 9 entries are unverified" in out
+    assert f"  unverified: line 9: {tmp_path / 'never-ran'}" in out
+    # Looking for it by content everywhere the real bundles are does not find it.
+    code, out, _ = cli(capsys, "ledger", "verify", "--ledger", str(ledger), "--bundles", str(tmp_path))
+    assert code == 1 and "NOT VERIFIED: 1 of 9 entries are unverified" in out
+    code, out, _ = cli(capsys, "ledger", "verify", "--ledger", str(ledger), "--allow-missing")
+    assert code == 0 and out.startswith(f"{ledger}: OK for what was checked, but 1 of 9 entries are UNVERIFIED")
+
+    code, out, err = cli(capsys, "ledger", "show", "--ledger", str(ledger))
+    marked = [line for line in out.splitlines() if line.startswith("      ! UNVERIFIED")]
+    assert code == 0 and len(marked) == 1 and "1 of 9 entries UNVERIFIED" in err
+    rows = out.splitlines()
+    assert rows[rows.index(marked[0]) - 1].startswith("8!")  # the fabricated row, and only it
 
 
 def test_a_complete_entry_without_its_newline_is_kept(tmp_path, ledger, capsys):

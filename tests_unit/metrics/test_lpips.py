@@ -127,14 +127,22 @@ def test_equals_lpips_package_on_the_same_frames(weights, oracle, tmp_path, batc
 
 
 @pytest.mark.parametrize("step_values", [1, 1000, 1 << 30], ids=["a-position-per-step", "a-few-positions", "whole-taps"])
-def test_the_heads_give_lpips_values_in_steps_of_any_size(weights, oracle, monkeypatch, step_values):
-    # The heads take each pair's difference a cache-sized step of positions at a time; whatever the step
-    # (one position, a ragged last step, a whole tap as on an accelerator), every pair scores what lpips gives.
+@pytest.mark.parametrize("extra", [0, 3], ids=["every-pair-of-few-frames", "a-few-pairs-of-many-frames"])
+def test_the_heads_give_lpips_values_in_steps_of_any_size(weights, oracle, monkeypatch, step_values, extra):
+    # Many pairs of a few frames are scored by one Gram matrix per tap; a few pairs of many frames take each
+    # pair's difference a cache-sized step of positions at a time. Whichever way, and whatever the step (one
+    # position, a ragged last step, a whole tap as on an accelerator), every pair scores what lpips gives.
     monkeypatch.setattr(h3lpips, "_HEAD_STEP_VALUES", step_values)
     frames = np.stack([*mediagen.textured_frames(2, WIDTH, HEIGHT, seed=5),
-                       *mediagen.textured_frames(1, WIDTH, HEIGHT, seed=5, noise=20.0)])
+                       *mediagen.textured_frames(1, WIDTH, HEIGHT, seed=5, noise=20.0),
+                       *mediagen.textured_frames(extra, WIDTH, HEIGHT, seed=6)])
     net = h3lpips.network(weights)
-    pairs = [(0, 1), (1, 0), (0, 2), (2, 2), (1, 2)]
+    pairs = [(0, 1), (1, 0), (0, 2), (2, 2), (1, 2), *((2 + i, 3 + i) for i in range(extra))]
+    gram = len({f for pair in pairs for f in pair}) ** 2 <= 4 * len(pairs)
+    assert gram == (extra == 0)  # each case takes the way it is named for
+    calls = []
+    real = type(net)._gram_distances
+    monkeypatch.setattr(type(net), "_gram_distances", lambda *args: calls.append(1) or real(*args))
 
     got = net.distances(net.features(frames), [a for a, _ in pairs], [b for _, b in pairs])
 
@@ -142,6 +150,7 @@ def test_the_heads_give_lpips_values_in_steps_of_any_size(weights, oracle, monke
         expected = [oracle(lpips.im2tensor(frames[a]), lpips.im2tensor(frames[b])).item() for a, b in pairs]
     np.testing.assert_allclose(got, expected, rtol=0, atol=1e-6)
     assert got[3] == 0.0 and got[0] == got[1] and (got[[0, 2, 4]] > 0).all()
+    assert bool(calls) == gram
 
 
 def test_identical_videos_score_zero(weights, make_mp4):
@@ -398,3 +407,18 @@ def test_malformed_pins_are_a_usage_error(weight_dir, tmp_path, text, match):
 def test_missing_pins_file_is_a_usage_error(weight_dir, tmp_path):
     with pytest.raises(UsageError, match="cannot be read"):
         h3lpips.authenticate_weights(weight_dir, pins=tmp_path / "absent.toml")
+
+
+def test_the_trunk_written_out_is_torchvisions_alexnet_features():
+    # h3bench builds AlexNet's twelve layers itself (importing torchvision costs more than a short comparison):
+    # the same layers, keys and shapes as torchvision's, and the shape table the weights are checked against.
+    from h3bench.metrics.lpips_weights import ALEXNET_SHAPES, TAPS
+
+    with torch.device("meta"):
+        reference = torchvision.models.alexnet(weights=None)
+    assert {k: tuple(v.shape) for k, v in reference.state_dict().items()} == dict(ALEXNET_SHAPES)
+    ours = h3lpips.alexnet_trunk()
+    assert [repr(layer) for layer in ours] == [repr(layer) for layer in reference.features[: TAPS[-1] + 1]]
+    assert {k: tuple(v.shape) for k, v in ours.state_dict().items()} == {
+        k.removeprefix("features."): v for k, v in ALEXNET_SHAPES.items() if k.startswith("features.")
+        and int(k.split(".")[1]) <= TAPS[-1]}

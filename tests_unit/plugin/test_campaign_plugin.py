@@ -14,10 +14,14 @@ import re
 import pytest
 
 from h3bench import evidence
-from tests_unit.campaign_project import bundle_of, bundles_in, write_campaign
-from tests_unit.campaign_project import run_campaign as run
+from tests_unit.campaign_project import UNUSED_PLUGINS, bundle_of, bundles_in, run_campaign, write_campaign
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]
+
+
+def run(pytester: pytest.Pytester, spec, *args: str) -> pytest.RunResult:
+    """The campaign with -v: these tests read every reason of the summary, which one screen leaves to -v."""
+    return run_campaign(pytester, spec, "-v", *args)
 
 
 def test_clean_campaign_passes_every_test_and_writes_a_verifiable_bundle(pytester):
@@ -211,8 +215,8 @@ def test_candidate_only_run_is_anchored_to_fresh_baseline_blocks_and_reports_the
     evidence_dir = pytester.path / "candidate-evidence"
 
     result = pytester.runpytest_subprocess(
-        "--runspec", str(spec), "--evidence-dir", str(evidence_dir), "-p", "no:cacheprovider",
-        "--arm", "candidate", "--baseline-evidence", str(baseline), "--benchmark-disable", timeout=600,
+        "--runspec", str(spec), "--evidence-dir", str(evidence_dir), *UNUSED_PLUGINS,
+        "--arm", "candidate", "--baseline-evidence", str(baseline), "--benchmark-disable", "-v", timeout=600,
     )
 
     # BABBAB: 4 candidate blocks and 2 fresh anchors; lifecycle 5 tests x 6 blocks; the outputs of the stored

@@ -14,21 +14,31 @@ from pathlib import Path
 
 import pytest
 
-from tests_unit.campaign_project import bundle_of, run_campaign, write_campaign
+from tests_unit.campaign_project import UNUSED_PLUGINS, child_campaign, write_campaign
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env"),
+              pytest.mark.xdist_group("option-paths")]
+
+
+@pytest.fixture(scope="module")
+def baseline_bundle(tmp_path_factory) -> Path:
+    """A baseline-only run of the project's spec, once for the module: each test copies it into its project."""
+    root = tmp_path_factory.mktemp("baseline")
+    spec = write_campaign(root, protocol={"audit": False})
+    code, out, bundle = child_campaign(root, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable")
+    assert code == pytest.ExitCode.OK and bundle is not None, out
+    return bundle
 
 
 @pytest.fixture
-def project(pytester) -> dict[str, Path]:
+def project(pytester, baseline_bundle) -> dict[str, Path]:
     """The campaign project, a stray harness test in it, and copies of its spec and a baseline bundle outside."""
-    spec = write_campaign(pytester.path, protocol={"audit": False})
+    spec = write_campaign(pytester.path, protocol={"audit": False})  # the same spec, so the same spec id
     pytester.makepyfile(**{"tests_unit/test_stray": "def test_stray():\n    pass\n"})
-    run_campaign(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable").assert_outcomes(passed=2)
+    bundle = Path(shutil.copytree(baseline_bundle, pytester.path / "evidence" / baseline_bundle.name))
     outside = pytester.path.parent / f"{pytester.path.name}-outside"
     shutil.copytree(pytester.path / "inputs", outside / "inputs")
     shutil.copy(spec, outside / "spec.toml")
-    bundle = bundle_of(pytester)
     shutil.copytree(bundle, outside / "evidence" / bundle.name)
     (outside / "weights").mkdir()
     return {"root": pytester.path, "outside": outside, "spec": spec, "bundle": bundle}
@@ -54,7 +64,7 @@ def _collect(pytester: pytest.Pytester, project: dict[str, Path], option: str, w
     # Every path of an "outside" case is outside, so that no argument points pytest at the project.
     spec = project["spec"] if where == "inside" else project["outside"] / "spec.toml"
     runspec = [] if option == "--runspec" else [f"--runspec={spec}"]
-    result = pytester.runpytest_subprocess(*runspec, *arg, *extra, "--collect-only", "-q", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess(*runspec, *arg, *extra, "--collect-only", "-q", *UNUSED_PLUGINS)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
     if option == "--resume":  # the baseline bundle is complete: the plugin read the path and says so, collecting nothing
         return [line.replace(value, "BUNDLE") for line in result.stdout.lines + result.stderr.lines

@@ -124,4 +124,4 @@ def test_the_workflow_shards_over_one_label_and_gates_each_round_on_the_previous
     assert jobs["round-2"]["if"] == "needs.look-1.outputs.continue == 'true'"
     assert jobs["round-3"]["if"] == "needs.look-2.outputs.continue == 'true'"
     fan_in = "\n".join(s.get("run", "") for s in jobs["fan-in"]["steps"])
-    assert "h3bench report" in fan_in and 'summary.md >> "$GITHUB_STEP_SUMMARY"' in fan_in
+    assert "h3bench report" in fan_in and '--step-summary "$GITHUB_STEP_SUMMARY"' in fan_in

@@ -25,7 +25,7 @@ from h3bench.outcome import Outcome
 from h3bench.verdict.verdicts import VerdictDocument
 from tests_unit.campaign_project import bundles_in, write_campaign
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pool")]
 
 # The commands of one shard and of the fan-in, as the workflow and the Job write them.
 SHARD_COMMAND = ("h3bench", "run", "--runspec", "{spec}", "--shard", "{index}/{count}", "--evidence-dir", "{evidence}")
@@ -55,17 +55,21 @@ def _env(project: Path, host: str, factor: str) -> dict[str, str]:
     return env
 
 
-def run_shards(project: Path, spec: Path, jobs: list[tuple[int, str, str, str]]) -> dict[str, Path]:
-    """Start every shard at once (index, host, factor, evidence dir name); their bundles by evidence dir name."""
+def run_shards(project: Path, spec: Path, jobs: list[tuple[int, str, str, str]], *, count: int = 3,
+               outputs: dict[str, str] | None = None) -> dict[str, Path]:
+    """Start every shard of ``count`` at once (index, host, factor, evidence dir name); their bundles by evidence dir
+    name, and what each printed in ``outputs``."""
     procs = []
     for index, host, factor, name in jobs:
-        args = command(SHARD_COMMAND, spec=str(spec), index=str(index), count="3", evidence=str(project / name))
+        args = command(SHARD_COMMAND, spec=str(spec), index=str(index), count=str(count), evidence=str(project / name))
         procs.append((name, subprocess.Popen(args, cwd=project, env=_env(project, host, factor),
                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     found = {}
     for name, proc in procs:
         output, _ = proc.communicate(timeout=900)
         assert proc.returncode in (0, 1, 3), f"{name} exited {proc.returncode}:\n{output[-6000:]}"
+        if outputs is not None:
+            outputs[name] = output
         (found[name],) = bundles_in(project / name)
     return found
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import json
 import re
 import shutil
@@ -37,9 +38,9 @@ from h3bench.report.pictures import worst_pair_pictures
 from h3bench.session.results import Results
 from h3bench.session.settings import Settings
 from tests_unit import browser
-from tests_unit.campaign_project import noisy_campaign, write_campaign
+from tests_unit.campaign_project import UNUSED_PLUGINS, noisy_campaign, write_campaign
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("report")]
 
 CANDIDATE = "noisy"
 CONSOLE_SCRIPT = Path(sys.executable).with_name("h3bench")
@@ -54,7 +55,7 @@ class Run:
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Run:
     """One real campaign run: its bundle, and what pytest printed (the report's path last in its summary)."""
-    path, stdout = noisy_campaign(tmp_path_factory.mktemp("campaign"), CANDIDATE)
+    path, stdout = noisy_campaign(tmp_path_factory.mktemp("campaign"), CANDIDATE, report=True)
     return Run(path, stdout)
 
 
@@ -125,6 +126,25 @@ def test_the_campaign_summary_ends_with_the_report_written_beside_the_sealed_bun
     assert verify(run.bundle).ok
 
 
+def test_the_end_of_a_campaign_is_one_screen_per_candidate_and_duration(run):
+    # A real campaign whose candidate fails its video gates: its screen says so with the failing values, in at
+    # most six lines, and points to -v, summary.md and the report for every other reason.
+    after = run.stdout[run.stdout.index("h3bench campaign summary"):].splitlines()[1:]
+    summary = list(itertools.takewhile(lambda line: not line.startswith("==="), after))  # pytest's own lines follow
+    heads = [i for i, line in enumerate(summary) if line.startswith(f"{CANDIDATE} 5s vs baseline: ")]
+    assert len(heads) == 1, summary
+    block = [summary[heads[0]], *itertools.takewhile(lambda line: line.startswith("  "), summary[heads[0] + 1:])]
+    assert len(block) <= 6, block
+    assert re.match(rf"{CANDIDATE} 5s vs baseline: FAIL; ratio \d\.\d{{4}} \[\d\.\d{{4}}, \d\.\d{{4}}\] over \d+ "
+                    r"AB/BA pairs; speed \w+", block[0]), block[0]
+    quality = next(line for line in block if line.startswith("  quality "))
+    assert quality.startswith("  quality FAIL over ") and "ssim 0." in quality and "(>= 0.97)" in quality
+    assert f"verdict {CANDIDATE}: FAIL" in "\n".join(summary)
+    assert any("every reason: -v, summary.md and the report" in line for line in summary)
+    assert max(len(line) for line in summary) < 220, max(summary, key=len)
+    assert "interval includes 1" not in run.stdout and "minimum detectable ratio" not in run.stdout  # that is -v
+
+
 @pytest.mark.usefixtures("campaign_subprocess_env")
 def test_a_report_that_cannot_be_written_is_one_line_and_does_not_fail_the_session(pytester):
     spec = write_campaign(pytester.path)
@@ -132,8 +152,8 @@ def test_a_report_that_cannot_be_written_is_one_line_and_does_not_fail_the_sessi
     evidence.mkdir()
     (evidence / "reports").write_text("a file where the reports directory would go\n")
 
-    result = pytester.runpytest_subprocess("--runspec", str(spec), "--evidence-dir", str(evidence), "-p",
-                                           "no:cacheprovider", "tests_perf", "--benchmark-disable", timeout=600)
+    result = pytester.runpytest_subprocess("--runspec", str(spec), "--evidence-dir", str(evidence),
+                                           *UNUSED_PLUGINS, "tests_perf", "--benchmark-disable", timeout=600)
 
     # The report changes nothing in the session's outcome (a block can still fail on its own under heavy load).
     outcomes = result.parseoutcomes()
@@ -407,3 +427,14 @@ def test_the_summary_states_an_interruption_as_the_page_does(tmp_path):
     assert summary[2] == ("> **INTERRUPTED**: interrupted (KeyboardInterrupt). Blocks that did not run are missing "
                           "from every table below; `--resume` the bundle to complete it.")
     assert "INTERRUPTED" not in render_summary(read_contents(whole), tmp_path / "report.html")
+
+
+def test_the_campaigns_device_time_is_set_against_the_fixed_designs_only_when_every_duration_is_priced():
+    from h3bench.report.terminal import campaign_device_line
+    from h3bench.verdict.verdicts import DeviceTime
+
+    priced = {"5s": DeviceTime(11, 24, 100.0, 3600.0, 3960.0), "15s": DeviceTime(10, 8, 300.0, 7200.0, 9000.0)}
+    assert campaign_device_line(priced) == ("device time, the campaign: 3.000 device-h, against 3.600 for the fixed "
+                                            "design (17% saved)")
+    assert campaign_device_line({**priced, "15s": DeviceTime(0, 18, 0.0, 0.0, None)}) is None
+    assert campaign_device_line({"5s": priced["5s"]}) is None

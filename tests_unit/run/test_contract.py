@@ -334,7 +334,7 @@ def test_a_candidate_only_campaign_stops_at_its_first_server_when_the_stored_bas
                           contract={arm: (OPENAPI, None) for arm in spec.arms})
 
     code, output, bundle = child_campaign(project, spec_path, "tests_perf", "--benchmark-disable", "-p", "no:randomly",
-                                          "--arm", "candidate", "--baseline-evidence", str(stored))
+                                          "--arm", "candidate", "--baseline-evidence", str(stored), verbose=True)
 
     assert bundle is not None and "Traceback" not in output and "INTERNALERROR" not in output, output[-6000:]
     first = json.loads((bundle / "lifecycle.jsonl").read_text().splitlines()[0])

@@ -22,7 +22,7 @@ from h3bench.run.pace import Pace
 from h3bench.run.progress import Progress, Step, clock
 from h3bench.runspec import load_runspec
 from h3bench.runspec.schedule import spec_blocks
-from tests_unit.campaign_project import write_campaign
+from tests_unit.campaign_project import NO_REPORT, UNUSED_PLUGINS, write_campaign
 
 
 def test_clock_reads_like_a_stopwatch():
@@ -104,7 +104,7 @@ def test_eta_comes_from_the_same_steps_earlier_and_the_campaign_eta_adds_what_is
 
 def _run_with_output(pytester, spec, *args: str, tty: bool) -> str:
     command = [sys.executable, "-m", "pytest", "--runspec", str(spec), "--evidence-dir", str(pytester.path / "evidence"),
-               "-p", "no:cacheprovider", "tests_perf", "--benchmark-disable", "-q", *args]
+               *UNUSED_PLUGINS, *NO_REPORT, "tests_perf", "--benchmark-disable", "-q", *args]
     env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_XDIST_")}
     if not tty:
         return subprocess.run(command, cwd=pytester.path, env=env, capture_output=True, text=True, timeout=600).stdout

@@ -7,20 +7,19 @@ from pathlib import Path
 import pytest
 
 from h3bench.quality import lossless_design
+from h3bench.quality.lossless import lossless_feasibility
 from h3bench.runspec import load_runspec
-from h3bench.runspec.schedule import (
-    CONTROLS,
-    CandidateWorkload,
-    MatchedPair,
-    Schedule,
+from h3bench.runspec.course import Course
+from h3bench.runspec.design import (
+    DesignMode,
+    anchored_order,
     control_blocks,
-    interleaved_controls,
     looks_of,
     lossless_level,
-    pass_from,
     run_order,
-    spec_blocks,
+    spread,
 )
+from h3bench.runspec.schedule import CONTROLS, CandidateWorkload, MatchedPair, Schedule, spec_blocks
 
 SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"
 
@@ -32,7 +31,7 @@ def with_protocol(spec, **changes):
 @pytest.fixture(scope="module")
 def sim():
     """sim.toml in the fixed design (ABBAABBA, two control blocks first), which these tests are about."""
-    return with_protocol(load_runspec(SPECS / "sim.toml"), design="fixed", requests_per_block=3, audit_counts=False)
+    return with_protocol(load_runspec(SPECS / "sim.toml"), design=DesignMode.FIXED, requests_per_block=3, audit_counts=False)
 
 
 def test_lossless_specs_run_two_control_blocks_first_at_each_duration(sim):
@@ -67,7 +66,7 @@ def test_control_blocks_are_baseline_processes_of_the_lossless_test_and_not_spee
 
 
 def test_every_series_baseline_counts_for_every_candidate(tmp_path):
-    spec = with_protocol(load_runspec(SPECS / "sim-candidates.toml"), design="fixed", requests_per_block=3,
+    spec = with_protocol(load_runspec(SPECS / "sim-candidates.toml"), design=DesignMode.FIXED, requests_per_block=3,
                          audit_counts=False)
     schedule = Schedule(spec)
     baseline, candidate = schedule.lossless_processes(CandidateWorkload("noisy", 5.0))
@@ -78,6 +77,7 @@ def test_every_series_baseline_counts_for_every_candidate(tmp_path):
 
 
 def test_a_candidate_only_run_runs_the_anchored_order_and_matches_stored_baselines(sim):
+    sim = with_protocol(sim, anchored_order="BABBAB")
     schedule = Schedule(sim, "candidate", anchored=True)
     today = [b for b in schedule.blocks if b.duration == 5.0]
     assert "".join(b.letter for b in today) == "BABBAB" == sim.protocol.anchored_order
@@ -116,7 +116,7 @@ def test_the_plan_of_a_candidate_only_run_lists_its_anchored_blocks(sim, tmp_pat
     from h3bench.plan.estimate import make_plan
 
     planned = make_plan(sim, arms="candidate", anchored=True, lock_path=tmp_path / "lock")
-    assert "".join(b.letter for b in planned.blocks if b.duration == 5.0) == "BABBAB"
+    assert "".join(b.letter for b in planned.blocks if b.duration == 5.0) == anchored_order(sim) != "BABBAB"
     assert len(make_plan(sim, arms="candidate", lock_path=tmp_path / "lock").blocks) == 8  # the spec's B blocks
 
 
@@ -125,28 +125,32 @@ def test_the_plan_of_a_candidate_only_run_lists_its_anchored_blocks(sim, tmp_pat
 
 def test_the_sequential_design_runs_the_series_pairs_round_robin_cheapest_duration_first():
     spec = load_runspec(SPECS / "sim-candidates.toml")
-    assert spec.protocol.design == "sequential" and run_order(spec) == (5.0, 15.0)
+    assert spec.protocol.design is DesignMode.SEQUENTIAL and run_order(spec) == (5.0, 15.0)
     blocks = [b for b in spec_blocks(spec) if b.duration == 5.0 and b.design == "paired"]
     # Pair k of every series before pair k + 1 of any: AB, then BA, as ABBA.
     assert [b.id for b in blocks[:6]] == [
         "5s-clean-1A-baseline", "5s-clean-2B-clean", "5s-noisy-1A-baseline", "5s-noisy-2B-noisy",
         "5s-audio_shift-1A-baseline", "5s-audio_shift-2B-audio_shift"]
     assert [b.letter for b in blocks if b.candidate == "clean"] == list("ABBA" * 4)
-    assert looks_of(spec, 5.0) == (2, 3, 4, 5, 6, 7, 8) and looks_of(spec, 15.0) == (3, 4, 5)
+    assert looks_of(spec, 5.0) == (2, 3, 4, 5, 6, 7, 8) and looks_of(spec, 15.0) == (3, 4)
 
 
-def test_lossless_control_blocks_run_between_the_pairs_and_after_the_last_only_where_short():
+def test_lossless_control_blocks_are_listed_before_the_round_where_pass_is_first_allowed():
+    """As many as one series running alone would need there; the course decides which run (tests_unit/runspec/
+    test_course.py)."""
     spec = load_runspec(SPECS / "sim.toml")
-    blocks = [b for b in spec_blocks(spec) if b.duration == 5.0]
-    controls = [i for i, b in enumerate(blocks) if b.design == "controls"]
-    assert controls and controls[0] > 0, "controls are not all first"
-    interleaved = interleaved_controls(spec, 5.0, True)
-    assert 0 < interleaved < len(controls), "some between the pairs, the rest after the last pair"
-    # Enough baseline processes for the lossless test at the first look that may PASS.
-    first = pass_from(spec, 5.0, True)
-    assert lossless_design.baseline_needed(first, lossless_level(spec, 5.0)) <= len(controls) + first
+    course = Course.of(spec)
+    for d, duration in enumerate(run_order(spec)):
+        blocks = [b for b in spec_blocks(spec) if b.duration == duration]
+        controls = [i for i, b in enumerate(blocks) if b.design == "controls"]
+        f = course.first_pass(d)
+        assert controls and controls[0] == 2 * (f - 1), "right before the pairs of round f, not first"
+        assert controls == list(range(controls[0], controls[0] + len(controls)))
+        assert lossless_design.baseline_needed(f, lossless_level(spec, duration)) == len(controls) + f
+    assert [course.first_pass(d) for d in range(2)] == [4, 4]  # 0.01 at 5 s: 4 pairs; 15 s: its last look
     off = spec.model_copy(update={"gates": spec.gates.model_copy(update={"lossless": False})})
-    assert not [b for b in spec_blocks(off) if b.design == "controls"] and pass_from(off, 5.0, False) == 0
+    assert not [b for b in spec_blocks(off) if b.design == "controls"]
+    assert Course.of(off).first_pass(0) == 2
 
 
 def test_durations_run_in_order_of_cost_by_their_hints():
@@ -155,3 +159,20 @@ def test_durations_run_in_order_of_cost_by_their_hints():
     hints = spec.hints.model_copy(update={"e2e_s": {"baseline": {"5": 9000.0, "15": 5887.24}}})
     assert run_order(spec.model_copy(update={"hints": hints})) == (15.0, 5.0)
     assert run_order(with_protocol(spec, durations_in_order_of_cost=False)) == tuple(spec.workload.durations)
+
+
+@pytest.mark.parametrize("design, anchors", [(DesignMode.SEQUENTIAL, 7), (DesignMode.FIXED, 6)])
+def test_unset_the_anchored_order_has_the_anchors_the_lossless_test_needs_to_decide(sim, design, anchors):
+    # With the lossless test on, a candidate-only run's controls are today's anchors only: two (BABBAB) can never
+    # decide. Unset, the order has the fewest anchors that can at every duration's level: 0.01 at 5 s in the
+    # sequential design (seven), 0.05 in the fixed one (six); without the lossless test, BABBAB.
+    spec = with_protocol(sim, design=design)
+    order = anchored_order(spec)
+    assert order.count("A") == anchors and order.count("B") == 4 and order == spread(anchors, 4)
+    for duration in spec.workload.durations:
+        assert lossless_feasibility(anchors, 4, alpha=lossless_level(spec, duration)).feasible
+    assert not all(lossless_feasibility(anchors - 1, 4, alpha=lossless_level(spec, d)).feasible
+                   for d in spec.workload.durations)
+    today = [b.letter for b in Schedule(spec, "candidate", anchored=True).blocks if b.duration == 5.0]
+    assert "".join(today) == order
+    assert anchored_order(spec, lossless=False) == "BABBAB"

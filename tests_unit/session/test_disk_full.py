@@ -28,7 +28,8 @@ import time
 project, evidence = Path(ARGS["project"]), Path(ARGS["evidence"])
 mount_tmpfs(evidence, "20m")
 pytest_args = [sys.executable, "-m", "pytest", "--runspec", ARGS["spec"], "--evidence-dir", str(evidence),
-               "-p", "no:cacheprovider", "-p", "no:randomly", "-v", "tests_perf", "--benchmark-disable"]
+               "-p", "no:cacheprovider", "-p", "no:hypothesispytest", "-p", "no:anyio", "-p", "no:randomly",
+               "-v", "tests_perf", "--benchmark-disable"]
 
 def lifecycle():
     return [json.loads(line) for p in evidence.rglob("lifecycle.jsonl") for line in p.read_text().splitlines()

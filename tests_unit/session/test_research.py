@@ -16,7 +16,8 @@ from h3bench.report.terminal import summary_lines
 from h3bench.run.client import VideoClient
 from h3bench.run.profiling import profiled_request
 from h3bench.runspec import load_runspec, parse_runspec
-from h3bench.runspec.schedule import Block, Schedule, series_of
+from h3bench.runspec.design import series_of
+from h3bench.runspec.schedule import Block, Schedule
 from h3bench.server.ports import LOCALHOST, find_free_port
 from h3bench.server.process import ServerProcess
 from h3bench.session.results import Results
@@ -185,7 +186,7 @@ def test_held_out_seeds_catch_a_fault_that_the_formal_seed_cannot(pytester: pyte
                           protocol={"order": "ABBAABBA", "audit": False, "profile": True})
     text = spec.read_text().replace('name = "plugin-test"\n', 'name = "plugin-test"\nfinal = "clean"\n')
     spec.write_text(text + '\n[heldout]\nseeds = [2, 3]\n')
-    result = run_campaign(pytester, spec, "--benchmark-disable", "-p", "no:xdist")
+    result = run_campaign(pytester, spec, "--benchmark-disable", "-p", "no:xdist", "-v")
     path = bundle_of(pytester)
     written = json.loads((path / "verdict.json").read_text())
     summary = result.stdout.str()
@@ -224,3 +225,28 @@ def test_held_out_seeds_catch_a_fault_that_the_formal_seed_cannot(pytester: pyte
     assert document is not None and results.verdicts() == document.candidates
     assert acceptance(results.spec, document.candidates, document.heldout, diagnostic=False) == document.accepted
     assert acceptance(results.spec, document.candidates, document.heldout, diagnostic=True).accepted is False
+
+
+def test_a_shard_alone_is_neither_accepted_nor_rejected(tmp_path: Path) -> None:
+    """Issue 37: one shard's summary ended "candidate clean: rejected: formal verdict INCONCLUSIVE"."""
+    from dataclasses import replace
+
+    from h3bench.runspec.shards import Shard
+    from tests_unit.bundlesim import npu_spec, write_bundle
+
+    spec = npu_spec(clean={})
+    path = write_bundle(tmp_path, spec, lambda block, index: 100.0 if block.arm == "baseline" else 99.9,
+                        started_at="2026-11-20T10:00:00.000Z")
+    document = VerdictDocument.read(Bundle.open(path))
+    assert document is not None and document.candidates["clean"].outcome.value == "INCONCLUSIVE"
+    whole = acceptance(spec, document.candidates, {}, diagnostic=False)
+    alone = acceptance(spec, document.candidates, {}, diagnostic=False, shard=Shard(1, 2))
+
+    lines = summary_lines(spec, replace(document, accepted=alone), bundle=path)
+
+    assert "candidate clean: not judged alone: shard 1 of 2; pool the shards with h3bench pool" in lines
+    assert not any("rejected" in line for line in lines)
+    assert not alone.candidates["clean"].accepted and alone.reasons == alone.candidates["clean"].reasons
+    # The campaign itself, judged whole on the same figures, rejects it.
+    assert "candidate clean: rejected: formal verdict INCONCLUSIVE" in summary_lines(
+        spec, replace(document, accepted=whole), bundle=path)

@@ -68,7 +68,7 @@ def test_resume_runs_what_is_missing_and_keeps_every_sample(pytester, sig):
     assert before.ok if sig == signal.SIGINT else [p for p in before.problems if not p.startswith("incomplete")] == []
     samples_before = (bundle / "samples.jsonl").read_text().splitlines()
 
-    result = run_campaign(pytester, spec, "--resume", str(bundle), "-p", "no:randomly")
+    result = run_campaign(pytester, spec, "--resume", str(bundle), "-p", "no:randomly", "-v")
 
     result.assert_outcomes(passed=4 + 20 + 6 + 6, skipped=2)
     if orphan is not None:  # what the killed run left was stopped before anything started

@@ -42,7 +42,7 @@ from h3bench.verdict.verdicts import VerdictDocument
 from tests_unit import browser
 from tests_unit.campaign_project import child_campaign, write_campaign
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("stage-campaign")]
 
 # Modelled seconds x 0.0002 (one worker): diffuse 0.15 s, decode 0.15 s, media encode 0.1 s per 5 s request.
 # A stage's wall time also carries the lateness of the sleep before it (milliseconds on a busy machine), so the
@@ -81,7 +81,7 @@ class Ran:
 
 def _run(project: Path, spec: Path, *args: str) -> Ran:
     code, output, bundle = child_campaign(project, spec, "tests_perf", "--benchmark-disable", "-p", "no:randomly",
-                                          *args)
+                                          *args, verbose=True, report=True)  # the stage lines are -v's
     assert code == 0 and bundle is not None, output[-8000:]
     return Ran(output, bundle, json.loads((bundle / "verdict.json").read_text()),
                VerdictDocument.read(Bundle.open(bundle)))  # type: ignore[arg-type]

@@ -1,8 +1,8 @@
 """The simulator's E2E follows its profile while other processes hold every core.
 
 Reduced copies of the default campaign (every test, the default 384x224
-canvas and ``ABBAABBA`` order) run beside one CPU-bound process per core,
-started and killed here:
+canvas and ``ABBAABBA`` order) run beside one CPU-bound process per core (at
+nice 10: contention, not starvation), started and killed here:
 
 - A/B: the default's ``clean`` arm, 10 % faster, against the baseline at 5 s
   and 15 s. Its measured ratio must lie within [0.88, 0.92] at both, and its
@@ -40,7 +40,7 @@ from h3bench.session.results import Results
 from h3bench.session.settings import Settings
 from h3bench.stats import intervals
 from h3bench.verdict.verdicts import VerdictDocument
-from tests_unit.campaign_project import bundles_in, write_campaign
+from tests_unit.campaign_project import NO_REPORT, UNUSED_PLUGINS, bundles_in, write_campaign
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]
 
@@ -51,11 +51,22 @@ CAMPAIGNS = {
 }
 
 
+def _spinner() -> None:
+    """In the child before it spins: it dies with this process, and it runs at nice 10."""
+    die_with_parent()
+    os.nice(10)
+
+
 @pytest.fixture
 def busy_cores() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """One ``while True: pass`` per core this process may run on, for the length of the test."""
+    """One ``while True: pass`` per core this process may run on, for the length of the test.
+
+    At nice 10 the spinners keep every core busy and still take about a tenth of a core from each process that
+    wants one: contention, not starvation, and inside the whole suite (where other workers contend as well)
+    they do not eat a quarter of its CPU.
+    """
     # Each child dies with this process, even when a killed test never reaches its finally.
-    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=die_with_parent)
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=_spinner)
                 for _ in os.sched_getaffinity(0)]
     try:
         yield spinners
@@ -73,7 +84,7 @@ def start_campaign(root: Path, durations: tuple[int, ...], candidates: dict) -> 
     # Its own device lock; no LPIPS weights (the spec does not require them): this test is about latency.
     env = {**os.environ, "H3BENCH_DEVICE_LOCK": str(root / "devices.lock"), "H3BENCH_CACHE_DIR": str(root / "cache")}
     argv = [sys.executable, "-m", "pytest", "--runspec", str(spec), "--evidence-dir", str(root / "evidence"),
-            "-p", "no:cacheprovider"]
+            *UNUSED_PLUGINS, *NO_REPORT]
     # It stops (SIGTERM: its servers with it) if this process dies, so a killed test leaves no campaign behind.
     return subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             preexec_fn=die_with_parent)

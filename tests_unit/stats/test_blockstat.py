@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from h3bench.errors import UsageError
-from h3bench.stats.blockstat import LEAK_LEVEL, BlockBudget, arm_mask, block_log_statistics, first_request_flags
+from h3bench.stats.blockstat import LEAK_LEVEL, BlockBudget, arm_mask, block_log_statistics, first_request_flags, lower_median
 
 ORDER = "ABBAABBA"
 COUNTED = BlockBudget(1, 2, True, True)
@@ -37,8 +37,10 @@ def test_the_block_statistic_is_the_median_of_the_counted_requests():
     assert np.exp(block_log_statistics(samples, COUNTED))[0] == pytest.approx([11.0, 11.0])
     today = np.array([[[10.0, 12.0, 11.0, 50.0]]])  # the audit (last) does not count
     assert np.exp(block_log_statistics(today, TODAY))[0] == pytest.approx([11.0])
-    # Without the first request: the geometric middle of the other two.
-    assert np.exp(block_log_statistics(samples, COUNTED, True))[0] == pytest.approx([math.sqrt(132), math.sqrt(330)])
+    # Without the first request: the lower of the other two, which one slow request (30.0) does not move.
+    assert np.exp(block_log_statistics(samples, COUNTED, True))[0] == pytest.approx([11.0, 11.0])
+    four = np.array([[[10.0, 14.0, 12.0, 50.0, 13.0]]])
+    assert np.exp(lower_median(np.log(four[..., 1:])))[0] == pytest.approx([13.0])  # of 12, 13, 14, 50: 13
     with pytest.raises(UsageError, match="samples must be"):
         block_log_statistics(today, COUNTED)
 

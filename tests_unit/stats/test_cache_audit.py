@@ -21,6 +21,7 @@ from h3bench.errors import UsageError
 from h3bench.plan import designsim
 from h3bench.run.block import audit_problem
 from h3bench.run.records import Sample
+from h3bench.runspec.design import fixed_design, sequential_design
 from h3bench.stats.blockstat import BlockBudget
 from h3bench.stats.cache_audit import CACHE_RATIO, audit_log_ratios, cache_audit, cache_flags, output_problem
 from h3bench.stats.intervals import PASS
@@ -28,8 +29,8 @@ from h3bench.stats.sequential import AUDIT
 
 S = 20_000
 BUDGET = BlockBudget(1, 2, True, True)
-SEQ = designsim.sequential_design(2)
-FIXED_NEW_AUDIT = dataclasses.replace(designsim.fixed_design(2), cache_ratio=CACHE_RATIO, name="fixed, new audit")
+SEQ = sequential_design(2)
+FIXED_NEW_AUDIT = dataclasses.replace(fixed_design(2), cache_ratio=CACHE_RATIO, name="fixed, new audit")
 
 
 def se(rate: float, n: int) -> float:

@@ -32,6 +32,7 @@ from scipy import stats as sps
 
 from h3bench.quality import lossless
 from h3bench.runspec import Gates, Protocol
+from h3bench.runspec.design import DEFAULT_ANCHORED_ORDER
 from h3bench.stats import intervals
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE, PASS
 from h3bench.stats.warmup import warmup_flags
@@ -41,7 +42,7 @@ pytestmark = pytest.mark.slow
 S = 20_000  # speed campaigns per scenario: SE 0.11 % at 2.5 %
 S_LOSSLESS = 4_000  # lossless campaigns per cell
 ORDER = Protocol.model_fields["order"].default
-ANCHORED = Protocol.model_fields["anchored_order"].default
+ANCHORED = DEFAULT_ANCHORED_ORDER  # without the lossless test
 K = Protocol.model_fields["requests_per_block"].default
 MARGIN = Gates().speed_margin
 DEFAULT = intervals.error_levels(2, 1)  # the default campaign: two durations, one candidate

@@ -49,6 +49,9 @@ from h3bench.verdict.stage_effects import (
 )
 from tests_unit.sim_server import FAST, SIZE, SimServer, make_reference
 
+# Its module fixtures run once: every test of the module on one xdist worker.
+pytestmark = pytest.mark.xdist_group("stage-effects")
+
 P = STAGE_PREFIX
 ORDER = "ABBAABBA"
 DURATION = 5.0

@@ -1,0 +1,676 @@
+"""The live bisection: verify, probes, stop, confirm, each a campaign of the project's own, and the log.
+
+A bisection lives in one directory (``<evidence>/bisect-<spec>-<time>/``):
+``bisect-log.jsonl`` (:mod:`h3bench.bisect.log`), ``specs/`` (each campaign's
+derived RunSpec, :mod:`h3bench.bisect.specs`) and ``bundles/`` (each
+campaign's sealed evidence bundle). Every campaign is run by
+:func:`h3bench.session.campaign.start_campaign`, the machinery ``h3bench run``
+uses: fresh servers, the same seeds, every gate, the device lock, SIGTERM and
+``--resume`` as there. A probe's blocks are selected one AB/BA pair at a time
+(:meth:`h3bench.session.campaign.Campaign.select_blocks`) and the probe test
+(:class:`h3bench.bisect.probe.ProbeTest`) decides after each pair whether
+another is needed; the matched pairs' gates are judged after each pair too,
+so a probe whose output breaks stops there and is recorded as broken, never
+as slow.
+
+What a campaign showed is read back from its sealed bundle
+(:func:`observe`), whether this process ran it or another host did
+(``--take``), so a resume and a fan-in reach what the run reached.
+
+A commit whose server fails to start or serve (or whose output breaks, in a
+speed bisection) is skipped with its reason; a block of the good engine that
+fails makes the probe invalid, and a commit invalid twice is skipped too.
+
+Several hosts (``--next N`` / ``--run probe:K`` / ``--take``): ``--next``
+chooses a round of N probes at once and records it, each host runs one
+with ``--run`` into its own sealed bundle, and ``--take`` verifies the
+bundles and appends what they showed. One host runs the same steps in one
+process.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from h3bench.bisect.choice import ProbeCosts
+from h3bench.bisect.log import LOG_NAME, BisectionLog
+from h3bench.bisect.probe import DECISIONS, ProbeTest, Step, between_flags, quality_log_lr
+from h3bench.bisect.search import CONFIRMS, SearchRule, SearchState, threshold_after
+from h3bench.bisect.specs import Kind, campaign_data, duration_of, engine, table_of, write_spec
+from h3bench.errors import EvidenceError, NothingToResume, UsageError
+from h3bench.evidence import Bundle, require_verified
+from h3bench.evidence.files import now
+from h3bench.evidence.verify import final_sha256
+from h3bench.outcome import Outcome
+from h3bench.run.records import FailureKind
+from h3bench.runspec import BASELINE, RunSpec, load_runspec
+from h3bench.runspec.design import budget_of
+from h3bench.session.results import Results
+from h3bench.session.settings import DEFAULT_LOCK_PATH, Settings
+from h3bench.stats import intervals, sequential
+from h3bench.stats.blockstat import block_log_statistics
+from h3bench.verdict.looks import series_blocks
+from h3bench.verdict.verdicts import duration_key
+
+__all__ = ["Bisection", "Observation", "Options", "observe", "observe_bundle", "parse_step", "summary_lines"]
+
+# A commit's block that ends so is the commit's own failure to start or serve: the commit is skipped. Any
+# other (resource interference: the host's) makes the probe invalid, as a failed block of the good engine does.
+SERVING_FAILURES = {FailureKind.START, FailureKind.REQUEST, FailureKind.ATTENTION, FailureKind.CLEANUP,
+                    FailureKind.SHUTDOWN, FailureKind.AUDIT, FailureKind.ERROR}
+INVALID_LIMIT = 2  # a commit whose probe was invalid this often (the good engine's blocks failed) is skipped
+
+
+@dataclass(frozen=True)
+class Options:
+    """How this process runs the bisection's campaigns (the campaign options ``h3bench run`` takes)."""
+
+    evidence_root: Path = Path("h3bench-evidence")
+    resume: Path | None = None
+    lpips_dir: Path | None = None
+    lpips_device: str = "cpu"
+    allow_unpinned: bool = False
+    device_lock: Path | None = None
+    progress_interval_s: float = 60.0
+    ledger: Path | None = None
+    on: str | None = None  # what regressed, when not the spec's [bisect] on
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one campaign's sealed bundle shows for the bisection."""
+
+    bundle: Path
+    final_sha256: str
+    spec_id: str
+    status: str  # "measured", "skipped" (the commit's server), "broken" (its output), "invalid" (the good engine's)
+    reason: str
+    log_ratios: tuple[float, ...]
+    failing: int  # matched pairs that failed a gate, of ``matched``
+    matched: int
+    speed: str  # the campaign's speed decision ("slower", "faster", "last look", ...; "" for a probe)
+    speed_outcome: Outcome
+    quality: Outcome | None
+    interval: tuple[float, float, float] | None  # ratio, lower, upper of the campaign's own look
+    device_s: float
+    reasons: tuple[str, ...] = ()
+
+
+def pair_log_ratios(results: Results, spec: RunSpec, candidate: str) -> tuple[float, ...]:
+    """The paired log ratios (candidate over control) of the series' complete pairs, as a campaign pairs them."""
+    budget = budget_of(spec)
+    blocks = series_blocks(results.series(duration_of(spec), candidate), budget)
+    pairs = len(blocks) // 2
+    if pairs == 0:
+        return ()
+    used = blocks[: 2 * pairs]
+    samples = np.array([[*b.measured, *([b.audit] if budget.audit else [])] for b in used], dtype=float)
+    order = "".join(b.role for b in used)
+    return tuple(float(v) for v in intervals.paired_log_ratios(block_log_statistics(samples[None], budget), order)[0])
+
+
+def observe(results: Results, spec: RunSpec) -> Observation:
+    """What a campaign of the bisection showed, from its results (a live run's, or a sealed bundle's)."""
+    candidate = next(name for name in spec.arms if name != BASELINE)
+    duration = duration_of(spec)
+    ran = results.series(duration, candidate)
+    status, reason = "measured", ""
+    for result in ran:
+        failure = result.failure
+        if failure is None:
+            continue
+        if failure.kind is FailureKind.INTERRUPTED:
+            raise UsageError(f"{results.bundle_path}: interrupted at {result.block.id}; resume it first")
+        if result.block.letter == "A" or failure.kind not in SERVING_FAILURES:  # the good engine's, or the host's
+            status, reason = "invalid", f"{result.block.id}: {failure.headline}"
+        else:
+            status, reason = "skipped", f"{result.block.id}: {failure.headline}"
+        break
+    pairs = results.judge.pairs_of(candidate, duration)
+    failing = sum(1 for p in pairs if p.outcome is Outcome.FAIL)
+    quality = results.judge.quality_outcome(pairs) if pairs else None
+    if status == "measured" and failing:
+        worst = next(p for p in pairs if p.outcome is Outcome.FAIL)
+        status, reason = "broken", f"{worst.id}: {', '.join(worst.failing)}"
+    decision = results.decision(duration, candidate)
+    speed_outcome, speed = Outcome.INCONCLUSIVE, ""
+    interval = None
+    if decision is not None and None not in (decision.ratio, decision.lower, decision.upper):
+        speed = sequential.REASONS[decision.reason_code] if decision.stop else "continue"
+        speed_outcome = decision.outcome
+        interval = (float(decision.ratio or 0.0), float(decision.lower or 0.0), float(decision.upper or 0.0))
+    verdict = results.verdicts().get(candidate)
+    reasons: tuple[str, ...] = ()
+    if verdict is not None and duration_key(duration) in verdict.durations:
+        reasons = tuple(verdict.durations[duration_key(duration)].speed_reasons)
+    device = sum(d.device_s for d in results.device_time().values())
+    path = results.bundle.path
+    seal = final_sha256(path)
+    if seal is None:
+        raise EvidenceError(f"{path}: the bundle is not sealed; only a sealed campaign enters the bisection",
+                            path=str(path))
+    return Observation(path, seal, spec.spec_id, status, reason, pair_log_ratios(results, spec, candidate),
+                       failing, len(pairs), speed, speed_outcome, quality, interval, device, reasons)
+
+
+def observe_bundle(path: Path, lpips_dir: Path | None = None) -> tuple[RunSpec, Observation]:
+    """A sealed campaign bundle, verified, and what it showed."""
+    require_verified(path, "it is not taken into the bisection")
+    settings = Settings.for_bundle(path, lossless=False, lpips_dir=str(lpips_dir) if lpips_dir else None,
+                                   lpips_device="cpu")
+    results = Results.from_bundle(path, settings, verified=True)
+    results.load_quality()
+    return results.spec, observe(results, results.spec)
+
+
+@dataclass
+class Bisection:
+    """One bisection's directory, log and state; see the module docstring."""
+
+    spec: RunSpec
+    spec_path: Path
+    directory: Path
+    options: Options = field(default_factory=Options)
+    say: Callable[[str], None] = field(default=lambda line: print(line, flush=True))
+
+    def __post_init__(self) -> None:
+        self.table = table_of(self.spec)
+        self.log = BisectionLog(self.directory / LOG_NAME)
+        self.test = ProbeTest(self.table.level, self.table.min_pairs, self.table.max_pairs)
+        budget = self.table.budget_device_h
+        self.rule = SearchRule(self.table.posterior, math.inf if budget is None else budget * 3600.0)
+
+    # -- opening ---------------------------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, spec_path: Path, options: Options, say: Callable[[str], None] | None = None) -> Bisection:
+        """A new bisection under the evidence root, or the one ``options.resume`` names (of the same spec)."""
+        spec = load_runspec(spec_path)
+        table_of(spec)
+        if options.resume is not None:
+            directory = options.resume
+            records = BisectionLog(directory / LOG_NAME).read()
+            if not records:
+                raise UsageError(f"{directory}: no bisection log ({LOG_NAME}) to resume")
+            if records[0].get("spec_id") != spec.spec_id:
+                raise UsageError(f"{directory} is a bisection of another spec ({str(records[0].get('spec_id'))[:12]}…),"
+                                 f" not of {spec_path} ({spec.spec_id[:12]}…)")
+        else:
+            stamp = now().replace(":", "").replace("-", "")
+            directory = options.evidence_root / f"bisect-{spec.name}-{spec.spec_id[:12]}-{stamp}"
+            if directory.exists():
+                raise UsageError(f"{directory} exists: give --resume {directory} to continue it")
+        made = cls(spec, spec_path, directory, options)
+        if say is not None:
+            made.say = say
+        if options.resume is None:
+            made.log.append("start", spec_id=spec.spec_id, spec_name=spec.name, spec_file=str(spec_path),
+                            on=made.on, commits=[e.commit for e in (made.table.good, *made.table.range)],
+                            notes=[e.note for e in (made.table.good, *made.table.range)],
+                            posterior=made.rule.posterior, budget_device_h=made.table.budget_device_h,
+                            test=made.test.describe())
+        return made
+
+    # -- the state, from the log ---------------------------------------------------------------------------
+
+    @property
+    def n(self) -> int:
+        return len(self.table.range)
+
+    def records(self, event: str | None = None) -> list[dict[str, Any]]:
+        return [r for r in self.log.read() if event is None or r["event"] == event]
+
+    @property
+    def on(self) -> str:
+        return self.options.on or self.table.on
+
+    def quality_mode(self) -> bool:
+        return self.on == "quality"
+
+    def state(self, more: Sequence[dict[str, Any]] = ()) -> SearchState:
+        """The search as the log's records leave it (and ``more``, a record about to be appended)."""
+        state = SearchState.start(self.n, [e.weight for e in self.table.range])
+        invalid: dict[int, int] = {}
+        gates = np.zeros(self.n)
+        for record in [*self.log.read(), *more]:
+            if record["event"] not in ("verify", "probe"):
+                continue
+            j = int(record["position"]) - 1
+            device = float(record["device_s"])
+            if record["status"] == "measured" or (record["event"] == "verify" and self.quality_mode()):
+                if self.quality_mode():
+                    gates[j] += float(record["log_lr"])
+                    state.spent_device_s += device
+                    state.pulled.add(j)
+                    state.probes += 1
+                else:
+                    state.take(j, record["log_ratios"], device)
+            elif record["status"] == "invalid":
+                invalid[j] = invalid.get(j, 0) + 1
+                state.spent_device_s += device
+                if invalid[j] >= INVALID_LIMIT:
+                    state.skipped[j] = f"invalid {invalid[j]} times: {record['reason']}"
+            else:
+                state.skip(j, f"{record['status']}: {record['reason']}", device)
+        if self.quality_mode():
+            # The gates' ratios are the whole likelihood (no pair of log ratios is kept): each counts for every
+            # culprit at or before its commit, so the prior takes their sums from each k on.
+            state.prior = state.prior + np.cumsum(gates[::-1])[::-1]
+        return state
+
+    def costs(self, state: SearchState) -> ProbeCosts:
+        """A probe's seconds from the hints: a good and a commit block per pair, the image the first time."""
+        spec = self.spec
+        hints = spec.hints
+        key = f"{duration_of(spec):g}"
+        request = hints.e2e_s.get(BASELINE, {}).get(key, 1.0) if hints is not None else 1.0
+        start = hints.of("startup_s", BASELINE) if hints is not None else 0.0
+        stop = hints.of("shutdown_s", BASELINE) if hints is not None else 0.0
+        block = start + stop + budget_of(spec).requests * request
+        image = np.where(np.isin(np.arange(self.n), list(state.pulled)), 0.0, self.table.image_s)
+        return ProbeCosts(block, np.full(self.n, block), image)
+
+    # -- running one campaign --------------------------------------------------------------------------------
+
+    def _spec_file(self, kind: Kind, control: int, candidate: int, number: int) -> Path:
+        data = campaign_data(self.spec, kind, control, candidate, number=number)
+        header = (f"{kind} of the bisection {self.directory.name}, derived from {self.spec_path} "
+                  f"(spec id {self.spec.spec_id}); `h3bench run --runspec THIS` repeats it")
+        return write_spec(self.directory / "specs" / f"{data['name']}.toml", data, header)
+
+    def _bundle_of(self, spec_id: str) -> Path | None:
+        root = self.directory / "bundles"
+        for manifest in sorted(root.glob("*/manifest.json")):
+            try:
+                if Bundle.open(manifest.parent).spec_id == spec_id:
+                    return manifest.parent
+            except EvidenceError:
+                continue
+        return None
+
+    def run_campaign(self, kind: Kind, control: int, candidate: int, number: int = 0, *,
+                     prior_state: SearchState | None = None) -> Path:
+        """Run (or resume) one campaign into a sealed bundle; its path. KeyboardInterrupt after sealing it."""
+        from h3bench.run.progress import Progress
+        from h3bench.session.campaign import start_campaign
+
+        path = self._spec_file(kind, control, candidate, number)
+        derived = load_runspec(path)
+        existing = self._bundle_of(derived.spec_id)
+        if existing is not None and Bundle.open(existing).is_complete and \
+                (Bundle.open(existing).final() or {}).get("outcome") == "completed":
+            return existing
+        settings = Settings(path, evidence_root=self.directory / "bundles", resume=existing,
+                            lpips_dir=self.options.lpips_dir, lpips_device=self.options.lpips_device,
+                            allow_unpinned=self.options.allow_unpinned,
+                            progress_interval_s=self.options.progress_interval_s,
+                            device_lock=self.options.device_lock or DEFAULT_LOCK_PATH)
+        try:
+            campaign = start_campaign(settings, Progress.on(sys.stderr, interval_s=self.options.progress_interval_s))
+        except NothingToResume:
+            assert existing is not None
+            return existing
+        interrupted = None
+        try:
+            if kind == "probe":
+                assert prior_state is not None
+                self._pairs(campaign, derived, self._probe_done(candidate - 1, prior_state))
+            else:
+                self._pairs(campaign, derived, self._campaign_done)
+            campaign.results.judge_all()
+        except KeyboardInterrupt as exc:
+            from h3bench.run.block import interrupt_name
+
+            interrupted = f"interrupted by {interrupt_name(exc)}"
+            raise
+        finally:
+            campaign.finish(interrupted)
+        return campaign.bundle.path
+
+    def _pairs(self, campaign: Any, spec: RunSpec, done: Callable[[Results, str, int], bool]) -> None:
+        """Run the campaign's AB/BA pairs one at a time, each pair's gates judged at once, until ``done`` or a stop.
+
+        A failed gate stops the candidate there (the campaign's own stop rule), so an output that breaks ends
+        the campaign as broken after one pair, whatever its speed.
+        """
+        name = next(n for n in spec.arms if n != BASELINE)
+        series = campaign.schedule.series(duration_of(spec), name)
+        results = campaign.results
+        matched = list(campaign.schedule.cases("matched_pair"))
+        for pairs in range(1, len(series) // 2 + 1):
+            wanted = {b.id for b in series[: 2 * pairs]}
+            campaign.select_blocks(lambda block, wanted=wanted: block.id in wanted or block.design == "controls")
+            campaign.run_selected(lambda line: self.say(f"  {line}"))
+            for case in matched:
+                if case.id not in results.judge.pairs and results.available(case.baseline) and \
+                        results.available(case.candidate):
+                    results.judge.compare(case)
+            if results.stopped(name) is not None or len(pair_log_ratios(results, spec, name)) < pairs or any(
+                    p.outcome is Outcome.FAIL for p in results.judge.pairs_of(name, duration_of(spec))):
+                return
+            if done(results, name, pairs):
+                return
+
+    def _campaign_done(self, results: Results, name: str, pairs: int) -> bool:
+        """The verify's or the confirm's own look stopped it (a quality bisection: its first clean pair does)."""
+        found = results.decision(duration_of(results.spec), name)
+        return self.quality_mode() or (found is not None and found.stop)
+
+    def _probe_done(self, commit: int, state: SearchState) -> Callable[[Results, str, int], bool]:
+        """The probe's test: stop once it is clear (the gates' ratio in a quality bisection)."""
+        def done(results: Results, name: str, pairs: int) -> bool:
+            if pairs < self.test.min_pairs:
+                return False
+            if self.quality_mode():
+                verify = self.records("verify")[-1]
+                outcomes = results.judge.pairs_of(name, duration_of(results.spec))
+                failing = sum(1 for p in outcomes if p.outcome is Outcome.FAIL)
+                log_lr = quality_log_lr(failing, len(outcomes), int(verify["failing"]), int(verify["matched"]))
+                return abs(log_lr) >= self.test.threshold or pairs >= self.test.max_pairs
+            x = pair_log_ratios(results, results.spec, name)
+            found = self.test.run(state.evidence, state.prior, commit, np.asarray(x))
+            self.say(f"  probe of {engine(self.spec, commit + 1).commit}: {pairs} pair(s), log LR "
+                     f"{float(found.log_lr):+.2f} ({DECISIONS[int(found.decision)]})")
+            return bool(found.stopped)
+
+        return done
+
+    # -- what a campaign showed, into the log ------------------------------------------------------------
+
+    def take(self, kind: Kind, position: int, number: int, bundle: Path) -> dict[str, Any] | None:
+        """Append what a sealed campaign bundle showed; None when its seal is already in the log."""
+        spec, seen = observe_bundle(bundle, self.options.lpips_dir)
+        if self.log.has_seal(seen.final_sha256):
+            return None
+        control = self._parent(number) if kind == "confirm" else 0
+        expected = load_runspec(self._spec_file(kind, control, position, number))
+        if spec.spec_id != expected.spec_id:
+            raise UsageError(f"{bundle} is a campaign of {spec.name}, not the bisection's {kind} {number} "
+                             f"({expected.name})")
+        where = str(bundle.relative_to(self.directory)) if bundle.is_relative_to(self.directory) else str(bundle)
+        common = {"position": position, "commit": engine(self.spec, position).commit, "bundle": where,
+                  "final_sha256": seen.final_sha256, "spec_id": seen.spec_id, "status": seen.status,
+                  "reason": seen.reason, "pairs": len(seen.log_ratios), "log_ratios": list(seen.log_ratios),
+                  "failing": seen.failing, "matched": seen.matched, "device_s": seen.device_s}
+        if kind == "verify":
+            return self._take_verify(seen, common)
+        if kind == "confirm":
+            return self._take_confirm(seen, {**common, "number": number})
+        return self._take_probe(seen, common, number)
+
+    def _take_verify(self, seen: Observation, common: dict[str, Any]) -> dict[str, Any]:
+        if self.quality_mode():
+            reproduced = seen.quality is Outcome.FAIL
+            why = (f"{seen.failing} of {seen.matched} matched pairs fail a gate" if reproduced else
+                   f"the bad engine's outputs pass every gate ({seen.matched} matched pairs)")
+        else:
+            reproduced = seen.speed == sequential.REASONS[sequential.FAILED] and seen.status == "measured"
+            if seen.status != "measured":
+                why = f"the bad engine could not be measured: {seen.status}: {seen.reason}"
+            elif reproduced:
+                why = "the bad engine is slower than the good one at the campaign's own levels"
+            else:
+                why = f"the step does not reproduce at the campaign's own levels ({seen.speed or 'no decision'})"
+        step = None
+        if not self.quality_mode() and len(seen.log_ratios) >= 2:
+            try:
+                found = Step.from_log_ratios(list(seen.log_ratios))
+                low, high = found.interval()
+                step = {"ratio": found.ratio, "low": low, "high": high, "spread": found.spread,
+                        "pairs": found.pairs}
+            except UsageError:
+                step = None
+        fields = {**common, "reproduced": reproduced, "why": why, "step": step, "interval": seen.interval,
+                  "speed": seen.speed, "speed_reasons": list(seen.reasons), "log_lr": 0.0}
+        return self._append("verify", fields)
+
+    def _append(self, event: str, fields: dict[str, Any]) -> dict[str, Any]:
+        """Append a verify or probe record with the posterior after it and the device time spent by then."""
+        after = self.state([{"event": event, **fields}])
+        return self.log.append(event, **fields, posterior=_rounded(after.probs),
+                               spent_device_s=after.spent_device_s)
+
+    def _take_probe(self, seen: Observation, common: dict[str, Any], number: int) -> dict[str, Any]:
+        j = int(common["position"]) - 1
+        before = self.state()
+        decision, log_lr, between = "none", 0.0, False
+        if self.quality_mode() and seen.status in ("measured", "broken"):
+            verify = self.records("verify")[-1]
+            log_lr = quality_log_lr(seen.failing, seen.matched, int(verify["failing"]), int(verify["matched"]))
+            common["status"] = "measured"
+            decision = DECISIONS[1 if log_lr >= self.test.threshold else -1 if log_lr <= -self.test.threshold else 0]
+        elif seen.status == "measured" and seen.log_ratios:
+            x = np.asarray(seen.log_ratios)
+            found = self.test.run(before.evidence, before.prior, j, x)
+            log_lr = float(self.test.log_lr_paths(before.evidence, before.prior, j, x)[-1])
+            decision = DECISIONS[int(found.decision)]
+            step, _ = before.evidence.step(before.log_post)
+            between = bool(between_flags(x, len(x), float(step)))
+        elif seen.status == "measured":
+            common["status"], common["reason"] = "invalid", "no complete AB/BA pair was measured"
+        return self._append("probe", {"number": number, **common, "decision": decision, "log_lr": log_lr,
+                                      "between": between})
+
+    def _take_confirm(self, seen: Observation, common: dict[str, Any]) -> dict[str, Any]:
+        if self.quality_mode():
+            claim = seen.quality is Outcome.FAIL
+        else:
+            claim = seen.speed == sequential.REASONS[sequential.FAILED] and seen.status == "measured"
+        return self.log.append("confirm", **common, claim=claim, speed=seen.speed, interval=seen.interval,
+                               speed_reasons=list(seen.reasons), quality=str(seen.quality) if seen.quality else None)
+
+    # -- the course -------------------------------------------------------------------------------------------
+
+    def pending(self) -> list[tuple[Kind, int, int]]:
+        """The campaigns chosen but not taken yet: (kind, position, number)."""
+        records = self.log.read()
+        done = {(r["event"], r.get("number", 0), int(r["position"])) for r in records
+                if r["event"] in ("verify", "probe", "confirm")}
+        chosen: list[tuple[Kind, int, int]] = []
+        for r in records:
+            if r["event"] == "round":
+                chosen += [("probe", int(p["position"]), int(p["number"])) for p in r["probes"]]
+            elif r["event"] == "confirming":
+                chosen.append(("confirm", int(r["position"]), int(r["number"])))
+        if not any(r["event"] == "verify" for r in records):
+            chosen.insert(0, ("verify", self.n, 0))
+        return [(kind, pos, num) for kind, pos, num in chosen if (kind, num, pos) not in done]
+
+    def next_round(self, hosts: int = 1) -> list[tuple[Kind, int, int]]:
+        """Choose what runs next (and record it): the verify, a round of probes, the confirm, or nothing.
+
+        A confirm that does not confirm sends the search back to its probes, at a higher posterior
+        (:func:`h3bench.bisect.search.threshold_after`), up to :data:`~h3bench.bisect.search.CONFIRMS` confirms.
+        """
+        left = self.pending()
+        if left:
+            return left
+        records = self.log.read()
+        verify = [r for r in records if r["event"] == "verify"][-1]
+        confirms = [r for r in records if r["event"] == "confirm"]
+        if not verify["reproduced"] or any(r["event"] == "end" for r in records) or \
+                any(r["claim"] for r in confirms) or len(confirms) >= CONFIRMS:
+            return []
+        since = records[max((r["seq"] for r in confirms), default=0):]  # this search's records, after a failed confirm
+        threshold = threshold_after(self.rule.posterior, len(confirms))
+        if not any(r["event"] == "stop" for r in since):
+            state = self.state()
+            rule = dataclasses.replace(self.rule, posterior=threshold)
+            chosen = state.next_probes(self.test, self.costs(state), hosts)
+            reason = state.stop_reason(rule, chosen[0] if chosen else -1)
+            if reason is None:
+                number = sum(len(r["probes"]) for r in records if r["event"] == "round") + 1
+                probes = [{"number": number + i, "position": j + 1, "commit": engine(self.spec, j + 1).commit}
+                          for i, j in enumerate(chosen)]
+                self.log.append("round", probes=probes, spent_device_s=state.spent_device_s)
+                return [("probe", int(j) + 1, number + i) for i, j in enumerate(chosen)]
+            first, last, mass = state.named(threshold)
+            self.log.append("stop", reason=reason, posterior=threshold,
+                            named=[first + 1, last + 1] if first >= 0 else None, mass=mass,
+                            top=[{"position": k + 1, "commit": engine(self.spec, k + 1).commit, "mass": m}
+                                 for k, m in state.top(3)],
+                            skipped={str(k + 1): why for k, why in state.skipped.items()},
+                            spent_device_s=state.spent_device_s)
+        stop = [r for r in self.log.read() if r["event"] == "stop"][-1]
+        if stop["named"] is None:
+            return []
+        number = len(confirms) + 1
+        self.log.append("confirming", number=number, position=int(stop["named"][1]), parent=int(stop["named"][0]) - 1)
+        return [("confirm", int(stop["named"][1]), number)]
+
+    def _parent(self, number: int) -> int:
+        """The control of the ``number``-th confirm: the named group's parent."""
+        return int(next(r["parent"] for r in self.records("confirming") if int(r["number"]) == number))
+
+    def find_step(self, kind: Kind, number: int) -> tuple[Kind, int, int]:
+        """A chosen step not taken yet (``--run``): the verify, the K-th probe, or the confirm."""
+        for step in self.pending():
+            if step[0] == kind and (kind != "probe" or step[2] == number):
+                return step
+        raise UsageError(f"{self.directory}: no {kind}{f' {number}' if kind == 'probe' else ''} is waiting to run "
+                         "(choose it with --next, or it is already taken)")
+
+    def take_bundle(self, bundle: Path) -> dict[str, Any] | None:
+        """Append what a waiting step's sealed bundle showed (``--take``), the step found by the bundle's spec."""
+        spec_id = Bundle.open(bundle).spec_id
+        for kind, position, number in self.pending():
+            control = self._parent(number) if kind == "confirm" else 0
+            if load_runspec(self._spec_file(kind, control, position, number)).spec_id == spec_id:
+                return self.take(kind, position, number, bundle)
+        done = [r for r in self.log.read() if r.get("spec_id") == spec_id]
+        if done:
+            return None
+        raise UsageError(f"{bundle} is no waiting step of the bisection in {self.directory}")
+
+    def run_step(self, kind: Kind, position: int, number: int) -> Path:
+        """Run one chosen campaign on this host; its sealed bundle."""
+        if kind == "verify":
+            return self.run_campaign("verify", 0, position)
+        if kind == "confirm":
+            return self.run_campaign("confirm", self._parent(number), position, number)
+        return self.run_campaign("probe", 0, position, number, prior_state=self.state())
+
+    def run(self) -> int:
+        """The whole search on this host; the exit code (0: a confirmed culprit, 3: no claim)."""
+        while True:
+            steps = self.next_round(1)
+            if not steps:
+                break
+            for kind, position, number in steps:
+                what = f"{kind} {number}" if kind == "probe" else kind
+                self.say(f"h3bench bisect: {what}: {engine(self.spec, position).commit} ...")
+                bundle = self.run_step(kind, position, number)
+                record = self.take(kind, position, number, bundle)
+                if record is not None:
+                    self.say(_record_line(record))
+        return self.finish()
+
+    def finish(self) -> int:
+        """Enter a confirmed claim into the ledger, write the end record once; the exit code."""
+        records = self.log.read()
+        confirm = [r for r in records if r["event"] == "confirm"]
+        claim = bool(confirm and confirm[-1]["claim"])
+        if claim and self.options.ledger is not None and not any(r["event"] == "ledger" for r in records):
+            from h3bench.ledger.chain import add_bundle
+
+            added = add_bundle(self.directory / confirm[-1]["bundle"], self.options.ledger)
+            self.log.append("ledger", ledger=str(self.options.ledger), entries=[e["hash"] for e in added.entries])
+        if not any(r["event"] == "end" for r in self.log.read()):
+            self.log.append("end", outcome=self.outcome())
+        for line in summary_lines(self):
+            self.say(line)
+        return 0 if claim else 3
+
+    def claimed(self) -> list[str]:
+        """The commits of the confirmed claim (one, or a group no probe could split); empty without a claim."""
+        records = self.log.read()
+        confirm = [r for r in records if r["event"] == "confirm"]
+        if not confirm or not confirm[-1]["claim"]:
+            return []
+        stop = [r for r in records if r["event"] == "stop" and r["named"] is not None][-1]
+        first, last = stop["named"]
+        return [engine(self.spec, p).commit for p in range(int(first), int(last) + 1)]
+
+    def outcome(self) -> str:
+        records = self.log.read()
+        verify = [r for r in records if r["event"] == "verify"]
+        if verify and not verify[-1]["reproduced"]:
+            return "not reproduced"
+        confirm = [r for r in records if r["event"] == "confirm"]
+        if confirm:
+            return "culprit confirmed" if confirm[-1]["claim"] else "not confirmed"
+        stop = [r for r in records if r["event"] == "stop"]
+        return f"no culprit named ({stop[-1]['reason']})" if stop else "unfinished"
+
+
+def _rounded(probs: np.ndarray) -> list[float]:
+    return [round(float(p), 6) for p in probs]
+
+
+def _record_line(record: dict[str, Any]) -> str:
+    event = record["event"]
+    head = f"h3bench bisect: {event}"
+    if event == "probe":
+        head += f" {record['number']}"
+    text = f"{head}: {record['commit']}: {record['status']}"
+    if record["status"] == "measured":
+        ratio = math.exp(float(np.mean(record["log_ratios"]))) if record["log_ratios"] else math.nan
+        text += f", {record['pairs']} pair(s), ratio {ratio:.4f}"
+    if event == "probe" and record["status"] == "measured":
+        text += f", {record['decision']} (log LR {record['log_lr']:+.2f})"
+    if record.get("reason"):
+        text += f" ({record['reason']})"
+    if event == "verify":
+        text += f"; {record['why']}"
+    if event == "confirm":
+        text += "; the claim holds" if record["claim"] else "; not confirmed: no claim"
+    return text
+
+
+def summary_lines(bisection: Bisection) -> list[str]:
+    """What the search did and found, from its log."""
+    spec = bisection.spec
+    records = bisection.log.read()
+    out = [f"bisection of {spec.name} ({len(bisection.table.range)} commits after {bisection.table.good.commit}, "
+           f"on {bisection.table.on}): {bisection.directory}"]
+    for r in records:
+        if r["event"] in ("verify", "probe", "confirm"):
+            out.append("  " + _record_line(r).removeprefix("h3bench bisect: "))
+            if r["event"] == "probe":
+                probs = np.asarray(r["posterior"])
+                k = int(np.argmax(probs))
+                out.append(f"    posterior: {engine(spec, k + 1).commit} {probs[k]:.3f}; "
+                           f"{r['spent_device_s'] / 3600:.2f} device-h spent")
+        elif r["event"] == "stop":
+            top = ", ".join(f"{t['commit']} {t['mass']:.3f}" for t in r["top"])
+            out.append(f"  stopped: {r['reason']}; top three: {top}")
+            for position, why in r["skipped"].items():
+                out.append(f"  skipped {engine(spec, int(position)).commit}: {why} (never counted as slow)")
+            if r["named"] is not None and r["named"][0] != r["named"][1]:
+                names = [engine(spec, p).commit for p in range(r["named"][0], r["named"][1] + 1)]
+                out.append(f"  the culprit is one of {', '.join(names)}: no probe can split them")
+    between = [r for r in records if r["event"] == "probe" and r.get("between")]
+    if between:
+        out.append("  a level between no change and the step at " + ", ".join(r["commit"] for r in between) +
+                   ": the range may hold more than one change")
+    out.append(f"bisection: {bisection.outcome()}")
+    return out
+
+
+def parse_step(text: str) -> tuple[Kind, int]:
+    """``verify``, ``confirm`` or ``probe:K`` (the K-th probe of the log's rounds)."""
+    if text in ("verify", "confirm"):
+        return text, 0  # type: ignore[return-value]
+    kind, _, number = text.partition(":")
+    if kind != "probe" or not number.isdigit():
+        raise UsageError(f"a step is verify, confirm or probe:K, got {text!r}")
+    return "probe", int(number)
+

@@ -1,0 +1,156 @@
+"""The search's rules: when it stops, what it names, and how the live search keeps its state.
+
+The search stops when one group of commits (one commit, unless a skipped
+commit ties it to its neighbour: :func:`h3bench.bisect.posterior.groups`)
+holds at least ``posterior`` of the mass (0.95 by default), when the device
+budget is spent, or when no probe can add :data:`~h3bench.bisect.choice.MIN_GAIN_BITS`
+(everything left to learn lies inside groups no probe can split). It then
+reports the top three commits with their mass. A named group is not yet a
+claim: a formal campaign, the group's parent against its last commit,
+confirms it (:mod:`h3bench.bisect.runner`), and only that verdict enters the
+ledger. A confirm that does not confirm sends the search back to its probes
+until a group holds 0.99 (:func:`threshold_after`), then one more confirm
+(:data:`CONFIRMS`): a confirm that missed a true step, or a named commit that
+was wrong, gets a second look that costs only those searches.
+
+:class:`SearchState` is the live search's state, rebuilt from the
+bisection log on ``--resume``; the simulated searches keep the same arrays,
+one row per search, and call the same functions (:mod:`h3bench.bisect.simulate`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from h3bench.bisect import posterior
+from h3bench.bisect.choice import ProbeCosts, choose, expected_pairs
+from h3bench.bisect.probe import ProbeTest
+from h3bench.errors import UsageError
+
+__all__ = ["BUDGET", "CONFIDENT", "CONFIRMS", "RESOLVED", "SearchRule", "SearchState", "eligible", "named_group",
+           "threshold_after"]
+
+CONFIRMS = 2  # confirm campaigns a search may run: after a failed one it probes on, at a higher posterior
+# Why a search stopped.
+CONFIDENT, BUDGET, RESOLVED, PROBES = "posterior", "budget", "nothing left to resolve", "probe limit"
+
+
+@dataclass(frozen=True)
+class SearchRule:
+    """When the search stops: a group's posterior mass, the device budget (device-seconds), a cap on probes."""
+
+    posterior: float = 0.95
+    budget_device_s: float = math.inf
+    max_probes: int = 64
+
+    def __post_init__(self) -> None:
+        if not 0.5 < self.posterior < 1:
+            raise UsageError(f"the posterior to stop at must lie in (0.5, 1), got {self.posterior}")
+        if not self.budget_device_s > 0 or self.max_probes < 1:
+            raise UsageError(f"a positive budget and at least one probe are needed, got {self.budget_device_s} s "
+                             f"and {self.max_probes}")
+
+
+def threshold_after(posterior: float, failed: int) -> float:
+    """The posterior to stop at after ``failed`` confirms that did not confirm: 0.95, then 0.99, ..."""
+    return 1 - (1 - posterior) / 5**failed
+
+
+def eligible(skipped: np.ndarray) -> np.ndarray:
+    """``(..., N)``: commits a probe may run: not skipped, and not the bad endpoint (the verify measured it)."""
+    s = np.asarray(skipped, dtype=bool)
+    return ~s & (np.arange(s.shape[-1]) < s.shape[-1] - 1)
+
+
+def named_group(log_post: np.ndarray, skipped: np.ndarray, threshold: float
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(...)`` first and last commit index of the most probable group and its mass; first = -1 below ``threshold``."""
+    probs = posterior.probabilities(log_post)
+    labels = posterior.groups(skipped)
+    mass = posterior.group_mass(probs, labels)
+    best = np.argmax(mass, axis=-1)
+    top_mass = np.take_along_axis(mass, best[..., None], -1)[..., 0]
+    label = np.take_along_axis(labels, best[..., None], -1)
+    member = labels == label
+    n = labels.shape[-1]
+    first = np.argmax(member, axis=-1)
+    last = n - 1 - np.argmax(member[..., ::-1], axis=-1)
+    reached = top_mass >= threshold
+    return np.where(reached, first, -1), np.where(reached, last, -1), top_mass
+
+
+@dataclass
+class SearchState:
+    """One live search: every pair per commit, the commits skipped (with why), images on this host, time spent."""
+
+    prior: np.ndarray
+    evidence: posterior.Evidence
+    skipped: dict[int, str] = field(default_factory=dict)
+    pulled: set[int] = field(default_factory=set)
+    spent_device_s: float = 0.0
+    probes: int = 0
+
+    @classmethod
+    def start(cls, n: int, weights: list[float] | None = None) -> SearchState:
+        return cls(posterior.log_prior(n, weights), posterior.Evidence.empty((n,)))
+
+    @property
+    def n(self) -> int:
+        return int(self.prior.shape[-1])
+
+    @property
+    def skipped_mask(self) -> np.ndarray:
+        return np.isin(np.arange(self.n), list(self.skipped))
+
+    @property
+    def log_post(self) -> np.ndarray:
+        return self.evidence.log_posterior(self.prior)
+
+    @property
+    def probs(self) -> np.ndarray:
+        return posterior.probabilities(self.log_post)
+
+    def take(self, commit: int, log_ratios: list[float], device_s: float) -> None:
+        """A probe's (or the verify's) pair log ratios at ``commit``, and the device time it held."""
+        self.evidence = self.evidence.add(commit, np.asarray(log_ratios, dtype=float))
+        self.spent_device_s += device_s
+        self.pulled.add(commit)
+        self.probes += 1
+
+    def skip(self, commit: int, reason: str, device_s: float) -> None:
+        """A commit that could not be measured: no pair, the device time it held, and why."""
+        self.skipped[commit] = reason
+        self.spent_device_s += device_s
+        self.pulled.add(commit)
+        self.probes += 1
+
+    def stop_reason(self, rule: SearchRule, next_probe: int) -> str | None:
+        """Why the search stops now (None: it goes on to ``next_probe``, -1 when no probe is worth running)."""
+        first, _, _ = named_group(self.log_post, self.skipped_mask, rule.posterior)
+        if first >= 0:
+            return CONFIDENT
+        if self.spent_device_s >= rule.budget_device_s:
+            return BUDGET
+        if self.probes >= rule.max_probes:
+            return PROBES
+        if next_probe < 0:
+            return RESOLVED
+        return None
+
+    def next_probes(self, test: ProbeTest, costs: ProbeCosts, hosts: int = 1) -> list[int]:
+        """The commits to probe now, one per host, by expected information per device-second."""
+        step, spread = self.evidence.step(self.log_post)
+        cost = costs.probe_s(expected_pairs(test, step, spread))
+        chosen = choose(self.probs, eligible(self.skipped_mask), cost, test.level, hosts)
+        return [int(j) for j in chosen if j >= 0]
+
+    def named(self, threshold: float) -> tuple[int, int, float]:
+        """First and last commit index of the most probable group, and its mass (first -1 below ``threshold``)."""
+        first, last, mass = named_group(self.log_post, self.skipped_mask, threshold)
+        return int(first), int(last), float(mass)
+
+    def top(self, count: int = 3) -> list[tuple[int, float]]:
+        return posterior.top(self.probs, count)

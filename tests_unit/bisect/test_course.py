@@ -1,0 +1,87 @@
+"""The search's course from its log alone: what runs next, when it stops, a failed confirm, invalid probes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from h3bench.bisect.runner import Bisection, Options
+from h3bench.runspec import load_runspec
+
+SPEC = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs" / "sim-bisect.toml"
+STEP = [0.11, 0.12, 0.105]
+
+
+def bisection(tmp_path: Path, on: str | None = None) -> Bisection:
+    made = Bisection(load_runspec(SPEC), SPEC, tmp_path / "b", Options(on=on), say=lambda line: None)
+    made.log.append("start", spec_id=made.spec.spec_id)
+    return made
+
+
+def measured(b: Bisection, event: str, position: int, x: list[float], **more: object) -> None:
+    b.log.append(event, position=position, status="measured", reason="", log_ratios=x, device_s=10.0,
+                 final_sha256=f"{event}{position}{len(b.log.read())}", log_lr=0.0, **more)
+
+
+def probe_until_confirm(b: Bisection) -> list:
+    """Give every probe the search chooses pairs at its level (the step from s11 on), until it asks for more."""
+    while (steps := b.next_round())[0][0] == "probe":
+        _, position, number = steps[0]
+        level = 0.11 if position >= 11 else 0.0
+        measured(b, "probe", position, [level + 0.004, level - 0.003], number=number)
+    return steps
+
+
+def test_it_verifies_first_then_probes_the_middle_then_stops_and_confirms(tmp_path):
+    b = bisection(tmp_path)
+    assert b.next_round() == [("verify", 17, 0)]
+    assert b.next_round() == [("verify", 17, 0)], "chosen until taken"
+    measured(b, "verify", 17, STEP, reproduced=True)
+    # Three hosts: the median first, then the probes that add most to it, about the quartiles.
+    assert b.next_round(3) == [("probe", 8, 1), ("probe", 11, 2), ("probe", 5, 3)]
+    for position, level in ((8, 0.0), (11, 0.11), (5, 0.0)):
+        measured(b, "probe", position, [level + 0.003, level - 0.002], number=len(b.records("probe")) + 1)
+    assert probe_until_confirm(b) == [("confirm", 11, 1)]  # the pairs say: the culprit is s11
+    (stop,) = b.records("stop")
+    assert stop["named"] == [11, 11] and stop["mass"] >= 0.95 and stop["top"][0]["commit"] == "s11"
+    assert b.records("confirming")[0]["parent"] == 10
+    # The confirm does not confirm: the search goes on at posterior 0.99, then confirms again.
+    b.log.append("confirm", position=11, number=1, status="measured", claim=False, final_sha256="c1",
+                 device_s=10.0)
+    assert probe_until_confirm(b) == [("confirm", 11, 2)] and b.records("stop")[-1]["posterior"] == pytest.approx(0.99)
+    b.log.append("confirm", position=11, number=2, status="measured", claim=False, final_sha256="c2",
+                 device_s=10.0)
+    assert b.next_round() == [] and b.outcome() == "not confirmed" and b.claimed() == []
+
+
+def test_not_reproduced_ends_the_search(tmp_path):
+    b = bisection(tmp_path)
+    measured(b, "verify", 17, [0.001, -0.002], reproduced=False)
+    assert b.next_round() == [] and b.outcome() == "not reproduced"
+
+
+def test_a_skipped_commit_adds_nothing_and_two_invalid_probes_skip_a_commit(tmp_path):
+    b = bisection(tmp_path)
+    measured(b, "verify", 17, STEP, reproduced=True)
+    before = b.state().probs
+    b.log.append("probe", position=8, number=1, status="skipped", reason="server did not start", log_ratios=[],
+                 device_s=5.0, final_sha256="s")
+    state = b.state()
+    assert np.allclose(state.probs, before) and state.skipped == {7: "skipped: server did not start"}
+    for number in (2, 3):
+        b.log.append("probe", position=4, number=number, status="invalid", reason="5s-x-1A-baseline: request failed",
+                     log_ratios=[], device_s=5.0, final_sha256=f"i{number}")
+        assert (3 in b.state().skipped) == (number == 3)
+    assert b.state().spent_device_s == pytest.approx(10 + 5 + 5 + 5)
+
+
+def test_a_quality_bisection_adds_up_the_gates_ratios(tmp_path):
+    b = bisection(tmp_path, on="quality")
+    b.log.append("verify", position=17, status="broken", reason="", log_ratios=[], device_s=1.0, reproduced=True,
+                 failing=2, matched=2, log_lr=0.0, final_sha256="v")
+    b.log.append("probe", position=9, number=1, status="measured", reason="", log_ratios=[], device_s=1.0,
+                 log_lr=-5.0, final_sha256="p")
+    probs = b.state().probs
+    assert probs[:9].sum() < 0.01 and probs[9:].sum() > 0.99  # no change at s09: the culprit comes after it
