@@ -55,9 +55,9 @@ import psutil
 
 from h3bench.conformance.compare import Comparison, compare, load_deliberate, render_table
 from h3bench.conformance.envbuild import REPO_ROOT, ensure_environment
+from h3bench.conformance.phases import ConformanceFailure, campaign_phase, client_phase, rss_mb, say
 from h3bench.conformance.probes import METRICS_PROBE, PROBES, ProbeInputs, Side, probe_names, run_probes
 from h3bench.conformance.realengine import CHECKPOINT_ENV, CPU_FLAGS, LANE_ENV, TINY_MODEL, ensure_checkpoint
-from h3bench.conformance.run import ConformanceFailure, _campaign_phase, _client_phase, _rss_mb, _say
 from h3bench.conformance.serve import ENGINE_ENV
 from h3bench.server.ports import LOCALHOST, find_free_port, port_free
 from h3bench.server.process import ServerProcess
@@ -156,15 +156,15 @@ def _probe_and_client_phases(engine: str, checkpoint: Path, work: Path, record: 
     with ExitStack() as stack:
         real = _real_server(engine, checkpoint, work, "real")
         stack.callback(real.stop)
-        _say(f"starting vLLM-Omni's own server (vllm serve {TINY_MODEL} --omni, engine {engine}) on port {real.port} ...")
+        say(f"starting vLLM-Omni's own server (vllm serve {TINY_MODEL} --omni, engine {engine}) on port {real.port} ...")
         real.start()
         record["startup_s"] = real.startup_s
         record["tree_at_ready"] = _tree(real)
-        record["rss_mb_at_ready"] = _rss_mb(real.pid)
-        _say(f"ready in {real.startup_s:.1f} s; processes: "
+        record["rss_mb_at_ready"] = rss_mb(real.pid)
+        say(f"ready in {real.startup_s:.1f} s; processes: "
              + ", ".join(f"{p['name']} ({p['pid']})" for p in record["tree_at_ready"]))
         # The first request after start-up, apart: on an NPU it carries the regional compilation (on a CPU none).
-        record["first_request"] = _client_phase(real.base_url, work / "first", inputs=REAL_INPUTS, model=TINY_MODEL,
+        record["first_request"] = client_phase(real.base_url, work / "first", inputs=REAL_INPUTS, model=TINY_MODEL,
                                                 timeout=_REQUEST_TIMEOUT_S, modes=("sync",))
         sim = stack.enter_context(_sim(work))
         real_side = Side("upstream", dict.fromkeys(("main", "fail-sync", "fail-async"), real.base_url),
@@ -174,11 +174,11 @@ def _probe_and_client_phases(engine: str, checkpoint: Path, work: Path, record: 
         with real_side, sim_side:
             order = run_probes(real_side, sim_side, REAL_INPUTS, REAL_PROBES)
         record["probes_s"] = time.perf_counter() - start
-        record["client"] = _client_phase(real.base_url, work, inputs=REAL_INPUTS, model=TINY_MODEL,
+        record["client"] = client_phase(real.base_url, work, inputs=REAL_INPUTS, model=TINY_MODEL,
                                           timeout=_REQUEST_TIMEOUT_S)
-        record["rss_mb_after_requests"] = _rss_mb(real.pid)
+        record["rss_mb_after_requests"] = rss_mb(real.pid)
         record["tree_after_requests"] = _tree(real)
-        _say(f"stopping the real server with SIGTERM (budget {_STOP_BUDGET_S:g} s) ...")
+        say(f"stopping the real server with SIGTERM (budget {_STOP_BUDGET_S:g} s) ...")
         real.stop()
         report = real.verify_exited()
         record["stop"] = {"graceful": real.graceful, "shutdown_s": real.shutdown_s, "exit_code": real.exit_code,
@@ -190,7 +190,7 @@ def _probe_and_client_phases(engine: str, checkpoint: Path, work: Path, record: 
         if not any(p.name.startswith(_WORKER_TITLE) for p in report.pids_seen):
             raise ConformanceFailure(f"no diffusion worker ({_WORKER_TITLE}...) was ever seen in the real server's "
                                      f"tree: {record['stop']['pids_seen']}", phase="stop")
-        _say(f"stopped in {real.shutdown_s:.1f} s by SIGTERM; {len(report.pids_seen)} processes seen, none left, "
+        say(f"stopped in {real.shutdown_s:.1f} s by SIGTERM; {len(report.pids_seen)} processes seen, none left, "
              "port free")
     return compare(real_side.answers, sim_side.answers, deliberate, order=order)
 
@@ -203,7 +203,7 @@ def _fault_phase(engine: str, checkpoint: Path, work: Path, record: dict[str, An
     spec = {"argv": _server_argv(work / "profiles-fault"), "env": _server_env(engine, checkpoint),
             "startup_budget_s": _STARTUP_BUDGET_S, "stop_budget_s": _STOP_BUDGET_S}
     log = work / "fault.log"
-    _say("starting a harness that holds a second real server ...")
+    say("starting a harness that holds a second real server ...")
     with (work / "harness.log").open("wb") as harness_log:
         harness = subprocess.Popen([sys.executable, "-m", "h3bench.conformance.harness", json.dumps(spec), str(log)],
                                    stdout=subprocess.PIPE, stderr=harness_log, cwd=REPO_ROOT, text=True)
@@ -266,8 +266,8 @@ def _fault_phase(engine: str, checkpoint: Path, work: Path, record: dict[str, An
         if not killed or not died or job_status != "failed":
             raise ConformanceFailure(f"the worker's death is not named: killed {killed}, the job's status is "
                                      f"{job_status!r}, upstream's log says {died or 'nothing'} ({log})", phase="fault")
-        _say(f"worker {', '.join(killed)} SIGKILLed mid-request: {record['client_error']}")
-        _say(f"  upstream's log: {died[0].strip()[-160:]}")
+        say(f"worker {', '.join(killed)} SIGKILLed mid-request: {record['client_error']}")
+        say(f"  upstream's log: {died[0].strip()[-160:]}")
         record["processes_after_fault"] = _server_pids(server_id, int(held["pid"]))
     finally:
         harness.kill()  # the point of the phase: a harness that dies without stopping its server
@@ -287,7 +287,7 @@ def _fault_phase(engine: str, checkpoint: Path, work: Path, record: dict[str, An
         raise ConformanceFailure(f"after the harness was SIGKILLed, processes {left} of its server were still "
                                  f"running after {_GONE_WAIT_S:g} s (port free: "
                                  f"{record['after_harness_kill']['port_free']})", phase="fault")
-    _say(f"harness SIGKILLed: its server's processes were gone {gone_s:.1f} s later, port free")
+    say(f"harness SIGKILLed: its server's processes were gone {gone_s:.1f} s later, port free")
 
 
 def _campaign_verdicts(bundle: Path) -> dict[str, dict[str, Any]]:
@@ -303,7 +303,7 @@ def _campaign_verdicts(bundle: Path) -> dict[str, dict[str, Any]]:
                                  f"slower (speed not FAIL): {wrong or 'no duration judged'} ({bundle})",
                                  phase="campaign")
     for duration, d in found.items():
-        _say(f"campaign {duration}: quality {d['quality']}, speed {d['speed']} (ratio {d['ratio']:.3f}, bounds "
+        say(f"campaign {duration}: quality {d['quality']}, speed {d['speed']} (ratio {d['ratio']:.3f}, bounds "
              f"[{d['bounds'][0]:.3f}, {d['bounds'][1]:.3f}])")
     return found
 
@@ -323,36 +323,36 @@ def run_real(engine: str, work: Path, record: dict[str, Any], *, campaign: bool 
     Raises ConformanceFailure (``record`` then holds what the phases before measured).
     """
     record["engine_mode"] = "real"
-    _say(f"== real engine, vLLM-Omni {engine}: environment")
+    say(f"== real engine, vLLM-Omni {engine}: environment")
     build = ensure_environment(engine)
     record["environment"] = build.to_dict()
-    _say(build.describe())
+    say(build.describe())
     _require_ffmpeg()
     work.mkdir(parents=True, exist_ok=True)
-    _say("== checkpoint: tiny random-weight H3-shaped pipeline")
+    say("== checkpoint: tiny random-weight H3-shaped pipeline")
     start = time.perf_counter()
     checkpoint = ensure_checkpoint(engine)
     record["checkpoint"] = {"path": str(checkpoint), "seconds": time.perf_counter() - start}
-    _say(f"{checkpoint} ({record['checkpoint']['seconds']:.1f} s)")
-    _say(f"== probes: vLLM-Omni's own engine and the simulator (work directory {work})")
+    say(f"{checkpoint} ({record['checkpoint']['seconds']:.1f} s)")
+    say(f"== probes: vLLM-Omni's own engine and the simulator (work directory {work})")
     served: dict[str, Any] = {}
     record["served"] = served
     comparison = _probe_and_client_phases(engine, checkpoint, work, served)
     (work / "probes.json").write_text(json.dumps(comparison.to_dict(), indent=1, default=str), encoding="utf-8")
     table = render_table(comparison)
     (work / "probes.txt").write_text(table + "\n", encoding="utf-8")
-    _say(table)
+    say(table)
     if not comparison.ok:
         raise ConformanceFailure("the real engine and the simulator differ beyond the deliberate differences "
                                  "(UNEXPLAINED or STALE above)", phase="probes")
-    _say("== fault: a worker SIGKILLed mid-request, then the harness SIGKILLed")
+    say("== fault: a worker SIGKILLed mid-request, then the harness SIGKILLed")
     record["fault"] = {}
     _fault_phase(engine, checkpoint, work, record["fault"])
     if campaign:
-        _say("== campaign: both arms vLLM-Omni's own server, tiled against untiled VAE decode")
+        say("== campaign: both arms vLLM-Omni's own server, tiled against untiled VAE decode")
         # A real engine's requests are computed, so their times follow the machine's load: with three AB/BA
         # pairs on shared cores the speed bounds may stay wide. INCONCLUSIVE is accepted; the outputs must be the
         # same (quality PASS, tiling changes no pixel) and the speed never FAIL (the untiled arm is never slower).
-        record["campaign"] = _campaign_phase(engine, work, REAL_SPEC, env={CHECKPOINT_ENV: str(checkpoint)},
+        record["campaign"] = campaign_phase(engine, work, REAL_SPEC, env={CHECKPOINT_ENV: str(checkpoint)},
                                              accept=("PASS", "INCONCLUSIVE"))
         record["campaign"]["durations"] = _campaign_verdicts(Path(record["campaign"]["bundle"]))
