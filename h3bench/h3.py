@@ -15,8 +15,11 @@ diffusion pipeline profiler:
   (``diffusion/profiler/diffusion_pipeline_profiler.py``); repeated calls are
   summed, and the VAE ``decode_latent`` calls nest inside ``decode``. In
   request mode, the default, six keys are reported (:data:`STAGE_KEYS`):
-  ``denoise_step`` is recorded under ``diffuse``'s key, and ``post_decode``
-  appears only with step execution. MP4 muxing has no key.
+  ``denoise_step`` is recorded under ``diffuse``'s key, and ``prepare_encode``
+  and ``post_decode`` appear only with step execution. MP4 muxing has no key.
+  Upstream's API layer merges its own timings into the same dict, in
+  milliseconds and without a dot (:data:`PIPELINE_TIMING_KEYS`:
+  ``queue_wait_ms``, ``stage_0_gen_ms``; ``entrypoints/omni_base.py``).
 
 The simulator, the gates, the audio metric, the client, the plugin's workload
 markers and the expected-duration checks all take these from here.
@@ -25,7 +28,7 @@ markers and the expected-duration checks all take these from here.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Literal
@@ -49,6 +52,7 @@ __all__ = [
     "METRICS_PATH",
     "MIN_SECONDS",
     "NUM_INFERENCE_STEPS",
+    "PIPELINE_TIMING_KEYS",
     "PREFIX",
     "REQUESTS_FAILED",
     "REQUESTS_SUCCESS",
@@ -58,6 +62,7 @@ __all__ = [
     "STAGE_GEN_TIME_S",
     "STAGE_KEYS",
     "STAGE_PREFIX",
+    "STEP_WRAPPERS",
     "TOP_LEVEL_STAGES",
     "UPSTREAM_METRICS",
     "VAE_DECODE_S",
@@ -68,6 +73,7 @@ __all__ = [
     "frame_count",
     "latent_frames",
     "mux_and_transfer_s",
+    "top_level_stages",
     "workload_marker",
 ]
 
@@ -94,9 +100,14 @@ STAGE_KEYS = tuple(
         "audio_vae.decode_latent",
     )
 )
-# Methods that do not nest inside one another: E2E minus their sum is mux and transfer.
-# post_decode is one of them when step execution reports it.
-TOP_LEVEL_STAGES = ("encode_prompt", "_encode_local_media", "diffuse", "decode", "post_decode")
+# What vLLM-Omni's API layer adds to every stage_durations (entrypoints/omni_base.py: the orchestrator's queue wait
+# and each stage's generation time), in milliseconds and without a class prefix.
+PIPELINE_TIMING_KEYS = ("queue_wait_ms", "stage_0_gen_ms")
+# Methods that do not nest inside one another in request mode: E2E minus their sum is mux and transfer.
+TOP_LEVEL_STAGES = ("encode_prompt", "_encode_local_media", "diffuse", "decode")
+# Step execution's stages around them (pipeline_minimax_h3.py: prepare_encode runs the text and media encoders,
+# post_decode runs decode), which then are the top level; seen by the real-engine conformance lane.
+STEP_WRAPPERS = {"prepare_encode": ("encode_prompt", "_encode_local_media"), "post_decode": ("decode",)}
 
 
 def frame_count(seconds: float) -> int:
@@ -158,14 +169,30 @@ def expected_shape(seconds: float) -> ExpectedShape:
     )
 
 
+def top_level_stages(methods: Collection[str]) -> tuple[str, ...]:
+    """The stages that nest in no other, among those a server reported (``methods``, without the class).
+
+    Request mode's :data:`TOP_LEVEL_STAGES`, with the stages a step-execution
+    wrapper of :data:`STEP_WRAPPERS` runs replaced by the wrapper when it is reported.
+    """
+    stages = list(TOP_LEVEL_STAGES)
+    for wrapper, inner in STEP_WRAPPERS.items():
+        if wrapper in methods:
+            stages = [stage for stage in stages if stage not in inner] + [wrapper]
+    return tuple(stages)
+
+
 def mux_and_transfer_s(e2e_s: float, stage_durations: Mapping[str, float]) -> float | None:
     """E2E minus the sum of the top-level stages; None when the server reported no stages.
 
     Keys are ``"<Class>.<method>"``; nested ones (``.video_vae.decode_latent``,
-    and ``.denoise_step`` should a profiler report it) are already inside a
-    top-level stage.
+    ``.denoise_step`` should a profiler report it, and under step execution
+    the stages ``prepare_encode`` and ``post_decode`` run) are already inside
+    a top-level stage (:func:`top_level_stages`).
     """
-    top = [v for k, v in stage_durations.items() if k.count(".") <= 1 and k.rpartition(".")[2] in TOP_LEVEL_STAGES]
+    profiled = [(k.rpartition(".")[2], v) for k, v in stage_durations.items() if k.count(".") <= 1]
+    tops = top_level_stages({method for method, _ in profiled})
+    top = [v for method, v in profiled if method in tops]
     return e2e_s - sum(top) if top else None
 
 

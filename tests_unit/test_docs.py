@@ -6,8 +6,9 @@ it, with its placeholders filled (BUNDLE: a sealed bundle of sim.toml; SHA256: i
 B.mp4: two short clips; FILE, DIR, SPEC, EVIDENCE, POOLED: paths of the right kind), once without its
 ``[optional]`` parts and once with all of them (the first of ``a|b`` alternatives):
 
-- ``./dev campaign``, ``./dev test`` and ``./dev conformance`` are what ``.ci/run`` runs: the test
-  checks that it does;
+- ``./dev campaign``, ``./dev test`` and ``./dev conformance`` are what ``.ci/run`` runs, and
+  ``./dev conformance --engine-mode real`` is what its own workflow runs: the test checks that one of
+  them runs the command (without its ``[optional]`` parts);
 - ``pytest ...`` is collected in the repository (``--collect-only``): the options, the spec, the
   selection and every refusal are decided there, before any server starts;
 - ``h3bench run``, ``pool``, ``sim`` and ``bisect`` start servers or campaigns, and a command on a
@@ -30,6 +31,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from h3bench import media
 from h3bench.evidence.verify import final_sha256
@@ -44,7 +46,7 @@ REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 NPU = "needs an NPU"
 PARSED_ONLY = {"run", "pool", "sim", "bisect"}  # they start servers or whole campaigns
-BY_CI = ("./dev ",)  # ./dev campaign, test and conformance: .ci/run runs them
+BY_CI = ("./dev ",)  # ./dev campaign, test and conformance: .ci/run or a workflow runs them
 H3BENCH = shutil.which("h3bench", path=str(Path(sys.executable).parent)) or "h3bench"
 
 
@@ -57,6 +59,24 @@ def commands() -> list[tuple[str, str]]:
             found += [(page.relative_to(REPO).as_posix(), line.strip()) for line in joined.splitlines()
                       if line.strip() and not line.strip().startswith("#")]
     return found
+
+
+def ci_commands() -> dict[str, list[str]]:
+    """The commands CI runs: ``.ci/run``'s lines, and the ``run:`` steps of each workflow, comments left out."""
+    lines = {".ci/run": [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
+                         if not line.strip().startswith("#")]}
+    for workflow in sorted((REPO / ".github" / "workflows").glob("*.yml")):
+        steps = [step for job in yaml.safe_load(workflow.read_text())["jobs"].values() for step in job.get("steps", [])]
+        lines[f".github/workflows/{workflow.name}"] = [
+            line.strip() for step in steps for line in str(step.get("run", "")).splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+    return lines
+
+
+def _run_by_ci(command: str) -> bool:
+    """Whether a line of CI runs the command, word for word (its options may be followed by more)."""
+    said = f" {' '.join(command.split())} "
+    return any(said in f" {' '.join(line.split())} " for lines in ci_commands().values() for line in lines)
 
 
 def _without_comment(line: str) -> tuple[str, str]:
@@ -142,8 +162,8 @@ def test_the_command_runs_or_says_it_needs_an_npu(page, line, places, tmp_path):
     if words[:2] == ["./dev", "h3bench"]:  # the command-line tool from the project's environment
         command = command.removeprefix("./dev").lstrip()
     elif any(command.startswith(prefix) for prefix in BY_CI):
-        ci = (REPO / ".ci" / "run").read_text()
-        assert " ".join(words[:2]) in ci, f"{page}: {command} is neither run by .ci/run nor marked: {NPU}"
+        minimal = variants(command)[0]
+        assert _run_by_ci(minimal), f"{page}: {minimal} is neither run by .ci/run nor by a workflow nor marked: {NPU}"
         return
     for variant in variants(command):
         argv = fill(variant, places)
@@ -209,5 +229,8 @@ def test_a_command_that_does_not_run_fails_the_check(places, tmp_path):
         _collects(["pytest", "--arm", "candidate"], places, tmp_path)  # refused: no --baseline-evidence
     with pytest.raises(pytest.fail.Exception, match="no command this test knows"):
         test_the_command_runs_or_says_it_needs_an_npu("README.md", "make campaign", places, tmp_path)
-    with pytest.raises(AssertionError, match="neither run by .ci/run nor marked"):
+    with pytest.raises(AssertionError, match="neither run by .ci/run nor by a workflow nor marked"):
         test_the_command_runs_or_says_it_needs_an_npu("README.md", "./dev benchmarks", places, tmp_path)
+    with pytest.raises(AssertionError, match="neither run by .ci/run nor by a workflow nor marked"):  # no such mode
+        test_the_command_runs_or_says_it_needs_an_npu("README.md", "./dev conformance --engine-mode fake", places,
+                                                      tmp_path)

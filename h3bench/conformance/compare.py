@@ -14,10 +14,16 @@ either.
 The file::
 
     [[difference]]
-    probe = "spread-extra-params"      # a probe's name
+    probe = "spread-extra-params"      # a probe's name, or a pattern over the names
     step = "create"                    # one of its steps, or "*"
     fields = ["status", "body.*"]      # patterns over the flattened paths
     why = "the simulator refuses ...; upstream ignores the fields"
+    engine = "real"                    # optional: which lane it belongs to (default "standin")
+
+An entry belongs to one lane: ``standin`` (``./dev conformance``, upstream's
+serving code over the stand-in engine) or ``real`` (``--engine-mode real``,
+upstream's own engine, :mod:`h3bench.conformance.realrun`); each lane reads
+only its own entries, and only those can be stale.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from h3bench.errors import UsageError
 
 __all__ = [
     "DELIBERATE_PATH",
+    "ENGINE_MODES",
     "Comparison",
     "Deliberate",
     "FieldDifference",
@@ -48,6 +55,7 @@ __all__ = [
 DELIBERATE_PATH = Path(__file__).resolve().parents[1] / "data" / "conformance_deliberate.toml"
 _ABSENT = "<absent>"
 _KEYS = {"probe", "step", "fields", "why"}
+ENGINE_MODES = ("standin", "real")
 
 
 @dataclass(frozen=True)
@@ -60,7 +68,7 @@ class Deliberate:
     why: str
 
     def matches(self, probe: str, step: str, path: str) -> bool:
-        return (self.probe == probe and fnmatch.fnmatchcase(step, self.step)
+        return (fnmatch.fnmatchcase(probe, self.probe) and fnmatch.fnmatchcase(step, self.step)
                 and any(fnmatch.fnmatchcase(path, pattern) for pattern in self.fields))
 
 
@@ -132,15 +140,17 @@ def _show(value: Any) -> str:
     return text if len(text) <= 120 else text[:119] + "…"
 
 
-def parse_deliberate(data: Mapping[str, Any], *, source: str, probes: Collection[str] | None = None) -> tuple[Deliberate, ...]:
-    """Validate the file's ``[[difference]]`` tables.
+def parse_deliberate(data: Mapping[str, Any], *, source: str, probes: Collection[str] | None = None,
+                     engine: str = "standin") -> tuple[Deliberate, ...]:
+    """Validate the file's ``[[difference]]`` tables; return those of the ``engine`` lane.
 
     Raises
     ------
     UsageError
         An entry with a missing or unknown key, an empty ``why`` or ``fields``,
-        a probe that ``probes`` (when given) does not hold, or a top-level key
-        other than ``difference``.
+        an ``engine`` other than those of :data:`ENGINE_MODES`, a probe that
+        ``probes`` (when given) does not hold, or a top-level key other than
+        ``difference``.
     """
     extra = set(data) - {"difference"}
     if extra:
@@ -153,31 +163,37 @@ def parse_deliberate(data: Mapping[str, Any], *, source: str, probes: Collection
         where = f"{source}: difference {index + 1}"
         if not isinstance(entry, dict):
             raise UsageError(f"{where}: not a table")
-        if set(entry) != _KEYS:
-            missing, unknown = sorted(_KEYS - set(entry)), sorted(set(entry) - _KEYS)
-            raise UsageError(f"{where}: missing {missing}, unknown {unknown}; each entry has probe, step, fields, why")
+        if set(entry) - {"engine"} != _KEYS:
+            missing, unknown = sorted(_KEYS - set(entry)), sorted(set(entry) - _KEYS - {"engine"})
+            raise UsageError(f"{where}: missing {missing}, unknown {unknown}; each entry has probe, step, fields, why "
+                             "(and may name its engine)")
         probe, step, fields, why = entry["probe"], entry["step"], entry["fields"], entry["why"]
+        lane = entry.get("engine", "standin")
+        if lane not in ENGINE_MODES:
+            raise UsageError(f"{where} ({probe}/{step}): engine must be one of {list(ENGINE_MODES)}, got {lane!r}")
         if not (isinstance(probe, str) and isinstance(step, str) and probe and step):
             raise UsageError(f"{where}: probe and step must be non-empty strings")
-        if probes is not None and probe not in probes:
+        if probes is not None and not any(fnmatch.fnmatchcase(name, probe) for name in probes):
             raise UsageError(f"{where}: no probe named {probe!r}")
         if not (isinstance(fields, list) and fields and all(isinstance(f, str) and f for f in fields)):
             raise UsageError(f"{where} ({probe}/{step}): fields must be a non-empty list of path patterns")
         if not (isinstance(why, str) and why.strip()):
             raise UsageError(f"{where} ({probe}/{step}): every deliberate difference says why")
-        out.append(Deliberate(probe, step, tuple(fields), " ".join(why.split())))
+        if lane == engine:
+            out.append(Deliberate(probe, step, tuple(fields), " ".join(why.split())))
     return tuple(out)
 
 
-def load_deliberate(path: Path = DELIBERATE_PATH, *, probes: Collection[str] | None = None) -> tuple[Deliberate, ...]:
-    """Read and validate a deliberate-differences file (:func:`parse_deliberate`)."""
+def load_deliberate(path: Path = DELIBERATE_PATH, *, probes: Collection[str] | None = None,
+                    engine: str = "standin") -> tuple[Deliberate, ...]:
+    """Read and validate a deliberate-differences file (:func:`parse_deliberate`); the ``engine`` lane's entries."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise UsageError(f"cannot read {path}: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{path}: TOML syntax error: {exc}") from exc
-    return parse_deliberate(data, source=str(path), probes=probes)
+    return parse_deliberate(data, source=str(path), probes=probes, engine=engine)
 
 
 def _differences(upstream: Answer | None, sim: Answer | None) -> list[FieldDifference]:

@@ -34,7 +34,7 @@ from h3bench.conformance.standin import FAIL_KEY
 from h3bench.errors import RequestError
 from h3bench.run.client import GenerationRequest, Reference
 
-__all__ = ["PROBES", "Probe", "ProbeInputs", "Side", "probe_names", "run_probes"]
+__all__ = ["METRICS_PROBE", "PROBES", "Probe", "ProbeInputs", "Side", "probe_names", "run_probes"]
 
 _MIB = 1024 * 1024
 TARGETS = ("main", "fail-sync", "fail-async")
@@ -86,13 +86,14 @@ class Side:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def call(self, step: str, method: str, path: str, *, target: str = "main", **kwargs: Any) -> httpx.Response:
-        """Send one request and record its normalised answer as ``(probe, step)``."""
+    def call(self, step: str, method: str, path: str, *, target: str = "main",
+             normalize: Callable[[httpx.Response], Answer] = normalize_response, **kwargs: Any) -> httpx.Response:
+        """Send one request and record its answer, normalised by ``normalize``, as ``(probe, step)``."""
         key = (self.probe, step)
         if key in self.answers:
             raise ValueError(f"probe {self.probe}: step {step} recorded twice")
         response = self._http[target].request(method, path, **kwargs)
-        self.answers[key] = normalize_response(response)
+        self.answers[key] = normalize(response)
         return response
 
     def wait_job(self, step: str, video_id: str, *, target: str = "main") -> httpx.Response:
@@ -262,6 +263,22 @@ def _profiler(side: Side, inputs: ProbeInputs) -> None:
     side.call("stop-again", "POST", "/stop_profile")
 
 
+def _metric_families(response: httpx.Response) -> Answer:
+    """The ``vllm_omni:`` families a ``/metrics`` scrape declares, with their types (values change every request)."""
+    if response.status_code != 200:
+        return normalize_response(response)
+    families = {}
+    for line in response.text.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and parts[:2] == ["#", "TYPE"] and parts[2].startswith("vllm_omni:"):
+            families[parts[2]] = parts[3]
+    return Answer(response.status_code, "json", {"families": dict(sorted(families.items()))})
+
+
+def _metrics(side: Side, inputs: ProbeInputs) -> None:
+    side.call("get", "GET", "/metrics", normalize=_metric_families)
+
+
 _task_sync, _task_async = _engine_refusal({"task": "t2va"})
 _duration_sync, _duration_async = _engine_refusal({"duration": 999})
 _norefs_sync, _norefs_async = _engine_refusal(None, references=False)
@@ -315,8 +332,13 @@ PROBES: tuple[Probe, ...] = (
 )
 
 
+# Probes of the real-engine lane only: the stand-in's app is assembled without vLLM's build_app, which mounts /metrics.
+METRICS_PROBE = Probe("metrics-families", "which vllm_omni: families does /metrics declare after the generations?",
+                      _metrics)
+
+
 def probe_names() -> tuple[str, ...]:
-    return tuple(probe.name for probe in PROBES)
+    return tuple(probe.name for probe in (*PROBES, METRICS_PROBE))
 
 
 def _each(sides: tuple[Side, ...], inputs: ProbeInputs, probes: tuple[Probe, ...]) -> Iterator[tuple[Probe, Side]]:

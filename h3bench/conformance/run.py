@@ -27,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -38,31 +36,19 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from h3bench.conformance.compare import Comparison, compare, load_deliberate, render_table
-from h3bench.conformance.envbuild import DEFAULT_ENGINE, REPO_ROOT, ensure_environment, environment_root, server_command
-from h3bench.conformance.probes import ProbeInputs, Side, probe_names, run_probes
-from h3bench.conformance.serve import ENGINE_ENV
+from h3bench.conformance.envbuild import DEFAULT_ENGINE, ensure_environment, environment_root, server_command
+from h3bench.conformance.phases import CAMPAIGN_SPEC, INPUTS, ConformanceFailure, campaign_phase, client_phase, rss_mb, say
+from h3bench.conformance.probes import Side, probe_names, run_probes
 from h3bench.errors import H3BenchError
 from h3bench.server.process import ServerProcess
 
-__all__ = ["CAMPAIGN_SPEC", "ServerFacts", "main"]
+__all__ = ["CAMPAIGN_SPEC", "ConformanceFailure", "ServerFacts", "main"]
 
-CAMPAIGN_SPEC = REPO_ROOT / "fixtures" / "runspecs" / "conformance.toml"
-INPUTS = ProbeInputs(REPO_ROOT / "fixtures" / "inputs" / "ref_video.mp4", REPO_ROOT / "fixtures" / "inputs" / "ref_audio.wav")
 # The probes' engines: fast, so that a probe's generation takes a fraction of a second.
 _PROBE_TIME_SCALE = "0.0002"
 _UPSTREAM_BUDGET_S = 240.0
 _SIM_BUDGET_S = 60.0
-
-
-class ConformanceFailure(H3BenchError):
-    """A phase of the conformance step failed (``phase=``)."""
-
-    def __init__(self, message: str, *, phase: str) -> None:
-        super().__init__(message)
-        self.phase = phase
 
 
 @dataclass(frozen=True)
@@ -81,22 +67,6 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _rss_mb(pid: int | None) -> float | None:
-    """RSS of a process and its children, in MiB (None once it is gone)."""
-    if pid is None:
-        return None
-    try:
-        root = psutil.Process(pid)
-        total = root.memory_info().rss + sum(child.memory_info().rss for child in root.children(recursive=True))
-    except psutil.Error:
-        return None
-    return total / 2**20
-
-
-def _say(text: str) -> None:
-    print(text, flush=True)
-
-
 @contextmanager
 def _servers(engine: str, work: Path) -> Iterator[dict[str, tuple[ServerProcess, str]]]:
     """Upstream's app (one server answers every target) and the three simulators, started and finally stopped."""
@@ -108,7 +78,7 @@ def _servers(engine: str, work: Path) -> Iterator[dict[str, tuple[ServerProcess,
         upstream = ServerProcess(argv, port=port, log_path=work / "upstream.log", startup_budget_s=_UPSTREAM_BUDGET_S,
                                  env={"PYTHONPATH": env["PYTHONPATH"]})
         stack.callback(upstream.stop)
-        _say(f"starting upstream's app (vLLM-Omni {engine}) on port {port} ...")
+        say(f"starting upstream's app (vLLM-Omni {engine}) on port {port} ...")
         upstream.start()
         servers["upstream"] = (upstream, upstream.base_url)
         profiler = json.dumps({"profiler": "torch", "torch_profiler_dir": str(work / "profiles-sim")})
@@ -128,7 +98,7 @@ def _probe_phase(engine: str, work: Path) -> tuple[Comparison, list[ServerFacts]
     deliberate = load_deliberate(probes=probe_names())
     with _servers(engine, work) as servers:
         upstream_url = servers["upstream"][1]
-        peak = {name: _rss_mb(server.pid) for name, (server, _) in servers.items()}
+        peak = {name: rss_mb(server.pid) for name, (server, _) in servers.items()}
         sides = (
             Side("upstream", {"main": upstream_url, "fail-sync": upstream_url, "fail-async": upstream_url}),
             Side("sim", {"main": servers["sim"][1], "fail-sync": servers["sim-fail-sync"][1],
@@ -139,73 +109,23 @@ def _probe_phase(engine: str, work: Path) -> tuple[Comparison, list[ServerFacts]
             order = run_probes(sides[0], sides[1], INPUTS)
         probes_s = time.perf_counter() - start
         for name, (server, _) in servers.items():
-            now = _rss_mb(server.pid)
+            now = rss_mb(server.pid)
             if now is not None and (peak[name] is None or now > (peak[name] or 0)):
                 peak[name] = now
-        client = _client_phase(upstream_url, work)
+        client = client_phase(upstream_url, work)
         facts = [ServerFacts(name, server.startup_s, peak[name], str(server.log_path))
                  for name, (server, _) in servers.items()]
     comparison = compare(sides[0].answers, sides[1].answers, deliberate, order=order)
     return comparison, facts, {"probes_s": probes_s, "client": client}
 
 
-def _client_phase(url: str, work: Path) -> dict[str, Any]:
-    """h3bench's client in both request modes against upstream's app; each output must have H3's shape."""
-    from h3bench.quality.expected import expected_duration_checks
-    from h3bench.run.client import GenerationRequest, Reference, VideoClient
-
-    request = GenerationRequest(prompt=INPUTS.prompt, duration_s=4.0, size=INPUTS.size, num_inference_steps=4,
-                                references=(Reference.from_path(INPUTS.video), Reference.from_path(INPUTS.audio)))
-    results: dict[str, Any] = {}
-    with VideoClient(url, model="MiniMaxAI/MiniMax-H3", timeout=120) as client:
-        for mode, generate in (("sync", client.generate_sync), ("async", client.generate_async)):
-            result = generate(request, work / f"client-{mode}.mp4")
-            failed = [check for check in expected_duration_checks(result.output_path, 4.0) if check.status.value != "pass"]
-            if failed:
-                raise ConformanceFailure(f"h3bench's client, {mode} mode: the output fails H3's expected-duration "
-                                         f"checks: {'; '.join(f'{c.name}: {c.detail}' for c in failed)}", phase="client")
-            missing = [key for key in ("MiniMaxH3Pipeline.diffuse", "MiniMaxH3Pipeline.decode")
-                       if key not in result.stage_durations]
-            if missing:
-                raise ConformanceFailure(f"h3bench's client, {mode} mode: no stage durations {missing} "
-                                         f"(got {sorted(result.stage_durations)})", phase="client")
-            results[mode] = {"e2e_s": result.e2e_s, "inference_time_s": result.inference_time_s,
-                             "request_id": result.request_id, "model": result.model, "size_bytes": result.size_bytes,
-                             "stages": sorted(result.stage_durations)}
-            _say(f"client {mode}: {result.request_id} in {result.e2e_s:.3f} s, {result.size_bytes} bytes, "
-                 f"stages {len(result.stage_durations)}, H3's expected-duration checks pass")
-    return results
-
-
-def _campaign_phase(engine: str, work: Path) -> dict[str, Any]:
-    """``h3bench run`` on the conformance RunSpec, then ``h3bench verify`` on its bundle."""
-    evidence = work / "evidence"
-    env = {**os.environ, ENGINE_ENV: engine}
-    start = time.perf_counter()
-    run = subprocess.run([sys.executable, "-m", "h3bench.cli", "run", "--runspec", str(CAMPAIGN_SPEC),
-                          "--evidence-dir", str(evidence)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, check=False, cwd=REPO_ROOT)
-    seconds = time.perf_counter() - start
-    (work / "campaign.log").write_text(run.stdout, encoding="utf-8")
-    tail = "\n".join(run.stdout.splitlines()[-25:])
-    bundles = sorted(p for p in evidence.iterdir() if p.is_dir()) if evidence.is_dir() else []
-    if run.returncode != 0 or len(bundles) != 1:
-        verdict = {0: "PASS", 1: "FAIL", 3: "INCONCLUSIVE"}.get(run.returncode, f"exit code {run.returncode}")
-        raise ConformanceFailure(f"the campaign on upstream's app ended {verdict}, not PASS "
-                                 f"({len(bundles)} bundle(s)); log {work / 'campaign.log'}:\n{tail}", phase="campaign")
-    bundle = bundles[0]
-    verify = subprocess.run([sys.executable, "-m", "h3bench.cli", "verify", str(bundle)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, check=False, cwd=REPO_ROOT)
-    if verify.returncode != 0:
-        raise ConformanceFailure(f"h3bench verify {bundle} failed:\n{verify.stdout[-3000:]}", phase="campaign")
-    _say(tail)
-    _say(verify.stdout.strip().splitlines()[-1] if verify.stdout.strip() else "verify: ok")
-    return {"seconds": seconds, "bundle": str(bundle), "verdict": "PASS", "verify": verify.stdout.strip()[-500:]}
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="./dev conformance", description=__doc__.split("\n\n")[0])
     parser.add_argument("--engine", default=DEFAULT_ENGINE, help="the vLLM-Omni release (default %(default)s)")
+    parser.add_argument("--engine-mode", choices=("standin", "real"), default="standin",
+                        help="standin: upstream's serving code over a stand-in engine (default); real: vLLM-Omni's "
+                             "own server and engine on a CPU with a tiny H3-shaped pipeline "
+                             "(h3bench/conformance/realrun.py)")
     parser.add_argument("--no-campaign", action="store_true", help="skip the campaign phase")
     return parser
 
@@ -214,36 +134,44 @@ def main(argv: list[str] | None = None) -> int:
     """Run every phase; exit 0 when all pass, 1 when one fails (the reason is printed), 2 for a usage error."""
     args = _parser().parse_args(argv)
     started = time.perf_counter()
-    work = environment_root(args.engine) / "runs" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    suffix = "-real" if args.engine_mode == "real" else ""
+    work = environment_root(args.engine) / "runs" / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + suffix)
     record: dict[str, Any] = {"engine": args.engine, "work": str(work)}
     try:
-        _say(f"== conformance with vLLM-Omni {args.engine}: environment")
+        if args.engine_mode == "real":
+            from h3bench.conformance.realrun import run_real
+
+            run_real(args.engine, work, record, campaign=not args.no_campaign)
+            _write(work, record, started)
+            say(f"conformance (real engine): OK in {time.perf_counter() - started:.0f} s ({work})")
+            return 0
+        say(f"== conformance with vLLM-Omni {args.engine}: environment")
         build = ensure_environment(args.engine)
         record["environment"] = build.to_dict()
-        _say(build.describe())
+        say(build.describe())
         work.mkdir(parents=True, exist_ok=True)
-        _say(f"== probes: upstream's app and the simulator (work directory {work})")
+        say(f"== probes: upstream's app and the simulator (work directory {work})")
         comparison, facts, extra = _probe_phase(args.engine, work)
         record.update(servers=[asdict(f) for f in facts], **extra)
         (work / "probes.json").write_text(json.dumps(comparison.to_dict(), indent=1, default=str), encoding="utf-8")
         table = render_table(comparison)
         (work / "probes.txt").write_text(table + "\n", encoding="utf-8")
-        _say(table)
+        say(table)
         for fact in facts:
-            _say(f"server {fact.name}: ready in {fact.startup_s:.1f} s, peak RSS {fact.rss_mb or 0:.0f} MiB")
+            say(f"server {fact.name}: ready in {fact.startup_s:.1f} s, peak RSS {fact.rss_mb or 0:.0f} MiB")
         if not comparison.ok:
             raise ConformanceFailure("the simulator and upstream differ beyond the deliberate differences "
                                      "(UNEXPLAINED or STALE above)", phase="probes")
         if not args.no_campaign:
-            _say("== campaign: both arms upstream's app with stand-in engines of different speeds")
-            record["campaign"] = _campaign_phase(args.engine, work)
+            say("== campaign: both arms upstream's app with stand-in engines of different speeds")
+            record["campaign"] = campaign_phase(args.engine, work)
     except H3BenchError as exc:
         record["failed"] = f"{type(exc).__name__}: {exc}"
         _write(work, record, started)
         print(f"conformance: FAILED: {exc}", file=sys.stderr, flush=True)
         return 2 if type(exc).__name__ == "UsageError" else 1
     _write(work, record, started)
-    _say(f"conformance: OK in {time.perf_counter() - started:.0f} s ({work})")
+    say(f"conformance: OK in {time.perf_counter() - started:.0f} s ({work})")
     return 0
 
 

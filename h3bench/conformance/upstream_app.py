@@ -33,7 +33,9 @@ yields upstream's "started" output when the serving layer asks for the
 request lifecycle, then one ``OmniRequestOutput`` whose
 ``multimodal_output["video"]`` is the finished MP4's bytes (upstream sends
 them out unchanged and reads the frame count from them), with
-``stage_durations`` and ``peak_memory_mb``. The work is
+``stage_durations`` (the profiler's keys, and the queue wait and generation
+time that ``AsyncOmni`` merges in, ``entrypoints/omni_base.py``) and
+``peak_memory_mb``. The work is
 :func:`h3bench.conformance.standin.run_engine_request`, run in a thread. A
 request H3 refuses raises ``OmniClientError`` (what upstream's engine client
 raises for a client error of the pipeline), an out-of-memory raises
@@ -79,6 +81,7 @@ from h3bench.conformance.standin import (
     file_digest,
     run_engine_request,
 )
+from h3bench.h3 import PIPELINE_TIMING_KEYS
 
 __all__ = ["MODEL_CLASS", "StandInEngine", "build_app", "main"]
 
@@ -153,13 +156,15 @@ class StandInEngine:
         inputs = self._inputs(prompt if isinstance(prompt, dict) else {"prompt": str(prompt)}, params)
         cancel = threading.Event()
         self._cancels[request_id] = cancel
+        entered = time.perf_counter()
         try:
             async with self._lock:
+                waited_ms = (time.perf_counter() - entered) * 1000.0
                 if getattr(params, "emit_request_lifecycle", False):
                     yield OmniRequestOutput.from_diffusion(
                         request_id=request_id, images=[], final_output_type="video", finished=False,
                         custom_output={DIFFUSION_REQUEST_LIFECYCLE_KEY: DIFFUSION_REQUEST_STARTED})
-                started = time.time()
+                started, clock = time.time(), time.perf_counter()
                 try:
                     output = await asyncio.to_thread(run_engine_request, inputs, self.settings, self._rng, cancel=cancel)
                 except H3Refusal as exc:
@@ -168,13 +173,17 @@ class StandInEngine:
                 except H3Crash as exc:
                     _note(f"request {request_id}: failed in the pipeline: {exc}")
                     raise EngineGenerateError(str(exc)) from None
+                gen_ms = (time.perf_counter() - clock) * 1000.0
             self.profiler.record(request_id, started, output.stage_durations)
             _note(f"request {request_id}: rendered {output.frames} frames at {output.width}x{output.height}, "
                   f"{output.audio_samples} audio samples")
+            # What AsyncOmni merges into every output's stage durations (entrypoints/omni_base.py), which this
+            # engine client stands in for: the queue wait and the stage's generation time, in milliseconds.
+            timings = dict(zip(PIPELINE_TIMING_KEYS, (waited_ms, gen_ms), strict=True))
             yield OmniRequestOutput.from_diffusion(
                 request_id=request_id, images=[], final_output_type="video",
                 multimodal_output={"video": output.mp4, "fps": 24.0},
-                stage_durations=output.stage_durations, peak_memory_mb=output.peak_memory_mb)
+                stage_durations={**output.stage_durations, **timings}, peak_memory_mb=output.peak_memory_mb)
         finally:
             self._cancels.pop(request_id, None)
 

@@ -265,8 +265,8 @@ def _profile_lines(profiles: Iterable[Mapping[str, Any]]) -> list[str]:
             lines.append(f"{where} not profiled: {record.get('error') or note}")
             continue
         stages = record.get("stage_durations") or {}
-        shown = ", ".join(f"{key.removeprefix(STAGE_PREFIX)} {value:.3f}" for key, value in stages.items()) \
-            or "no stages"
+        shown = ", ".join(f"{key.removeprefix(STAGE_PREFIX)} {value:.3f}" for key, value in stages.items()
+                          if "." in key) or "no stages"  # profiler stages only: the API layer's are milliseconds
         traces = record.get("traces") or []
         size = sum(t.get("size", 0) for t in traces)
         lines.append(f"{where} E2E {record.get('e2e_s', 0.0):.3f} s; stages [s]: {shown}; "

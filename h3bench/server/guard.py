@@ -9,8 +9,10 @@ harness holds. A normal stop writes ``done`` and closes it, and the guard
 exits. End of file without ``done`` means the harness is gone (SIGKILL, the
 OOM killer, a crash): the guard SIGTERMs the server's process group, waits
 the server's stop budget, and SIGKILLs every process that still carries the
-server's marker (:data:`~h3bench.server.proctree.SERVER_ID_ENV`), as the
-harness would have done.
+server's marker (:data:`~h3bench.server.proctree.SERVER_ID_ENV`) or is still
+in the server's session, as the harness would have done. (The session
+matters: vLLM-Omni's workers retitle themselves, after which their marker
+cannot be read.)
 
 The guard carries neither the server's nor the campaign's marker, so it is
 never counted as one of the server's processes.
@@ -72,8 +74,10 @@ def main(argv: list[str] | None = None) -> None:
     said = sys.stdin.buffer.read()  # until the harness closes its end, or dies
     if said == DONE:
         return
-    from h3bench.server.proctree import SERVER_ID_ENV, marked_processes, stop_processes
+    from h3bench.server.proctree import SERVER_ID_ENV, marked_processes, session_processes, stop_processes
 
+    pgid = int(pgid_text)  # the server leads its own session and group: pgid and sid are its pid
     with contextlib.suppress(OSError):  # the group may be gone already
-        os.killpg(int(pgid_text), signal.SIGTERM)
-    stop_processes(marked_processes(SERVER_ID_ENV, marker), float(budget_text))
+        os.killpg(pgid, signal.SIGTERM)
+    left = {p.pid: p for p in (*marked_processes(SERVER_ID_ENV, marker), *session_processes(pgid))}
+    stop_processes(list(left.values()), float(budget_text))

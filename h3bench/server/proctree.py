@@ -8,7 +8,9 @@ mistaken for a survivor. A server's processes are found three ways:
   group reaches all of them);
 - ``marker``: processes whose environment carries the server's marker
   (``H3BENCH_SERVER_ID``), which workers inherit even after they re-parent or
-  start a session of their own.
+  start a session of their own (unless they retitle themselves with
+  ``setproctitle``, as vLLM-Omni's diffusion workers do: the marker can then
+  not be read, and the session finds them).
 
 The caller also becomes a child subreaper (Linux), so orphaned workers are
 re-parented to it and reaped here, instead of lingering as zombies under an
@@ -39,6 +41,7 @@ __all__ = [
     "describe_exit",
     "die_with_parent",
     "marked_processes",
+    "session_processes",
     "stop_processes",
 ]
 
@@ -90,6 +93,24 @@ def marked_processes(name: str, value: str) -> list[psutil.Process]:
                 found.append(proc)
         except (OSError, psutil.Error):
             continue  # gone, a zombie, or not ours to read
+    return found
+
+
+def session_processes(sid: int) -> list[psutil.Process]:
+    """Every process of session ``sid`` (but this one): a server's own session, whatever its members' environments say.
+
+    vLLM-Omni titles its diffusion workers with ``setproctitle``, which
+    overwrites the memory ``/proc/<pid>/environ`` is read from: a worker's
+    marker can no longer be read (seen by the real-engine conformance lane),
+    but it stays in its server's session.
+    """
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if os.getsid(proc.pid) == sid:
+                found.append(proc)
     return found
 
 

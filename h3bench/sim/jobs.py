@@ -36,7 +36,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from h3bench.h3 import FPS, STAGE_PREFIX, audio_sample_count
+from h3bench.h3 import FPS, PIPELINE_TIMING_KEYS, STAGE_PREFIX, audio_sample_count
 from h3bench.sim.content import ContentSpec, content_key
 from h3bench.sim.forms import SimRequest
 from h3bench.sim.metrics import RequestTiming, SimMetrics, underreport_stages
@@ -190,6 +190,7 @@ class Engine:
         result = self._observe(result, entered, job.started, len(plan.step_s) + 1)
         if self.profiler is not None:
             self.profiler.record(request_id, started, result.stage_durations)
+        result = _with_pipeline_timings(result, entered, job.started)
         if profile.cache_outputs:
             kept = self.storage / f"cache-{spec.key.hex()}.mp4"
             shutil.copyfile(output, kept)
@@ -207,8 +208,19 @@ class Engine:
         return result
 
 
+def _with_pipeline_timings(result: WorkerResult, entered: float, started: float) -> WorkerResult:
+    """What upstream's API layer merges into the stage durations, in milliseconds (``entrypoints/omni_base.py``).
+
+    The queue wait and the stage's generation time, measured as the
+    ``request_queue_wait_s`` and ``stage_gen_time_s`` families observe them.
+    """
+    gen_s = result.marks["post_decoded"] - started
+    timings = dict(zip(PIPELINE_TIMING_KEYS, ((started - entered) * 1000.0, gen_s * 1000.0), strict=True))
+    return dataclasses.replace(result, stage_durations={**result.stage_durations, **timings})
+
+
 def log_completed(request_id: str, seconds: float, result: WorkerResult) -> None:
-    durations = result.stage_durations.items()
+    durations = [(key, value) for key, value in result.stage_durations.items() if key.startswith(STAGE_PREFIX)]
     stages = ", ".join(f"{key.removeprefix(STAGE_PREFIX)} {value:.3f}" for key, value in durations)
     how = "copied the render of an identical earlier request" if result.reused else "rendered"
     log.info(

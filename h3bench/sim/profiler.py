@@ -7,6 +7,10 @@ profiler configuration (vLLM's ``--profiler-config``, whose
 without one they do not exist and the server answers 404. The simulator does
 the same: :func:`profiler_router` is included only with a directory.
 
+A second start, or a stop with nothing running, is answered ``SUCCESS`` and
+ignored, as upstream's profiler wrapper ignores them (``vllm/profiler/wrapper.py``,
+``start`` and ``stop``; seen by the real-engine conformance lane).
+
 While profiling, every completed request adds its stages as spans; stopping
 writes them as a Chrome trace (``{"traceEvents": [...]}`` with complete
 ``"ph": "X"`` events in microseconds, which Perfetto and chrome://tracing
@@ -72,13 +76,14 @@ class Profiler:
             self.events += stage_spans(request_id, started * 1e6, stages)
 
     def start(self) -> None:
-        if self.events is not None:
-            raise RuntimeError("the profiler is already running")
-        self.events = []
-
-    def stop(self) -> Path:
+        """Start a session; a start while one runs is ignored, as upstream's profiler wrapper does."""
         if self.events is None:
-            raise RuntimeError("the profiler is not running")
+            self.events = []
+
+    def stop(self) -> Path | None:
+        """End the session and write its trace; a stop without one is ignored (None), as upstream's is."""
+        if self.events is None:
+            return None
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         folder = self.directory / f"{stamp}_stage_0_rep_0_diffusion_{self.epoch}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -98,7 +103,7 @@ def _answer(request: Request, action: str) -> JSONResponse:
     profiler: Profiler = request.app.state.profiler
     try:
         profiler.start() if action == "start" else profiler.stop()
-    except (RuntimeError, OSError) as exc:
+    except OSError as exc:  # the trace could not be written
         # Upstream raises HTTPException, which vLLM's handler answers with its ErrorResponse.
         raise HTTPException(HTTPStatus.INTERNAL_SERVER_ERROR, f"Failed to {action} profiler: {exc}") from exc
     return JSONResponse({"status": "SUCCESS"})

@@ -1,7 +1,7 @@
 """The stage times of an arm's requests: medians of the profiler's top-level stages and of the derived remainder.
 
 The keys are the pipeline profiler's ``"<Class>.<method>"`` (for H3,
-``MiniMaxH3Pipeline.diffuse`` and the others of :data:`h3bench.h3.TOP_LEVEL_STAGES`);
+``MiniMaxH3Pipeline.diffuse`` and the others of :func:`h3bench.h3.top_level_stages`);
 MP4 muxing happens in the API layer and has no key, so E2E minus the sum of
 the top-level stages is reported as ``mux+transfer (derived)``. E2E is
 measured around the stages, so a negative remainder means the samples are
@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping
 
-from h3bench.h3 import TOP_LEVEL_STAGES, mux_and_transfer_s
+from h3bench.h3 import mux_and_transfer_s, top_level_stages
 
 __all__ = ["DERIVED_STAGE", "stage_median_values"]
 
@@ -28,7 +28,8 @@ def stage_median_values(requests: Iterable[tuple[float | None, Mapping[str, floa
     """
     requests = list(requests)
     medians: dict[str, float] = {}
-    for stage in TOP_LEVEL_STAGES:
+    reported = {k.rpartition(".")[2] for _, stages in requests for k in stages if k.count(".") <= 1}
+    for stage in top_level_stages(reported):
         values = [v for _, stages in requests for k, v in stages.items()
                   if k.count(".") <= 1 and k.rpartition(".")[2] == stage]
         if values:

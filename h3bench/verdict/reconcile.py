@@ -49,7 +49,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from h3bench.h3 import TOP_LEVEL_STAGES
+from h3bench.h3 import top_level_stages
 from h3bench.run.phases import RequestPhases
 from h3bench.run.server_metrics import (
     DIFFUSION_EXEC_S,
@@ -129,7 +129,7 @@ def stage_seconds(stage_durations: Mapping[str, float]) -> dict[str, float]:
 
 
 def _top_level(stages: Mapping[str, float]) -> float | None:
-    found = [stages[m] for m in TOP_LEVEL_STAGES if m in stages]
+    found = [stages[m] for m in top_level_stages(stages) if m in stages]
     return sum(found) if found else None
 
 

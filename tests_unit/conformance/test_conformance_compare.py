@@ -17,13 +17,14 @@ from hypothesis import strategies as st
 from h3bench.conformance.answers import Answer, flatten, normalize_json, normalize_response
 from h3bench.conformance.compare import (
     DELIBERATE_PATH,
+    ENGINE_MODES,
     Deliberate,
     compare,
     load_deliberate,
     parse_deliberate,
     render_table,
 )
-from h3bench.conformance.probes import PROBES, probe_names
+from h3bench.conformance.probes import METRICS_PROBE, PROBES, _metric_families, probe_names
 from h3bench.errors import UsageError
 from h3bench.h3 import audio_sample_count
 from h3bench.sim.content import ContentSpec, content_key, render
@@ -161,15 +162,49 @@ def test_the_table_shows_every_step_both_answers_and_the_reasons() -> None:
 # -- the deliberate-differences file ------------------------------------------------
 
 
-def test_the_shipped_file_is_valid_and_names_real_probes() -> None:
-    entries = load_deliberate(DELIBERATE_PATH, probes=probe_names())
-    assert entries, "the file lists the simulator's deliberate differences"
+@pytest.mark.parametrize("engine", ENGINE_MODES)
+def test_the_shipped_file_is_valid_and_names_real_probes(engine: str) -> None:
+    entries = load_deliberate(DELIBERATE_PATH, probes=probe_names(), engine=engine)
+    assert entries, f"the file lists the simulator's deliberate differences for the {engine} lane"
     assert all(len(entry.why) > 40 for entry in entries)  # a reason, not a placeholder
 
 
 def test_probe_names_are_unique() -> None:
     names = probe_names()
-    assert len(set(names)) == len(names) == len(PROBES)
+    assert len(set(names)) == len(names) == len(PROBES) + 1
+    assert METRICS_PROBE.name in names and METRICS_PROBE not in PROBES  # the real-engine lane's own probe
+
+
+def test_each_lane_reads_only_its_own_entries() -> None:
+    entry = {"probe": "health", "step": "get", "fields": ["*"], "why": "r"}
+    data = {"difference": [entry, {**entry, "fields": ["status"], "engine": "real"},
+                           {**entry, "fields": ["kind"], "engine": "standin"}]}
+    standin = parse_deliberate(data, source="t", probes=probe_names())
+    real = parse_deliberate(data, source="t", probes=probe_names(), engine="real")
+    assert [e.fields for e in standin] == [("*",), ("kind",)]  # no engine: the stand-in lane's, as before
+    assert [e.fields for e in real] == [("status",)]
+    with pytest.raises(UsageError, match="engine must be one of"):
+        parse_deliberate({"difference": [{**entry, "engine": "npu"}]}, source="t", probes=probe_names())
+
+
+def test_an_entry_may_name_probes_by_pattern() -> None:
+    entry = parse_deliberate({"difference": [{"probe": "engine-*-sync", "step": "post", "fields": ["status"],
+                                              "why": "r"}]}, source="t", probes=probe_names())[0]
+    assert entry.matches("engine-bad-duration-sync", "post", "status")
+    assert not entry.matches("engine-bad-duration-async", "post", "status")
+    with pytest.raises(UsageError, match="no probe named 'nothing-\\*'"):
+        parse_deliberate({"difference": [{"probe": "nothing-*", "step": "*", "fields": ["*"], "why": "r"}]},
+                         source="t", probes=probe_names())
+
+
+def test_metric_families_keep_the_upstream_names_and_types_only() -> None:
+    text = ("# HELP vllm_omni:diffusion_exec_s x\n# TYPE vllm_omni:diffusion_exec_s histogram\n"
+            "vllm_omni:diffusion_exec_s_sum{model_name=\"m\"} 3.5\n# TYPE process_cpu_seconds_total counter\n"
+            "# TYPE vllm_omni:requests_success_total counter\n")
+    answer = _metric_families(httpx.Response(200, text=text))
+    assert answer.body == {"families": {"vllm_omni:diffusion_exec_s": "histogram",
+                                        "vllm_omni:requests_success_total": "counter"}}
+    assert _metric_families(httpx.Response(404, json={"detail": "Not Found"})).status == 404
 
 
 @pytest.mark.parametrize(

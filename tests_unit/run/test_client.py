@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from h3bench import media
 from h3bench.errors import RequestError, UsageError
-from h3bench.h3 import STAGE_KEYS, mux_and_transfer_s
+from h3bench.h3 import PIPELINE_TIMING_KEYS, STAGE_KEYS, mux_and_transfer_s
 from h3bench.run.client import (
     GenerationRequest,
     Reference,
@@ -29,7 +29,7 @@ from tests_unit import mediagen
 
 FAKE_VIDEOS = Path(__file__).parents[1] / "fakes" / "fake_videos.py"
 MODEL = "fake-h3"
-SERVICE_S = 0.2  # the fake's modelled generation time: the sum of its top-level stages
+SERVICE_S = 0.2  # the fake's modelled generation time: the sum of its top-level stages (fakes/fake_videos.py)
 
 
 @pytest.fixture(scope="module")
@@ -211,17 +211,21 @@ def test_stage_duration_parsing() -> None:
     assert mux_and_transfer_s(3.0, {"A.denoise_step": 1.0}) is None
 
 
-TOP = ["encode_prompt", "_encode_local_media", "diffuse", "decode", "post_decode"]
+TOP = ["encode_prompt", "_encode_local_media", "diffuse", "decode"]
 NESTED = ["denoise_step", "video_vae.decode_latent", "audio_vae.decode_latent"]
 seconds = st.floats(0, 1000, allow_nan=False)
 
 
 @settings(max_examples=40, deadline=None)
 @given(e2e=seconds, top=st.dictionaries(st.sampled_from(TOP), seconds, min_size=1),
-       nested=st.dictionaries(st.sampled_from(NESTED), seconds))
-def test_derived_time_sums_only_top_level_stages(e2e: float, top: dict, nested: dict) -> None:
-    stages = {f"MiniMaxH3Pipeline.{k}": v for k, v in {**top, **nested}.items()}
-    assert mux_and_transfer_s(e2e, stages) == pytest.approx(e2e - sum(top.values()))
+       nested=st.dictionaries(st.sampled_from(NESTED), seconds),
+       wrappers=st.dictionaries(st.sampled_from(["prepare_encode", "post_decode"]), seconds))
+def test_derived_time_sums_only_top_level_stages(e2e: float, top: dict, nested: dict, wrappers: dict) -> None:
+    """Request mode's four stages; under step execution, prepare_encode and post_decode in place of what they run."""
+    stages = {f"MiniMaxH3Pipeline.{k}": v for k, v in {**top, **nested, **wrappers}.items()}
+    inside = {"prepare_encode": ("encode_prompt", "_encode_local_media"), "post_decode": ("decode",)}
+    counted = {k: v for k, v in top.items() if not any(k in inside[w] for w in wrappers)} | wrappers
+    assert mux_and_transfer_s(e2e, stages) == pytest.approx(e2e - sum(counted.values()))
 
 
 def test_async_generation_against_the_simulator(files, request_with_refs, tmp_path: Path) -> None:
@@ -236,7 +240,7 @@ def test_async_generation_against_the_simulator(files, request_with_refs, tmp_pa
             result = client.generate_async(request, tmp_path / "out.mp4")
     srv.verify_exited().check()
     assert result.model == MODEL and result.request_id.startswith("video_gen_")
-    assert set(result.stage_durations) == set(STAGE_KEYS)  # request mode: no denoise_step, no post_decode
+    assert set(result.stage_durations) == {*STAGE_KEYS, *PIPELINE_TIMING_KEYS}  # request mode: no post_decode
     assert result.mux_and_transfer_s is not None and result.e2e_s >= result.inference_time_s
     info = media.probe(result.output_path)
     assert (info.video.frames, info.video.width, info.video.height) == (107, 256, 160)  # 4 s → 17n+5 frames

@@ -83,6 +83,55 @@ def test_a_sigkilled_harness_leaves_no_process_of_its_server(tmp_path, flags):
     assert not running(found["guard"]), "the guard exits once the server is gone"
 
 
+# A server whose worker is as vLLM-Omni's look after setproctitle: its marker cannot be read (here: an empty
+# environment), it stays in the server's session, and it ignores SIGTERM.
+RETITLED_SERVER = """
+import http.server, os, subprocess, sys
+subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                  "time.sleep(600)"], env={"PATH": os.environ.get("PATH", "")})
+class Health(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.end_headers(); self.wfile.write(b"{}")
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+"""
+RETITLED_HARNESS = """
+import json, sys, time
+from h3bench.server.process import ServerProcess
+port, log, budget, server = sys.argv[1:]
+srv = ServerProcess([sys.executable, "-c", server, port], port=int(port), log_path=log, startup_budget_s=60,
+                    stop_budget_s=float(budget))
+srv.start()
+time.sleep(1.0)  # the worker is started before the server listens; let it show up in the snapshot
+print(json.dumps({"server_id": srv.server_id, "pids": [p.pid for p in srv.snapshot()]}), flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_worker_whose_marker_cannot_be_read_goes_with_its_session(tmp_path):
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen([sys.executable, "-c", RETITLED_HARNESS, str(port), str(tmp_path / "server.log"),
+                             str(BUDGET_S), RETITLED_SERVER], stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    found = json.loads(proc.stdout.readline())
+    marked = {p.pid for p in marked_processes(SERVER_ID_ENV, found["server_id"])}
+    unmarked = [pid for pid in found["pids"] if pid not in marked]
+    assert unmarked, "the worker is in the server's tree without a readable marker"
+
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    start = time.monotonic()
+    while any(running(pid) for pid in found["pids"]) and time.monotonic() - start < BUDGET_S + MARGIN_S:
+        time.sleep(0.05)
+    left = [pid for pid in found["pids"] if running(pid)]
+    for pid in left:  # never leave them to the next test
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"outlived the SIGKILLed harness: {left}"
+
+
 def test_a_normal_stop_releases_the_guard_and_the_guard_touches_nothing(tmp_path):
     from h3bench.server.process import ServerProcess
 
