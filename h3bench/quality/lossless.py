@@ -281,7 +281,7 @@ def reference_deviations(
 # (tests_unit/quality/test_power_table.py recomputes them): every campaign's plan, schedule and verdict ask
 # for the same few dozen, and each costs about a CPU-second to simulate.
 POWER_TABLE = "lossless_power.json"
-_REFERENCE = {"effect": 3.0, "n_sims": 2000, "seed": 20261}
+REFERENCE = (3.0, 2000, 20261)  # the effect, simulations and seed the table holds
 
 
 def power_key(n_baseline: int, n_candidate: int, alpha: float, n_metrics: int) -> str:
@@ -313,7 +313,7 @@ def lossless_power(
     """
     if n_baseline < 2 or n_candidate < 1 or alpha * math.comb(n_baseline + n_candidate, n_candidate) < 1:
         return 0.0  # the floor 1/L is above alpha
-    if {"effect": effect, "n_sims": n_sims, "seed": seed} == _REFERENCE:
+    if (effect, n_sims, seed) == REFERENCE:
         known = power_table().get(power_key(n_baseline, n_candidate, alpha, n_metrics))
         if known is not None:
             return known

@@ -43,7 +43,7 @@ def _column(args: tuple[float, int, int]) -> dict[str, float]:
     for n_baseline in range(2, 41):
         if alpha * math.comb(n_baseline + n_candidate, n_candidate) < 1:
             continue  # the floor decides: no simulation
-        power = lossless.simulated_power(n_baseline, n_candidate, alpha, n_metrics, **lossless._REFERENCE)
+        power = lossless.simulated_power(n_baseline, n_candidate, alpha, n_metrics, *lossless.REFERENCE)
         out[lossless.power_key(n_baseline, n_candidate, alpha, n_metrics)] = power
         if past is None and power >= lossless.REQUIRED_POWER:
             past = n_baseline + PAST_FEASIBLE
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     table = compute()
     document = {"about": "seeded powers of h3bench.quality.lossless.lossless_power against 3x, by "
                          "'baseline,candidate,alpha,metrics'; written by python -m h3bench.quality.power_table",
-                "reference": lossless._REFERENCE, "power": table}
+                "reference": dict(zip(("effect", "n_sims", "seed"), lossless.REFERENCE, strict=True)), "power": table}
     out.write_text(json.dumps(document, indent=0) + "\n", encoding="utf-8")
     print(f"{len(table)} powers written to {out}")
     return 0

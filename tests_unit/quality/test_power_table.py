@@ -44,7 +44,7 @@ CHECKED = sorted(set(_crossings()) | set(random.Random(20261).sample(sorted(TABL
 @pytest.mark.parametrize("key", CHECKED)
 def test_a_shipped_power_is_what_the_simulation_gives(key):
     b, c, alpha, m = _parse(key)
-    assert lossless.simulated_power(b, c, alpha, m, **lossless._REFERENCE) == TABLE[key]
+    assert lossless.simulated_power(b, c, alpha, m, *lossless.REFERENCE) == TABLE[key]
     assert lossless.lossless_power(b, c, alpha, m) == TABLE[key]
 
 
