@@ -70,7 +70,7 @@ h3bench_cpu = h3bench.conformance.plugins:cpu_platform
 h3bench_tiny_h3 = h3bench.conformance.plugins:tiny_h3
 """
 _METADATA = "Metadata-Version: 2.1\nName: h3bench-conformance-cpu\nVersion: 0\n"
-_TINY_SOURCE = Path(__file__).with_name("tiny_h3.py")
+_TINY_SOURCES = [Path(__file__).with_name(name) for name in ("tiny_h3.py", "tiny_modules.py")]
 
 
 class CheckpointError(H3BenchError):
@@ -99,8 +99,8 @@ def serve_env(engine: str = DEFAULT_ENGINE, *, root: Path | None = None) -> dict
 
 
 def checkpoint_dir(engine: str = DEFAULT_ENGINE, *, seed: int = 0, root: Path | None = None) -> Path:
-    """Where the checkpoint of this engine, seed and version of ``tiny_h3.py`` lives."""
-    digest = hashlib.sha256(_TINY_SOURCE.read_bytes() + f"\0{seed}".encode()).hexdigest()[:12]
+    """Where the checkpoint of this engine, seed and version of ``tiny_h3.py`` and its networks lives."""
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in _TINY_SOURCES) + f"\0{seed}".encode()).hexdigest()[:12]
     return (root or environment_root(engine)) / f"tiny-h3-{digest}"
 
 

@@ -10,7 +10,9 @@ measuring for a batch of pairs, decoding each file once for all of them;
 :mod:`~h3bench.quality.compare` runs it for one pair.
 :mod:`~h3bench.quality.assertions` turns a report into one assertion message.
 :mod:`~h3bench.quality.lossless` judges whether a candidate's outputs deviate
-beyond the baseline's own run-to-run variability.
+beyond the baseline's own run-to-run variability, with the rank test of
+:mod:`~h3bench.quality.relabelling`; its seeded powers ship as a table
+(:mod:`~h3bench.quality.power_table` writes it).
 """
 
 from __future__ import annotations
