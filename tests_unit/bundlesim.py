@@ -25,7 +25,8 @@ from h3bench.evidence import Bundle
 from h3bench.outcome import Outcome
 from h3bench.run.contract import ContractPart, ServerContract
 from h3bench.runspec import RunSpec, load_runspec, parse_runspec
-from h3bench.runspec.schedule import Block, Schedule
+from h3bench.runspec.cases import Block
+from h3bench.runspec.schedule import Schedule
 from h3bench.session.results import Results
 from h3bench.session.settings import Settings
 from h3bench.verdict.verdicts import Acceptance, HeldoutVerdict

@@ -37,9 +37,11 @@ from h3bench.plan.devicetime import ArmCost, CampaignCosts, DeviceTimeSummary, d
 from h3bench.quality import lossless_design
 from h3bench.run.records import load_results
 from h3bench.runspec import BASELINE, UNPINNED, RunSpec
+from h3bench.runspec.cases import Block
 from h3bench.runspec.course import Course
 from h3bench.runspec.design import Design, DesignMode, control_blocks, design_text, lossless_level, run_order, series_of
-from h3bench.runspec.schedule import Block, check_shards, spec_blocks
+from h3bench.runspec.schedule import spec_blocks
+from h3bench.runspec.shards import check_shards
 from h3bench.stats.intervals import PASS
 
 __all__ = ["BYTES_PER_PIXEL_FRAME", "Cost", "Plan", "bundle_bytes", "cost_of", "make_plan", "plan_lines"]

@@ -53,7 +53,7 @@ from h3bench.run.progress import Progress
 from h3bench.run.records import BlockResult, FailureKind, Lifecycle, Sample, failure_of
 from h3bench.run.server_metrics import Scrape, metrics_delta, scrape
 from h3bench.runspec import RunSpec, VllmArm
-from h3bench.runspec.schedule import Block
+from h3bench.runspec.cases import Block
 from h3bench.server.log import read_attention_backends, require_attention_backend
 from h3bench.server.ports import LOCALHOST, find_free_port
 from h3bench.server.process import ExitReport, ServerProcess

@@ -32,7 +32,7 @@ from h3bench.run.measure import Measure
 from h3bench.run.pace import Pace
 from h3bench.run.records import BlockResult
 from h3bench.runspec import BASELINE, RunSpec
-from h3bench.runspec.schedule import Block
+from h3bench.runspec.cases import Block
 from h3bench.server.process import ServerProcess
 
 __all__ = ["HELDOUT", "HeldoutCase", "heldout_blocks", "heldout_cases", "run_heldout"]

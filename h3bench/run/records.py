@@ -18,7 +18,7 @@ from h3bench.evidence import LIFECYCLE, SAMPLES, SERVERS, Bundle
 from h3bench.evidence.codec import from_json
 from h3bench.outcome import Outcome
 from h3bench.run.contract import ServerContract
-from h3bench.runspec.schedule import Block
+from h3bench.runspec.cases import Block
 
 if TYPE_CHECKING:
     from h3bench.run.phases import RequestPhases

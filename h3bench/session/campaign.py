@@ -26,7 +26,8 @@ from h3bench.run.progress import Progress
 from h3bench.run.records import BlockResult
 from h3bench.run.resume import Resumed, resume_bundle
 from h3bench.runspec import RunSpec, load_runspec
-from h3bench.runspec.schedule import Block, Case, Schedule
+from h3bench.runspec.cases import Block, Case
+from h3bench.runspec.schedule import Schedule
 from h3bench.session.results import Results
 from h3bench.session.runner import Runner
 from h3bench.session.selection import require_runnable

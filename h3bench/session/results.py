@@ -37,10 +37,11 @@ from h3bench.plan.preflight import diagnostic_reasons, is_diagnostic
 from h3bench.run.contract import ArmContract, Contract, contract_changes, engine_help
 from h3bench.run.records import BlockFailed, BlockResult, CandidateStopped, Sample, Stop, load_results
 from h3bench.runspec import BASELINE, RunSpec, VllmArm, parse_runspec, require_same_spec
+from h3bench.runspec.cases import Block, CandidateWorkload, MatchedPair, OutputRef
 from h3bench.runspec.course import Course
 from h3bench.runspec.design import Design, design_text, looks_of, series_of
-from h3bench.runspec.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule, check_shards
-from h3bench.runspec.shards import Window, read_window
+from h3bench.runspec.schedule import Schedule
+from h3bench.runspec.shards import Window, check_shards, read_window
 from h3bench.session.settings import Settings
 from h3bench.stats import intervals, sequential, speed
 from h3bench.stats.sequential import LookDecision

@@ -48,7 +48,7 @@ from h3bench.run.profiling import profiled_blocks
 from h3bench.run.records import BlockFailed, BlockResult, CandidateStopped
 from h3bench.run.resume import Resumed
 from h3bench.runspec import Arm, RunSpec, VllmArm
-from h3bench.runspec.schedule import Block, Case
+from h3bench.runspec.cases import Block, Case
 from h3bench.session.results import Results
 from h3bench.session.settings import Settings
 from h3bench.verdict.acceptance import acceptance, heldout_candidates

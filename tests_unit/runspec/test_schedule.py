@@ -9,6 +9,7 @@ import pytest
 from h3bench.quality import lossless_design
 from h3bench.quality.lossless import lossless_feasibility
 from h3bench.runspec import load_runspec
+from h3bench.runspec.cases import CONTROLS, CandidateWorkload, MatchedPair
 from h3bench.runspec.course import Course
 from h3bench.runspec.design import (
     DesignMode,
@@ -19,7 +20,7 @@ from h3bench.runspec.design import (
     run_order,
     spread,
 )
-from h3bench.runspec.schedule import CONTROLS, CandidateWorkload, MatchedPair, Schedule, spec_blocks
+from h3bench.runspec.schedule import Schedule, spec_blocks
 
 SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"
 

@@ -16,8 +16,9 @@ from h3bench.report.terminal import summary_lines
 from h3bench.run.client import VideoClient
 from h3bench.run.profiling import profiled_request
 from h3bench.runspec import load_runspec, parse_runspec
+from h3bench.runspec.cases import Block
 from h3bench.runspec.design import series_of
-from h3bench.runspec.schedule import Block, Schedule
+from h3bench.runspec.schedule import Schedule
 from h3bench.server.ports import LOCALHOST, find_free_port
 from h3bench.server.process import ServerProcess
 from h3bench.session.results import Results
