@@ -46,7 +46,7 @@ from h3bench.bisect.probe import DECISIONS, ProbeTest, Step, between_flags, qual
 from h3bench.bisect.search import CONFIRMS, SearchRule, SearchState, threshold_after
 from h3bench.bisect.specs import Kind, campaign_data, duration_of, engine, table_of, write_spec
 from h3bench.errors import EvidenceError, NothingToResume, UsageError
-from h3bench.evidence import Bundle, require_verified
+from h3bench.evidence import BundleReader, require_verified
 from h3bench.evidence.files import now
 from h3bench.evidence.verify import final_sha256
 from h3bench.outcome import Outcome
@@ -54,9 +54,12 @@ from h3bench.run.records import FailureKind
 from h3bench.runspec import BASELINE, RunSpec, load_runspec
 from h3bench.runspec.design import budget_of
 from h3bench.session.results import Results
+from h3bench.session.revalidation import judge_all, load_quality
 from h3bench.session.settings import DEFAULT_LOCK_PATH, Settings
 from h3bench.stats import intervals, sequential
 from h3bench.stats.blockstat import block_log_statistics
+from h3bench.verdict.assemble import candidate_verdicts
+from h3bench.verdict.device import device_time
 from h3bench.verdict.looks import series_blocks
 from h3bench.verdict.verdicts import duration_key
 
@@ -147,11 +150,11 @@ def observe(results: Results, spec: RunSpec) -> Observation:
         speed = sequential.REASONS[decision.reason_code] if decision.stop else "continue"
         speed_outcome = decision.outcome
         interval = (float(decision.ratio or 0.0), float(decision.lower or 0.0), float(decision.upper or 0.0))
-    verdict = results.verdicts().get(candidate)
+    verdict = candidate_verdicts(results).get(candidate)
     reasons: tuple[str, ...] = ()
     if verdict is not None and duration_key(duration) in verdict.durations:
         reasons = tuple(verdict.durations[duration_key(duration)].speed_reasons)
-    device = sum(d.device_s for d in results.device_time().values())
+    device = sum(d.device_s for d in device_time(spec, results.schedule.blocks, results.ran).values())
     path = results.bundle.path
     seal = final_sha256(path)
     if seal is None:
@@ -167,7 +170,7 @@ def observe_bundle(path: Path, lpips_dir: Path | None = None) -> tuple[RunSpec, 
     settings = Settings.for_bundle(path, lossless=False, lpips_dir=str(lpips_dir) if lpips_dir else None,
                                    lpips_device="cpu")
     results = Results.from_bundle(path, settings, verified=True)
-    results.load_quality()
+    load_quality(results)
     return results.spec, observe(results, results.spec)
 
 
@@ -290,7 +293,7 @@ class Bisection:
         root = self.directory / "bundles"
         for manifest in sorted(root.glob("*/manifest.json")):
             try:
-                if Bundle.open(manifest.parent).spec_id == spec_id:
+                if BundleReader.open(manifest.parent).spec_id == spec_id:
                     return manifest.parent
             except EvidenceError:
                 continue
@@ -305,8 +308,8 @@ class Bisection:
         path = self._spec_file(kind, control, candidate, number)
         derived = load_runspec(path)
         existing = self._bundle_of(derived.spec_id)
-        if existing is not None and Bundle.open(existing).is_complete and \
-                (Bundle.open(existing).final() or {}).get("outcome") == "completed":
+        if existing is not None and BundleReader.open(existing).is_complete and \
+                (BundleReader.open(existing).final() or {}).get("outcome") == "completed":
             return existing
         settings = Settings(path, evidence_root=self.directory / "bundles", resume=existing,
                             lpips_dir=self.options.lpips_dir, lpips_device=self.options.lpips_device,
@@ -325,7 +328,7 @@ class Bisection:
                 self._pairs(campaign, derived, self._probe_done(candidate - 1, prior_state))
             else:
                 self._pairs(campaign, derived, self._campaign_done)
-            campaign.results.judge_all()
+            judge_all(campaign.results)
         except KeyboardInterrupt as exc:
             from h3bench.run.block import interrupt_name
 
@@ -540,7 +543,7 @@ class Bisection:
 
     def take_bundle(self, bundle: Path) -> dict[str, Any] | None:
         """Append what a waiting step's sealed bundle showed (``--take``), the step found by the bundle's spec."""
-        spec_id = Bundle.open(bundle).spec_id
+        spec_id = BundleReader.open(bundle).spec_id
         for kind, position, number in self.pending():
             control = self._parent(number) if kind == "confirm" else 0
             if load_runspec(self._spec_file(kind, control, position, number)).spec_id == spec_id:

@@ -62,6 +62,7 @@ def run_campaign(args: argparse.Namespace) -> int:
     from h3bench.run.block import interrupt_name
     from h3bench.run.progress import Progress
     from h3bench.session.campaign import start_campaign
+    from h3bench.session.revalidation import judge_all
 
     with interrupts.installed():
         settings = settings_from(args)
@@ -77,7 +78,7 @@ def run_campaign(args: argparse.Namespace) -> int:
         interrupted = None
         try:
             campaign.run_selected(lambda line: print(line, flush=True))
-            campaign.results.judge_all()
+            judge_all(campaign.results)
         except KeyboardInterrupt as exc:
             interrupted = f"interrupted by {interrupt_name(exc)}"
         finally:

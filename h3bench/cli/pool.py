@@ -40,9 +40,9 @@ def run_pool(args: argparse.Namespace) -> int:
     out = Path(args.out)
     pooled = pool_bundles(args.bundles, out, progress=lambda line: print(line, flush=True))
     document = pooled.document
-    from h3bench.evidence import Bundle
+    from h3bench.evidence import BundleReader
 
-    bundle = Bundle.open(pooled.path)
+    bundle = BundleReader.open(pooled.path)
     spec = parse_runspec(bundle.manifest["spec"], source=f"{pooled.path}/manifest.json")
     for line in campaign_summary(spec, document, bundle=pooled.path, verbose=args.verbose):
         print(line)

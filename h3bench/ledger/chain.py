@@ -423,10 +423,10 @@ class LedgerReport:
 
 
 def _seals_of(bundle: Path) -> list[str]:
-    from h3bench.evidence import Bundle
+    from h3bench.evidence import BundleReader
 
     try:
-        return [sha for _, sha in Bundle.open(bundle).seals()]
+        return [sha for _, sha in BundleReader.open(bundle).seals()]
     except (EvidenceError, OSError):
         return []
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from h3bench.errors import H3BenchError
-from h3bench.evidence import Bundle, files
+from h3bench.evidence import BundleReader, files
 from h3bench.h3 import expected_shape, workload_marker
 from h3bench.host.devices import DeviceLock
 from h3bench.plan.design import design_problems, design_warnings
@@ -96,12 +96,12 @@ class Plan:
         return len(self.blocks)
 
 
-def _history(spec: RunSpec, roots: Iterable[Path]) -> list[Bundle]:
+def _history(spec: RunSpec, roots: Iterable[Path]) -> list[BundleReader]:
     found = []
     for root in roots:
         for manifest in sorted(Path(root).glob("*/manifest.json")):
             try:
-                bundle = Bundle.open(manifest.parent)
+                bundle = BundleReader.open(manifest.parent)
             except H3BenchError:
                 continue
             if bundle.spec_id == spec.spec_id:
@@ -109,7 +109,7 @@ def _history(spec: RunSpec, roots: Iterable[Path]) -> list[Bundle]:
     return found
 
 
-def _measured_costs(spec: RunSpec, bundles: list[Bundle]) -> dict[tuple[float, str], Cost]:
+def _measured_costs(spec: RunSpec, bundles: list[BundleReader]) -> dict[tuple[float, str], Cost]:
     """Medians of what earlier bundles of this spec measured, per (duration, arm)."""
     seen: dict[tuple[float, str], dict[str, list[float]]] = {}
     for bundle in bundles:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from h3bench.errors import H3BenchError
-from h3bench.evidence import LIFECYCLE, SAMPLES, SERVERS, Bundle
+from h3bench.evidence import LIFECYCLE, SAMPLES, SERVERS, BundleReader
 from h3bench.evidence.codec import from_json
 from h3bench.outcome import Outcome
 from h3bench.run.contract import ServerContract
@@ -240,18 +240,18 @@ class CandidateStopped(H3BenchError):
     """A block of a candidate that a stop rule has already stopped; the plugin skips it."""
 
 
-def _finished(bundle: Bundle) -> dict[str, tuple[str, dict[str, Any]]]:
+def _finished(bundle: BundleReader) -> dict[str, tuple[str, dict[str, Any]]]:
     """Per block, the segment and lifecycle record of its last attempt that was not interrupted."""
     return {event["block"]: (segment, event) for segment, event in bundle.by_segment(LIFECYCLE)
             if not event.get("interrupted")}
 
 
-def finished_attempts(bundle: Bundle) -> dict[str, tuple[str, dict[str, Any]]]:
+def finished_attempts(bundle: BundleReader) -> dict[str, tuple[str, dict[str, Any]]]:
     """Per block id, the segment and lifecycle record of its last finished attempt (what :func:`load_results` counts)."""
     return _finished(bundle)
 
 
-def load_results(bundle: Bundle, blocks: tuple[Block, ...]) -> dict[str, BlockResult]:
+def load_results(bundle: BundleReader, blocks: tuple[Block, ...]) -> dict[str, BlockResult]:
     """The results of those ``blocks`` that the bundle holds a finished attempt of.
 
     A block that ran more than once (an interrupted attempt, then a resume)
@@ -272,7 +272,7 @@ def load_results(bundle: Bundle, blocks: tuple[Block, ...]) -> dict[str, BlockRe
     return results
 
 
-def incomplete_attempts(bundle: Bundle) -> list[dict[str, Any]]:
+def incomplete_attempts(bundle: BundleReader) -> list[dict[str, Any]]:
     """Every started attempt of a block that did not finish: its segment, block, server and sample count."""
     finished = {(segment, block) for block, (segment, _) in _finished(bundle).items()}
     counts: dict[tuple[str, str], int] = {}
