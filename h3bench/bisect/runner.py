@@ -330,7 +330,7 @@ class Bisection:
                 self._pairs(campaign, derived, self._campaign_done)
             judge_all(campaign.results)
         except KeyboardInterrupt as exc:
-            from h3bench.run.block import interrupt_name
+            from h3bench.run.failures import interrupt_name
 
             interrupted = f"interrupted by {interrupt_name(exc)}"
             raise

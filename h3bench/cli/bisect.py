@@ -131,7 +131,7 @@ def run_bisect(args: argparse.Namespace) -> int:
                 print(f"h3bench bisect: the culprit is {args.expect}, as expected", flush=True)
             return code
         except KeyboardInterrupt as exc:
-            from h3bench.run.block import interrupt_name
+            from h3bench.run.failures import interrupt_name
 
             print(f"h3bench bisect: interrupted by {interrupt_name(exc)}; the campaign that ran is sealed as "
                   f"interrupted. Continue with: h3bench bisect --runspec {settings.runspec} --resume "

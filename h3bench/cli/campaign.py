@@ -59,7 +59,7 @@ def run_campaign(args: argparse.Namespace) -> int:
     """Run, judge, seal and summarise one campaign; the exit code is its verdict (130 if interrupted)."""
     from h3bench import interrupts
     from h3bench.errors import NothingToResume
-    from h3bench.run.block import interrupt_name
+    from h3bench.run.failures import interrupt_name
     from h3bench.run.progress import Progress
     from h3bench.session.campaign import start_campaign
     from h3bench.session.revalidation import judge_all

@@ -41,7 +41,8 @@ from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
 from h3bench.host.inventory import host_identity
 from h3bench.plan.preflight import DIAGNOSTIC, Preflight
-from h3bench.run.block import interrupt_name, run_block
+from h3bench.run.block import run_block
+from h3bench.run.failures import interrupt_name
 from h3bench.run.heldout import heldout_cases, run_heldout
 from h3bench.run.measure import Measure, PlainMeasure, block_info
 from h3bench.run.pace import Pace
