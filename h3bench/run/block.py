@@ -42,12 +42,13 @@ from h3bench.run.measure import Measure, PlainMeasure
 from h3bench.run.pace import Pace
 from h3bench.run.progress import Progress
 from h3bench.run.recorder import Recorder
-from h3bench.run.records import BlockResult, FailureKind, Lifecycle, failure_of
+from h3bench.run.records import BlockResult, FailureKind, Lifecycle
 from h3bench.run.script import Script, formal
 from h3bench.runspec import RunSpec
 from h3bench.runspec.cases import Block
 from h3bench.server.log import read_attention_backends, require_attention_backend
-from h3bench.server.process import ExitReport, ServerProcess
+from h3bench.server.process import ServerProcess
+from h3bench.server.record import ExitCheck, ExitReport
 
 __all__ = ["run_block"]
 
@@ -131,52 +132,34 @@ def run_block(
         raise interruption from None  # the block's record cannot be kept either; --resume finds it incomplete
     if interruption is not None:
         raise interruption
-    return BlockResult(block, server.pid, tuple(recorder.samples), Lifecycle.from_record(lifecycle),
-                       failure_of(lifecycle))
+    return BlockResult(block, server.pid, tuple(recorder.samples), lifecycle, lifecycle.recorded_failure)
 
 
 def _record_block(spec: RunSpec, block: Block, bundle: Bundle, server: ServerProcess, exit_report: ExitReport | None,
                   log_path: Path, scrubber: Scrubber, text: str | None, attention: dict[str, Any],
                   failure: tuple[FailureKind, str] | None, outcome: Outcome,
-                  interruption: BaseException | None, contract: ServerContract | None) -> dict[str, Any]:
+                  interruption: BaseException | None, contract: ServerContract | None) -> Lifecycle:
     """Store the server log and append the block's lifecycle record (with the contract its server recorded at
-    its start, None when it never answered); the record."""
-    protocol = spec.protocol
+    its start, None when it never answered); the record, as the bundle keeps it (scrubbed)."""
     log_rel = bundle.store_log(log_path, f"{block.id}.log") if log_path.exists() else ""
     if text is not None and log_rel:
         text += f"\n(the server log is kept in the bundle: {bundle.path / log_rel})"
-    lifecycle = {
-        "block": block.id,
-        "arm": block.arm,
-        "duration": block.duration,
-        "position": block.position,
-        **server.record().to_dict(),
-        "shutdown_budget_s": protocol.shutdown_budget_s,
-        "exit": _exit_dict(exit_report),
-        "log_relpath": log_rel,
-        "attention_backend": attention,
-        "failure": text,
-        "failure_kind": str(failure[0]) if failure is not None else None,
-        "failure_outcome": str(outcome),
-        "interrupted": interrupt_name(interruption) if interruption is not None else None,
-        "contract": contract.to_dict() if contract is not None else None,
-    }
-    lifecycle = scrubber.record(lifecycle)
-    bundle.append_lifecycle(lifecycle)
-    return lifecycle
-
-
-def _exit_dict(report: ExitReport | None) -> dict[str, Any]:
-    if report is None:
-        return {"pids_seen": [], "survivors": [], "port_free": None, "port_holder": None, "verified": False}
-    return {
-        "pids_seen": [p.pid for p in report.pids_seen],
-        "escaped": [p.describe() for p in report.escaped],
-        "survivors": list(report.survivors),
-        "port_free": report.port_free,
-        "port_holder": report.port_holder,
-        "device_leftovers": list(report.device_leftovers),
-        "device_interference": list(report.device_interference),
-        "device_notes": list(report.device_notes),
-        "verified": True,
-    }
+    lifecycle = Lifecycle(
+        block=block.id,
+        arm=block.arm,
+        duration=block.duration,
+        position=block.position,
+        server=server.record(),
+        shutdown_budget_s=spec.protocol.shutdown_budget_s,
+        exit=ExitCheck.of(exit_report),
+        log_relpath=log_rel,
+        attention_backend=attention,
+        failure=text,
+        failure_kind=failure[0] if failure is not None else None,
+        failure_outcome=outcome,
+        interrupted=interrupt_name(interruption) if interruption is not None else None,
+        contract=contract,
+    )
+    record = scrubber.record(lifecycle.to_record())
+    bundle.append_lifecycle(record)
+    return Lifecycle.from_record(record)

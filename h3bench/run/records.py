@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 
 from h3bench.errors import H3BenchError
 from h3bench.evidence import LIFECYCLE, SAMPLES, SERVERS, BundleReader
-from h3bench.evidence.codec import from_json
+from h3bench.evidence.codec import FLAT, from_json, to_json
 from h3bench.outcome import Outcome
 from h3bench.run.contract import ServerContract
 from h3bench.runspec.cases import Block
+from h3bench.server.record import ExitCheck, ServerRecord
 
 if TYPE_CHECKING:
     from h3bench.run.phases import RequestPhases
@@ -34,7 +35,6 @@ __all__ = [
     "Lifecycle",
     "Sample",
     "Stop",
-    "failure_of",
     "finished_attempts",
     "headline",
     "incomplete_attempts",
@@ -129,43 +129,68 @@ class Failure:
 
 
 @dataclass(frozen=True)
-class ExitCheck:
-    """What the exit check found after the server stopped (``lifecycle.jsonl``'s ``exit``)."""
-
-    pids_seen: tuple[int, ...] = ()
-    escaped: tuple[str, ...] = ()
-    survivors: tuple[str, ...] = ()
-    port_free: bool | None = None
-    port_holder: str | None = None
-    device_leftovers: tuple[str, ...] = ()
-    device_interference: tuple[str, ...] = ()
-    device_notes: tuple[str, ...] = ()
-    verified: bool = False
-
-
-@dataclass(frozen=True)
 class Lifecycle:
-    """One block's server process as ``lifecycle.jsonl`` records it: the fields that every reader uses.
+    """One line of ``lifecycle.jsonl``: one block's server process from launch to proof of exit, and how it ended.
 
-    The line itself holds more (argv, environment, host, port); it stays in
-    the bundle as written.
+    :func:`~h3bench.run.block.run_block` writes it and every reader reads it
+    back through :mod:`h3bench.evidence.codec`, so both see one type. The
+    server's own fields (:class:`~h3bench.server.record.ServerRecord`) stand
+    at the line's top level; a line written by an older version, or by a
+    test, may lack any field after ``position``.
     """
 
     block: str
     arm: str
     duration: float
     position: int
-    startup_s: float | None = None  # launch → first 200 from /health
-    warmup_s: float | None = None
-    shutdown_s: float | None = None  # SIGTERM → no recorded process still running
+    server: ServerRecord = field(default_factory=ServerRecord, metadata=FLAT)
     shutdown_budget_s: float | None = None
-    graceful: bool | None = None  # False when SIGKILL was needed
-    exit_code: int | None = None
-    exit: ExitCheck = ExitCheck()
+    exit: ExitCheck = field(default_factory=ExitCheck)
     log_relpath: str = ""
     attention_backend: dict[str, Any] = field(default_factory=dict)
+    failure: str | None = None  # what ended the block, scrubbed, with its context; None: it did not fail
+    failure_kind: FailureKind | None = None  # None in bundles written before the kind was recorded
+    failure_outcome: Outcome = Outcome.FAIL  # what a failure of this block makes (recorded for every block)
     interrupted: str | None = None  # the signal or exception that interrupted the block
     contract: ServerContract | None = None  # what the server said it accepts (h3bench.run.contract); None: older
+
+    @property
+    def startup_s(self) -> float | None:
+        """Launch → first 200 from /health."""
+        return self.server.startup_s
+
+    @property
+    def warmup_s(self) -> float | None:
+        return self.server.warmup_s
+
+    @property
+    def shutdown_s(self) -> float | None:
+        """SIGTERM → no recorded process still running."""
+        return self.server.shutdown_s
+
+    @property
+    def graceful(self) -> bool | None:
+        """False when SIGKILL was needed."""
+        return self.server.graceful
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.server.exit_code
+
+    @property
+    def recorded_failure(self) -> Failure | None:
+        """The failure this line records (an older line without ``failure_kind`` is read by its text)."""
+        if not self.failure:
+            return None
+        kind = self.failure_kind
+        if kind is None:
+            kind = next((k for k in FailureKind if self.failure.startswith(k.value)), FailureKind.ERROR)
+        return Failure(kind, self.failure, self.failure_outcome)
+
+    def to_record(self) -> dict[str, Any]:
+        """The line as JSON types, for ``lifecycle.jsonl``."""
+        record: dict[str, Any] = to_json(self)
+        return record
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Lifecycle:
@@ -207,17 +232,6 @@ class BlockResult:
     @property
     def ok(self) -> bool:
         return self.failure is None
-
-
-def failure_of(record: dict[str, Any]) -> Failure | None:
-    """The failure a lifecycle line records (older lines without ``failure_kind`` are read by their text)."""
-    text = record.get("failure")
-    if not text:
-        return None
-    kind = record.get("failure_kind")
-    if kind is None:  # bundles written before the kind was recorded
-        kind = next((k for k in FailureKind if text.startswith(k.value)), FailureKind.ERROR)
-    return Failure(FailureKind(kind), text, Outcome(record.get("failure_outcome", Outcome.FAIL)))
 
 
 @dataclass(frozen=True)
@@ -267,8 +281,9 @@ def load_results(bundle: BundleReader, blocks: tuple[Block, ...]) -> dict[str, B
     for block in blocks:
         if block.id in finished:
             segment, event = finished[block.id]
+            life = Lifecycle.from_record(event)
             results[block.id] = BlockResult(block, event.get("pid"), tuple(samples.get((segment, block.id), ())),
-                                             Lifecycle.from_record(event), failure_of(event))
+                                             life, life.recorded_failure)
     return results
 
 
