@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import tomllib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Any
 
 from h3bench.conformance.answers import Answer
 from h3bench.errors import UsageError
+from h3bench.evidence.files import read_toml
 
 __all__ = [
     "DELIBERATE_PATH",
@@ -171,12 +171,7 @@ def parse_deliberate(data: Mapping[str, Any], *, source: str, probes: Collection
 
 def load_deliberate(path: Path = DELIBERATE_PATH, *, probes: Collection[str] | None = None) -> tuple[Deliberate, ...]:
     """Read and validate a deliberate-differences file (:func:`parse_deliberate`)."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: TOML syntax error: {exc}") from exc
+    data = read_toml(path, "the deliberate differences")
     return parse_deliberate(data, source=str(path), probes=probes)
 
 
