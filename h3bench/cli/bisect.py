@@ -91,7 +91,8 @@ def _write_range(base: Path, args: argparse.Namespace) -> int:
 
 def run_bisect(args: argparse.Namespace) -> int:
     from h3bench import interrupts
-    from h3bench.bisect.runner import Bisection, Options, parse_step
+    from h3bench.bisect.runner import Bisection, Options
+    from h3bench.bisect.specs import parse_step
     from h3bench.errors import UsageError
 
     settings = options.resolve(options.reader(args), here=Path.cwd(), command=("h3bench", *sys.argv[1:]))
