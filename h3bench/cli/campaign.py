@@ -123,7 +123,8 @@ def configure_plan(parser: argparse.ArgumentParser) -> None:
 
 def run_plan(args: argparse.Namespace) -> int:
     """Print the plan; exit 0 when nothing stands in the way, 1 when a problem was found."""
-    from h3bench.plan.estimate import make_plan, plan_lines
+    from h3bench.plan.estimate import make_plan
+    from h3bench.plan.summary import plan_lines
     from h3bench.runspec import load_runspec
 
     settings = settings_from(args)
@@ -141,7 +142,7 @@ def run_plan(args: argparse.Namespace) -> int:
         for line in bisect_lines(spec):
             print(line)
     if args.shards:
-        from h3bench.plan.estimate import shard_lines
+        from h3bench.plan.summary import shard_lines
 
         for line in shard_lines(spec, args.shards, [settings.evidence_root, *args.history]):
             print(line)

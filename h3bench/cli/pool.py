@@ -34,7 +34,7 @@ def configure_pool(parser: argparse.ArgumentParser) -> None:
 def run_pool(args: argparse.Namespace) -> int:
     from h3bench.pool import next_window, pool_bundles, window_lines, write_window
     from h3bench.pool.fanin import pooled_results
-    from h3bench.report.terminal import campaign_summary
+    from h3bench.report.screen import campaign_summary
     from h3bench.runspec import parse_runspec
 
     out = Path(args.out)

@@ -154,6 +154,7 @@ class Lifecycle:
     interrupted: str | None = None  # the signal or exception that interrupted the block
     contract: ServerContract | None = None  # what the server said it accepts (h3bench.run.contract); None: older
 
+    # What the campaign's own tests read (tests_lifecycle/): the server's timings and stop, by their names.
     @property
     def startup_s(self) -> float | None:
         """Launch → first 200 from /health."""

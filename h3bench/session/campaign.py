@@ -19,7 +19,8 @@ from h3bench.evidence import BundleReader, files
 from h3bench.evidence.files import now
 from h3bench.plan.estimate import bundle_bytes, cost_of
 from h3bench.plan.preflight import preflight
-from h3bench.report.terminal import campaign_summary, report_header
+from h3bench.report.screen import campaign_summary
+from h3bench.report.terminal import report_header
 from h3bench.run.measure import Measure
 from h3bench.run.pace import Pace
 from h3bench.run.progress import Progress

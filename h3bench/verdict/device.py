@@ -35,7 +35,7 @@ def _timed(result: BlockResult) -> list[float]:
 
 def block_seconds(result: BlockResult) -> float:
     """A block's wall time on its devices: start, warmup, the timed requests, stop."""
-    life = result.lifecycle
+    life = result.lifecycle.server
     return sum(v or 0.0 for v in (life.startup_s, life.warmup_s, life.shutdown_s)) + sum(_timed(result))
 
 
@@ -49,7 +49,7 @@ def fixed_block_seconds(spec: RunSpec, result: BlockResult) -> float:
     Its start and stop as measured, its warmups and timed requests (1 +
     3 + 1 by default) at this block's warmup and mean timed request.
     """
-    life = result.lifecycle
+    life = result.lifecycle.server
     own, fixed = Design.of(spec).budget, Design.fixed_of(spec).budget
     timed = _timed(result)
     per_request = statistics.fmean(timed) if timed else 0.0

@@ -26,7 +26,7 @@ def test_a_line_keeps_the_servers_fields_at_its_top_level_and_reads_back_the_sam
     assert record["exit"]["pids_seen"] == [12] and record["exit"]["escaped"] == ["pid 12 (python: python -m worker)"]
     assert record["exit"]["verified"] is True and record["failure_kind"] == "request failed"
     assert Lifecycle.from_record(record) == life
-    assert life.startup_s == 1.0 and life.graceful is True and life.exit_code == 0
+    assert life.server.startup_s == 1.0 and life.server.graceful is True and life.server.exit_code == 0
     assert life.recorded_failure is not None and life.recorded_failure.outcome is Outcome.INCONCLUSIVE
 
 
@@ -36,7 +36,7 @@ def test_a_line_written_before_the_typed_record_still_reads():
            "exit": {"pids_seen": [], "survivors": [], "port_free": None, "port_holder": None, "verified": False},
            "failure": "server did not start: no /health", "interrupted": None}
     life = Lifecycle.from_record(old)
-    assert life.exit == ExitCheck() and life.startup_s == 2.0
+    assert life.exit == ExitCheck() and life.server.startup_s == 2.0
     failure = life.recorded_failure
     assert failure is not None and failure.kind is FailureKind.START and failure.outcome is Outcome.FAIL
     assert Lifecycle.from_record({"block": "b", "arm": "a", "duration": 5, "position": 2}).recorded_failure is None

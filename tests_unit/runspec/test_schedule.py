@@ -103,7 +103,8 @@ def test_candidate_only_without_stored_bundle_keeps_the_spec_order(sim):
 
 
 def test_the_plans_block_line_keeps_the_lossless_controls_apart_from_the_series(sim, tmp_path):
-    from h3bench.plan.estimate import block_groups, make_plan
+    from h3bench.plan.estimate import make_plan
+    from h3bench.plan.summary import block_groups
 
     planned = make_plan(sim, lock_path=tmp_path / "lock")
     line = block_groups(b for b in planned.blocks if b.duration == 5.0)
