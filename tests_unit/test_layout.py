@@ -27,6 +27,10 @@ LAYERS = ("evidence", "media", "metrics", "stats", "quality", "runspec", "host",
 # The simulator is a program of its own: it shares only the H3 facts and the error tree with the harness.
 SIM_MAY_IMPORT = {"h3bench.h3", "h3bench.errors"}
 HEAVY = ("numpy", "scipy", "pydantic", "av", "torch", "httpx")
+# One job per module: a module past this many lines holds several, except these, each long with one job and its
+# references at hand (issue 38).
+MAX_LINES = 470
+LONG_WITH_ONE_JOB = {"h3bench.stats.sequential", "h3bench.server.process", "h3bench.quality.engine"}
 
 
 def _modules() -> dict[str, Path]:
@@ -102,6 +106,11 @@ def test_the_top_level_holds_only_what_every_stage_shares_and_the_stage_packages
     packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     assert top == set(SHARED)
     assert packages == set(LAYERS)
+
+
+def test_no_module_is_longer_than_one_job_needs():
+    lengths = {module: len(path.read_text(encoding="utf-8").splitlines()) for module, path in MODULES.items()}
+    assert {module: n for module, n in lengths.items() if n > MAX_LINES and module not in LONG_WITH_ONE_JOB} == {}
 
 
 def test_no_import_cycle_counting_lazy_and_type_checking_imports():
