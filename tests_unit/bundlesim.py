@@ -25,9 +25,11 @@ from h3bench.evidence import Bundle
 from h3bench.outcome import Outcome
 from h3bench.run.contract import ContractPart, ServerContract
 from h3bench.runspec import RunSpec, load_runspec, parse_runspec
-from h3bench.runspec.schedule import Block, Schedule
+from h3bench.runspec.cases import Block
+from h3bench.runspec.schedule import Schedule
 from h3bench.session.results import Results
 from h3bench.session.settings import Settings
+from h3bench.verdict.assemble import candidate_verdicts, document
 from h3bench.verdict.verdicts import Acceptance, HeldoutVerdict
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "runspecs"
@@ -129,13 +131,13 @@ def _seal(bundle: Bundle, spec: RunSpec, *, parts: Mapping[str, Mapping[str, Out
     bundle.write_quality(quality.VALIDATOR_VERSION, {"pairs": {}, "lossless": {}})
     results = Results(spec, Settings(None), bundle=bundle)
     verdicts = {}
-    for name, verdict in results.verdicts().items():
+    for name, verdict in candidate_verdicts(results).items():
         part = (parts or {}).get(name, {})
         durations = {key: dataclasses.replace(d, speed=part.get("speed", d.speed),
                                               quality=part.get("quality", Outcome.PASS), quality_pairs=3,
                                               lossless_enabled=False, lossless=None)
                      for key, d in verdict.durations.items()}
         verdicts[name] = dataclasses.replace(verdict, durations=durations)
-    bundle.write_verdict(results.document(verdicts=verdicts, heldout=heldout, accepted=accepted,
-                                          interrupted=interrupted).to_dict())
+    bundle.write_verdict(document(results, verdicts=verdicts, heldout=heldout, accepted=accepted,
+                                  interrupted=interrupted).to_dict())
     bundle.close(interrupted=interrupted)

@@ -27,6 +27,10 @@ LAYERS = ("evidence", "media", "metrics", "stats", "quality", "runspec", "host",
 # The simulator is a program of its own: it shares only the H3 facts and the error tree with the harness.
 SIM_MAY_IMPORT = {"h3bench.h3", "h3bench.errors"}
 HEAVY = ("numpy", "scipy", "pydantic", "av", "torch", "httpx")
+# One job per module: a module past this many lines holds several, except these, each long with one job and its
+# references at hand (issue 38).
+MAX_LINES = 470
+LONG_WITH_ONE_JOB = {"h3bench.stats.sequential", "h3bench.server.process", "h3bench.quality.engine"}
 
 
 def _modules() -> dict[str, Path]:
@@ -104,6 +108,11 @@ def test_the_top_level_holds_only_what_every_stage_shares_and_the_stage_packages
     assert packages == set(LAYERS)
 
 
+def test_no_module_is_longer_than_one_job_needs():
+    lengths = {module: len(path.read_text(encoding="utf-8").splitlines()) for module, path in MODULES.items()}
+    assert {module: n for module, n in lengths.items() if n > MAX_LINES and module not in LONG_WITH_ONE_JOB} == {}
+
+
 def test_no_import_cycle_counting_lazy_and_type_checking_imports():
     assert cycles(GRAPH) == []
 
@@ -145,7 +154,7 @@ def test_the_simulator_imports_only_the_h3_facts_and_the_error_tree():
 def test_the_harness_and_the_simulator_name_the_same_variables():
     """They are separate programs: each names the variable, and these must agree."""
     from h3bench import sim
-    from h3bench.run.block import BLOCK_ID_ENV
+    from h3bench.run.launch import BLOCK_ID_ENV
     from h3bench.runspec.arms import SIM_PROFILE_ENV
     from h3bench.sim import app
 

@@ -7,7 +7,9 @@
 - :mod:`~h3bench.bisect.search`: when the search stops, what it names, and its live state;
 - :mod:`~h3bench.bisect.specs`: the verify, probe and confirm campaigns derived from the bisect spec;
 - :mod:`~h3bench.bisect.log`: the hash-chained bisection log;
-- :mod:`~h3bench.bisect.runner`: the live search, each campaign run by the project's campaign machinery;
+- :mod:`~h3bench.bisect.runner`: the live search; :mod:`~h3bench.bisect.campaigns` runs each campaign by the
+  project's campaign machinery, :mod:`~h3bench.bisect.observe` reads what its sealed bundle showed, and
+  :mod:`~h3bench.bisect.summary` prints the log;
 - :mod:`~h3bench.bisect.simulate`: whole searches simulated through the same code (error rates, cost);
 - :mod:`~h3bench.bisect.plan` and :mod:`~h3bench.bisect.report`: what it will cost, and what it did.
 

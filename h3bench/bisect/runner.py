@@ -3,18 +3,15 @@
 A bisection lives in one directory (``<evidence>/bisect-<spec>-<time>/``):
 ``bisect-log.jsonl`` (:mod:`h3bench.bisect.log`), ``specs/`` (each campaign's
 derived RunSpec, :mod:`h3bench.bisect.specs`) and ``bundles/`` (each
-campaign's sealed evidence bundle). Every campaign is run by
-:func:`h3bench.session.campaign.start_campaign`, the machinery ``h3bench run``
-uses: fresh servers, the same seeds, every gate, the device lock, SIGTERM and
-``--resume`` as there. A probe's blocks are selected one AB/BA pair at a time
-(:meth:`h3bench.session.campaign.Campaign.select_blocks`) and the probe test
-(:class:`h3bench.bisect.probe.ProbeTest`) decides after each pair whether
-another is needed; the matched pairs' gates are judged after each pair too,
+campaign's sealed evidence bundle). Every campaign is run as ``h3bench run``
+runs one (:mod:`h3bench.bisect.campaigns`). A probe's blocks run one AB/BA
+pair at a time and the probe test (:class:`h3bench.bisect.probe.ProbeTest`)
+decides after each pair whether another is needed; the matched pairs' gates are judged after each pair too,
 so a probe whose output breaks stops there and is recorded as broken, never
 as slow.
 
 What a campaign showed is read back from its sealed bundle
-(:func:`observe`), whether this process ran it or another host did
+(:func:`h3bench.bisect.observe.observe`), whether this process ran it or another host did
 (``--take``), so a resume and a fan-in reach what the run reached.
 
 A commit whose server fails to start or serve (or whose output breaks, in a
@@ -25,14 +22,13 @@ Several hosts (``--next N`` / ``--run probe:K`` / ``--take``): ``--next``
 chooses a round of N probes at once and records it, each host runs one
 with ``--run`` into its own sealed bundle, and ``--take`` verifies the
 bundles and appends what they showed. One host runs the same steps in one
-process.
+process. The log's lines and summary are :mod:`h3bench.bisect.summary`'s.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,135 +36,26 @@ from typing import Any
 
 import numpy as np
 
+from h3bench.bisect.campaigns import Options, run_campaign
 from h3bench.bisect.choice import ProbeCosts
 from h3bench.bisect.log import LOG_NAME, BisectionLog
+from h3bench.bisect.observe import Observation, observe_bundle, pair_log_ratios
 from h3bench.bisect.probe import DECISIONS, ProbeTest, Step, between_flags, quality_log_lr
 from h3bench.bisect.search import CONFIRMS, SearchRule, SearchState, threshold_after
 from h3bench.bisect.specs import Kind, campaign_data, duration_of, engine, table_of, write_spec
-from h3bench.errors import EvidenceError, NothingToResume, UsageError
-from h3bench.evidence import Bundle, require_verified
+from h3bench.bisect.summary import record_line, summary_lines
+from h3bench.errors import UsageError
+from h3bench.evidence import BundleReader
 from h3bench.evidence.files import now
-from h3bench.evidence.verify import final_sha256
 from h3bench.outcome import Outcome
-from h3bench.run.records import FailureKind
 from h3bench.runspec import BASELINE, RunSpec, load_runspec
 from h3bench.runspec.design import budget_of
 from h3bench.session.results import Results
-from h3bench.session.settings import DEFAULT_LOCK_PATH, Settings
-from h3bench.stats import intervals, sequential
-from h3bench.stats.blockstat import block_log_statistics
-from h3bench.verdict.looks import series_blocks
-from h3bench.verdict.verdicts import duration_key
+from h3bench.stats import sequential
 
-__all__ = ["Bisection", "Observation", "Options", "observe", "observe_bundle", "parse_step", "summary_lines"]
+__all__ = ["Bisection", "Options"]
 
-# A commit's block that ends so is the commit's own failure to start or serve: the commit is skipped. Any
-# other (resource interference: the host's) makes the probe invalid, as a failed block of the good engine does.
-SERVING_FAILURES = {FailureKind.START, FailureKind.REQUEST, FailureKind.ATTENTION, FailureKind.CLEANUP,
-                    FailureKind.SHUTDOWN, FailureKind.AUDIT, FailureKind.ERROR}
 INVALID_LIMIT = 2  # a commit whose probe was invalid this often (the good engine's blocks failed) is skipped
-
-
-@dataclass(frozen=True)
-class Options:
-    """How this process runs the bisection's campaigns (the campaign options ``h3bench run`` takes)."""
-
-    evidence_root: Path = Path("h3bench-evidence")
-    resume: Path | None = None
-    lpips_dir: Path | None = None
-    lpips_device: str = "cpu"
-    allow_unpinned: bool = False
-    device_lock: Path | None = None
-    progress_interval_s: float = 60.0
-    ledger: Path | None = None
-    on: str | None = None  # what regressed, when not the spec's [bisect] on
-
-
-@dataclass(frozen=True)
-class Observation:
-    """What one campaign's sealed bundle shows for the bisection."""
-
-    bundle: Path
-    final_sha256: str
-    spec_id: str
-    status: str  # "measured", "skipped" (the commit's server), "broken" (its output), "invalid" (the good engine's)
-    reason: str
-    log_ratios: tuple[float, ...]
-    failing: int  # matched pairs that failed a gate, of ``matched``
-    matched: int
-    speed: str  # the campaign's speed decision ("slower", "faster", "last look", ...; "" for a probe)
-    speed_outcome: Outcome
-    quality: Outcome | None
-    interval: tuple[float, float, float] | None  # ratio, lower, upper of the campaign's own look
-    device_s: float
-    reasons: tuple[str, ...] = ()
-
-
-def pair_log_ratios(results: Results, spec: RunSpec, candidate: str) -> tuple[float, ...]:
-    """The paired log ratios (candidate over control) of the series' complete pairs, as a campaign pairs them."""
-    budget = budget_of(spec)
-    blocks = series_blocks(results.series(duration_of(spec), candidate), budget)
-    pairs = len(blocks) // 2
-    if pairs == 0:
-        return ()
-    used = blocks[: 2 * pairs]
-    samples = np.array([[*b.measured, *([b.audit] if budget.audit else [])] for b in used], dtype=float)
-    order = "".join(b.role for b in used)
-    return tuple(float(v) for v in intervals.paired_log_ratios(block_log_statistics(samples[None], budget), order)[0])
-
-
-def observe(results: Results, spec: RunSpec) -> Observation:
-    """What a campaign of the bisection showed, from its results (a live run's, or a sealed bundle's)."""
-    candidate = next(name for name in spec.arms if name != BASELINE)
-    duration = duration_of(spec)
-    ran = results.series(duration, candidate)
-    status, reason = "measured", ""
-    for result in ran:
-        failure = result.failure
-        if failure is None:
-            continue
-        if failure.kind is FailureKind.INTERRUPTED:
-            raise UsageError(f"{results.bundle_path}: interrupted at {result.block.id}; resume it first")
-        if result.block.letter == "A" or failure.kind not in SERVING_FAILURES:  # the good engine's, or the host's
-            status, reason = "invalid", f"{result.block.id}: {failure.headline}"
-        else:
-            status, reason = "skipped", f"{result.block.id}: {failure.headline}"
-        break
-    pairs = results.judge.pairs_of(candidate, duration)
-    failing = sum(1 for p in pairs if p.outcome is Outcome.FAIL)
-    quality = results.judge.quality_outcome(pairs) if pairs else None
-    if status == "measured" and failing:
-        worst = next(p for p in pairs if p.outcome is Outcome.FAIL)
-        status, reason = "broken", f"{worst.id}: {', '.join(worst.failing)}"
-    decision = results.decision(duration, candidate)
-    speed_outcome, speed = Outcome.INCONCLUSIVE, ""
-    interval = None
-    if decision is not None and None not in (decision.ratio, decision.lower, decision.upper):
-        speed = sequential.REASONS[decision.reason_code] if decision.stop else "continue"
-        speed_outcome = decision.outcome
-        interval = (float(decision.ratio or 0.0), float(decision.lower or 0.0), float(decision.upper or 0.0))
-    verdict = results.verdicts().get(candidate)
-    reasons: tuple[str, ...] = ()
-    if verdict is not None and duration_key(duration) in verdict.durations:
-        reasons = tuple(verdict.durations[duration_key(duration)].speed_reasons)
-    device = sum(d.device_s for d in results.device_time().values())
-    path = results.bundle.path
-    seal = final_sha256(path)
-    if seal is None:
-        raise EvidenceError(f"{path}: the bundle is not sealed; only a sealed campaign enters the bisection",
-                            path=str(path))
-    return Observation(path, seal, spec.spec_id, status, reason, pair_log_ratios(results, spec, candidate),
-                       failing, len(pairs), speed, speed_outcome, quality, interval, device, reasons)
-
-
-def observe_bundle(path: Path, lpips_dir: Path | None = None) -> tuple[RunSpec, Observation]:
-    """A sealed campaign bundle, verified, and what it showed."""
-    require_verified(path, "it is not taken into the bisection")
-    settings = Settings.for_bundle(path, lossless=False, lpips_dir=str(lpips_dir) if lpips_dir else None,
-                                   lpips_device="cpu")
-    results = Results.from_bundle(path, settings, verified=True)
-    results.load_quality()
-    return results.spec, observe(results, results.spec)
 
 
 @dataclass
@@ -278,7 +165,7 @@ class Bisection:
         image = np.where(np.isin(np.arange(self.n), list(state.pulled)), 0.0, self.table.image_s)
         return ProbeCosts(block, np.full(self.n, block), image)
 
-    # -- running one campaign --------------------------------------------------------------------------------
+    # -- running one campaign (h3bench.bisect.campaigns) ------------------------------------------------------
 
     def _spec_file(self, kind: Kind, control: int, candidate: int, number: int) -> Path:
         data = campaign_data(self.spec, kind, control, candidate, number=number)
@@ -286,78 +173,16 @@ class Bisection:
                   f"(spec id {self.spec.spec_id}); `h3bench run --runspec THIS` repeats it")
         return write_spec(self.directory / "specs" / f"{data['name']}.toml", data, header)
 
-    def _bundle_of(self, spec_id: str) -> Path | None:
-        root = self.directory / "bundles"
-        for manifest in sorted(root.glob("*/manifest.json")):
-            try:
-                if Bundle.open(manifest.parent).spec_id == spec_id:
-                    return manifest.parent
-            except EvidenceError:
-                continue
-        return None
-
     def run_campaign(self, kind: Kind, control: int, candidate: int, number: int = 0, *,
                      prior_state: SearchState | None = None) -> Path:
         """Run (or resume) one campaign into a sealed bundle; its path. KeyboardInterrupt after sealing it."""
-        from h3bench.run.progress import Progress
-        from h3bench.session.campaign import start_campaign
-
-        path = self._spec_file(kind, control, candidate, number)
-        derived = load_runspec(path)
-        existing = self._bundle_of(derived.spec_id)
-        if existing is not None and Bundle.open(existing).is_complete and \
-                (Bundle.open(existing).final() or {}).get("outcome") == "completed":
-            return existing
-        settings = Settings(path, evidence_root=self.directory / "bundles", resume=existing,
-                            lpips_dir=self.options.lpips_dir, lpips_device=self.options.lpips_device,
-                            allow_unpinned=self.options.allow_unpinned,
-                            progress_interval_s=self.options.progress_interval_s,
-                            device_lock=self.options.device_lock or DEFAULT_LOCK_PATH)
-        try:
-            campaign = start_campaign(settings, Progress.on(sys.stderr, interval_s=self.options.progress_interval_s))
-        except NothingToResume:
-            assert existing is not None
-            return existing
-        interrupted = None
-        try:
-            if kind == "probe":
-                assert prior_state is not None
-                self._pairs(campaign, derived, self._probe_done(candidate - 1, prior_state))
-            else:
-                self._pairs(campaign, derived, self._campaign_done)
-            campaign.results.judge_all()
-        except KeyboardInterrupt as exc:
-            from h3bench.run.block import interrupt_name
-
-            interrupted = f"interrupted by {interrupt_name(exc)}"
-            raise
-        finally:
-            campaign.finish(interrupted)
-        return campaign.bundle.path
-
-    def _pairs(self, campaign: Any, spec: RunSpec, done: Callable[[Results, str, int], bool]) -> None:
-        """Run the campaign's AB/BA pairs one at a time, each pair's gates judged at once, until ``done`` or a stop.
-
-        A failed gate stops the candidate there (the campaign's own stop rule), so an output that breaks ends
-        the campaign as broken after one pair, whatever its speed.
-        """
-        name = next(n for n in spec.arms if n != BASELINE)
-        series = campaign.schedule.series(duration_of(spec), name)
-        results = campaign.results
-        matched = list(campaign.schedule.cases("matched_pair"))
-        for pairs in range(1, len(series) // 2 + 1):
-            wanted = {b.id for b in series[: 2 * pairs]}
-            campaign.select_blocks(lambda block, wanted=wanted: block.id in wanted or block.design == "controls")
-            campaign.run_selected(lambda line: self.say(f"  {line}"))
-            for case in matched:
-                if case.id not in results.judge.pairs and results.available(case.baseline) and \
-                        results.available(case.candidate):
-                    results.judge.compare(case)
-            if results.stopped(name) is not None or len(pair_log_ratios(results, spec, name)) < pairs or any(
-                    p.outcome is Outcome.FAIL for p in results.judge.pairs_of(name, duration_of(spec))):
-                return
-            if done(results, name, pairs):
-                return
+        if kind == "probe":
+            assert prior_state is not None
+            done = self._probe_done(candidate - 1, prior_state)
+        else:
+            done = self._campaign_done
+        return run_campaign(self._spec_file(kind, control, candidate, number), self.directory / "bundles",
+                            self.options, done, self.say)
 
     def _campaign_done(self, results: Results, name: str, pairs: int) -> bool:
         """The verify's or the confirm's own look stopped it (a quality bisection: its first clean pair does)."""
@@ -540,7 +365,7 @@ class Bisection:
 
     def take_bundle(self, bundle: Path) -> dict[str, Any] | None:
         """Append what a waiting step's sealed bundle showed (``--take``), the step found by the bundle's spec."""
-        spec_id = Bundle.open(bundle).spec_id
+        spec_id = BundleReader.open(bundle).spec_id
         for kind, position, number in self.pending():
             control = self._parent(number) if kind == "confirm" else 0
             if load_runspec(self._spec_file(kind, control, position, number)).spec_id == spec_id:
@@ -570,7 +395,7 @@ class Bisection:
                 bundle = self.run_step(kind, position, number)
                 record = self.take(kind, position, number, bundle)
                 if record is not None:
-                    self.say(_record_line(record))
+                    self.say(record_line(record))
         return self.finish()
 
     def finish(self) -> int:
@@ -579,13 +404,13 @@ class Bisection:
         confirm = [r for r in records if r["event"] == "confirm"]
         claim = bool(confirm and confirm[-1]["claim"])
         if claim and self.options.ledger is not None and not any(r["event"] == "ledger" for r in records):
-            from h3bench.ledger.chain import add_bundle
+            from h3bench.ledger.append import add_bundle
 
             added = add_bundle(self.directory / confirm[-1]["bundle"], self.options.ledger)
             self.log.append("ledger", ledger=str(self.options.ledger), entries=[e["hash"] for e in added.entries])
         if not any(r["event"] == "end" for r in self.log.read()):
             self.log.append("end", outcome=self.outcome())
-        for line in summary_lines(self):
+        for line in summary_lines(self.spec, self.table, self.directory, self.log.read(), self.outcome()):
             self.say(line)
         return 0 if claim else 3
 
@@ -613,64 +438,3 @@ class Bisection:
 
 def _rounded(probs: np.ndarray) -> list[float]:
     return [round(float(p), 6) for p in probs]
-
-
-def _record_line(record: dict[str, Any]) -> str:
-    event = record["event"]
-    head = f"h3bench bisect: {event}"
-    if event == "probe":
-        head += f" {record['number']}"
-    text = f"{head}: {record['commit']}: {record['status']}"
-    if record["status"] == "measured":
-        ratio = math.exp(float(np.mean(record["log_ratios"]))) if record["log_ratios"] else math.nan
-        text += f", {record['pairs']} pair(s), ratio {ratio:.4f}"
-    if event == "probe" and record["status"] == "measured":
-        text += f", {record['decision']} (log LR {record['log_lr']:+.2f})"
-    if record.get("reason"):
-        text += f" ({record['reason']})"
-    if event == "verify":
-        text += f"; {record['why']}"
-    if event == "confirm":
-        text += "; the claim holds" if record["claim"] else "; not confirmed: no claim"
-    return text
-
-
-def summary_lines(bisection: Bisection) -> list[str]:
-    """What the search did and found, from its log."""
-    spec = bisection.spec
-    records = bisection.log.read()
-    out = [f"bisection of {spec.name} ({len(bisection.table.range)} commits after {bisection.table.good.commit}, "
-           f"on {bisection.table.on}): {bisection.directory}"]
-    for r in records:
-        if r["event"] in ("verify", "probe", "confirm"):
-            out.append("  " + _record_line(r).removeprefix("h3bench bisect: "))
-            if r["event"] == "probe":
-                probs = np.asarray(r["posterior"])
-                k = int(np.argmax(probs))
-                out.append(f"    posterior: {engine(spec, k + 1).commit} {probs[k]:.3f}; "
-                           f"{r['spent_device_s'] / 3600:.2f} device-h spent")
-        elif r["event"] == "stop":
-            top = ", ".join(f"{t['commit']} {t['mass']:.3f}" for t in r["top"])
-            out.append(f"  stopped: {r['reason']}; top three: {top}")
-            for position, why in r["skipped"].items():
-                out.append(f"  skipped {engine(spec, int(position)).commit}: {why} (never counted as slow)")
-            if r["named"] is not None and r["named"][0] != r["named"][1]:
-                names = [engine(spec, p).commit for p in range(r["named"][0], r["named"][1] + 1)]
-                out.append(f"  the culprit is one of {', '.join(names)}: no probe can split them")
-    between = [r for r in records if r["event"] == "probe" and r.get("between")]
-    if between:
-        out.append("  a level between no change and the step at " + ", ".join(r["commit"] for r in between) +
-                   ": the range may hold more than one change")
-    out.append(f"bisection: {bisection.outcome()}")
-    return out
-
-
-def parse_step(text: str) -> tuple[Kind, int]:
-    """``verify``, ``confirm`` or ``probe:K`` (the K-th probe of the log's rounds)."""
-    if text in ("verify", "confirm"):
-        return text, 0  # type: ignore[return-value]
-    kind, _, number = text.partition(":")
-    if kind != "probe" or not number.isdigit():
-        raise UsageError(f"a step is verify, confirm or probe:K, got {text!r}")
-    return "probe", int(number)
-

@@ -42,11 +42,21 @@ from h3bench.runspec import BASELINE, RunSpec, parse_runspec
 from h3bench.runspec.bisection import Bisect, BisectCommit, arm_label
 from h3bench.stats.sequential import series_order
 
-__all__ = ["Kind", "bad_arm", "campaign_data", "campaign_spec", "duration_of", "engine", "label_of", "range_data",
-           "read_range", "table_of", "toml_text", "write_spec"]
+__all__ = ["Kind", "bad_arm", "campaign_data", "campaign_spec", "duration_of", "engine", "label_of", "parse_step",
+           "range_data", "read_range", "table_of", "toml_text", "write_spec"]
 
 Kind = Literal["verify", "probe", "confirm"]
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def parse_step(text: str) -> tuple[Kind, int]:
+    """``verify``, ``confirm`` or ``probe:K`` (the K-th probe of the log's rounds)."""
+    if text in ("verify", "confirm"):
+        return text, 0  # type: ignore[return-value]
+    kind, _, number = text.partition(":")
+    if kind != "probe" or not number.isdigit():
+        raise UsageError(f"a step is verify, confirm or probe:K, got {text!r}")
+    return "probe", int(number)
 
 
 def table_of(spec: RunSpec) -> Bisect:

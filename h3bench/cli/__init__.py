@@ -300,17 +300,20 @@ def _configure_validate(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_validate(args: argparse.Namespace) -> int:
-    from h3bench.report.terminal import campaign_summary
+    from h3bench.evidence import Bundle
+    from h3bench.report.screen import campaign_summary
     from h3bench.session.results import Results
+    from h3bench.session.revalidation import validate, write_quality
     from h3bench.session.settings import Settings
+    from h3bench.verdict.assemble import document as verdict_document
 
     path = _bundle_dir(args.bundle)
     settings = Settings.for_bundle(path, lossless=args.lossless, lpips_dir=args.h3_lpips_dir,
                                    lpips_device=args.h3_lpips_device)
     results = Results.from_bundle(path, settings)
-    outcome = results.validate()
-    written = results.write_quality()
-    document = results.document()
+    outcome = validate(results)
+    written = write_quality(results.judge, Bundle.open(path))
+    document = verdict_document(results)
     if args.json:
         print(json.dumps({"written": written, "verdict": str(outcome), "candidates": document.to_dict()["candidates"]},
                          indent=2, allow_nan=False))
@@ -352,20 +355,6 @@ def _run_report(args: argparse.Namespace) -> int:
         room = STEP_SUMMARY_BYTES - (summary.stat().st_size if summary.is_file() else 0)
         with summary.open("a", encoding="utf-8") as out:
             out.write(fit_summary(Path(written.summary).read_text(encoding="utf-8"), max(0, room), args.artifact_url))
-    return 0
-    # matplotlib and scikit-image load only for a report.
-    from h3bench.report import write_report
-    from h3bench.report.markdown import STEP_SUMMARY_BYTES, fit_summary
-
-    written = write_report(_bundle_dir(args.bundle), args.out, lpips_dir=args.h3_lpips_dir,
-                           lpips_device=args.h3_lpips_device)
-    print(f"report: {written.html}")
-    print(f"summary: {written.summary}")
-    if args.step_summary:
-        summary = Path(args.step_summary)
-        room = STEP_SUMMARY_BYTES - (summary.stat().st_size if summary.is_file() else 0)
-        with summary.open("a", encoding="utf-8") as out:
-            out.write(fit_summary(written.summary.read_text(encoding="utf-8"), max(0, room), args.artifact_url))
     return 0
 
 

@@ -91,7 +91,8 @@ def _write_range(base: Path, args: argparse.Namespace) -> int:
 
 def run_bisect(args: argparse.Namespace) -> int:
     from h3bench import interrupts
-    from h3bench.bisect.runner import Bisection, Options, parse_step
+    from h3bench.bisect.runner import Bisection, Options
+    from h3bench.bisect.specs import parse_step
     from h3bench.errors import UsageError
 
     settings = options.resolve(options.reader(args), here=Path.cwd(), command=("h3bench", *sys.argv[1:]))
@@ -131,7 +132,7 @@ def run_bisect(args: argparse.Namespace) -> int:
                 print(f"h3bench bisect: the culprit is {args.expect}, as expected", flush=True)
             return code
         except KeyboardInterrupt as exc:
-            from h3bench.run.block import interrupt_name
+            from h3bench.run.failures import interrupt_name
 
             print(f"h3bench bisect: interrupted by {interrupt_name(exc)}; the campaign that ran is sealed as "
                   f"interrupted. Continue with: h3bench bisect --runspec {settings.runspec} --resume "

@@ -23,7 +23,7 @@ from h3bench.session import options
 from h3bench.session.settings import Settings
 
 if TYPE_CHECKING:  # the live campaign loads only when one runs
-    from h3bench.runspec.schedule import Block
+    from h3bench.runspec.cases import Block
 
 __all__ = ["EXIT_INTERRUPTED", "configure_plan", "configure_run", "run_campaign", "run_plan", "verbose_flag"]
 
@@ -59,9 +59,10 @@ def run_campaign(args: argparse.Namespace) -> int:
     """Run, judge, seal and summarise one campaign; the exit code is its verdict (130 if interrupted)."""
     from h3bench import interrupts
     from h3bench.errors import NothingToResume
-    from h3bench.run.block import interrupt_name
+    from h3bench.run.failures import interrupt_name
     from h3bench.run.progress import Progress
     from h3bench.session.campaign import start_campaign
+    from h3bench.session.revalidation import judge_all
 
     with interrupts.installed():
         settings = settings_from(args)
@@ -77,7 +78,7 @@ def run_campaign(args: argparse.Namespace) -> int:
         interrupted = None
         try:
             campaign.run_selected(lambda line: print(line, flush=True))
-            campaign.results.judge_all()
+            judge_all(campaign.results)
         except KeyboardInterrupt as exc:
             interrupted = f"interrupted by {interrupt_name(exc)}"
         finally:
@@ -122,7 +123,8 @@ def configure_plan(parser: argparse.ArgumentParser) -> None:
 
 def run_plan(args: argparse.Namespace) -> int:
     """Print the plan; exit 0 when nothing stands in the way, 1 when a problem was found."""
-    from h3bench.plan.estimate import make_plan, plan_lines
+    from h3bench.plan.estimate import make_plan
+    from h3bench.plan.summary import plan_lines
     from h3bench.runspec import load_runspec
 
     settings = settings_from(args)
@@ -140,7 +142,7 @@ def run_plan(args: argparse.Namespace) -> int:
         for line in bisect_lines(spec):
             print(line)
     if args.shards:
-        from h3bench.plan.estimate import shard_lines
+        from h3bench.plan.summary import shard_lines
 
         for line in shard_lines(spec, args.shards, [settings.evidence_root, *args.history]):
             print(line)

@@ -105,7 +105,7 @@ def ledger_table(lines: Sequence[tuple[int, LedgerEntry]], marks: Mapping[int, S
 
 def run_ledger(args: argparse.Namespace) -> int:
     # Imported here: the ledger's imports (evidence bundles, environment) would cost every h3bench command 50 ms.
-    from h3bench.ledger.chain import add_bundle
+    from h3bench.ledger.append import add_bundle
     from h3bench.ledger.entries import LedgerEntry
 
     path = Path(args.ledger)
@@ -127,7 +127,7 @@ def run_ledger(args: argparse.Namespace) -> int:
 
 def _verify(path: Path, bundle_dirs: Sequence[str], *, allow_missing: bool) -> int:
     """Exit 0 only when nothing is wrong and every entry was checked against its bundle (or ``allow_missing``)."""
-    from h3bench.ledger.chain import verify_ledger
+    from h3bench.ledger.verify import verify_ledger
 
     report = verify_ledger(path, bundle_dirs)
     missing = len(report.not_found)
@@ -161,7 +161,8 @@ def _show(path: Path, *, as_json: bool, bundle_dirs: Sequence[str] = ()) -> int:
     one whose bundle is nowhere, is never printed as if it were evidence
     without its mark.
     """
-    from h3bench.ledger.chain import read_ledger, replaces, unverified_entries
+    from h3bench.ledger.chain import read_ledger, replaces
+    from h3bench.ledger.verify import unverified_entries
 
     found = read_ledger(path)
     unverified = unverified_entries(found, bundle_dirs)

@@ -34,15 +34,15 @@ def configure_pool(parser: argparse.ArgumentParser) -> None:
 def run_pool(args: argparse.Namespace) -> int:
     from h3bench.pool import next_window, pool_bundles, window_lines, write_window
     from h3bench.pool.fanin import pooled_results
-    from h3bench.report.terminal import campaign_summary
+    from h3bench.report.screen import campaign_summary
     from h3bench.runspec import parse_runspec
 
     out = Path(args.out)
     pooled = pool_bundles(args.bundles, out, progress=lambda line: print(line, flush=True))
     document = pooled.document
-    from h3bench.evidence import Bundle
+    from h3bench.evidence import BundleReader
 
-    bundle = Bundle.open(pooled.path)
+    bundle = BundleReader.open(pooled.path)
     spec = parse_runspec(bundle.manifest["spec"], source=f"{pooled.path}/manifest.json")
     for line in campaign_summary(spec, document, bundle=pooled.path, verbose=args.verbose):
         print(line)

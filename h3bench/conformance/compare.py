@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import tomllib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +37,7 @@ from typing import Any
 
 from h3bench.conformance.answers import Answer
 from h3bench.errors import UsageError
+from h3bench.evidence.files import read_toml
 
 __all__ = [
     "DELIBERATE_PATH",
@@ -187,12 +187,7 @@ def parse_deliberate(data: Mapping[str, Any], *, source: str, probes: Collection
 def load_deliberate(path: Path = DELIBERATE_PATH, *, probes: Collection[str] | None = None,
                     engine: str = "standin") -> tuple[Deliberate, ...]:
     """Read and validate a deliberate-differences file (:func:`parse_deliberate`); the ``engine`` lane's entries."""
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"{path}: TOML syntax error: {exc}") from exc
+    data = read_toml(path, "the deliberate differences")
     return parse_deliberate(data, source=str(path), probes=probes, engine=engine)
 
 

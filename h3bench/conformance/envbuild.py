@@ -37,13 +37,13 @@ import shutil
 import subprocess
 import sys
 import time
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from h3bench.errors import H3BenchError, UsageError
+from h3bench.evidence.files import read_toml
 from h3bench.metrics.lpips_sdist import cache_dir
 
 __all__ = [
@@ -146,7 +146,7 @@ def load_recipe(engine: str, path: Path = ENGINES_PATH) -> EngineRecipe:
     """
     if not _VERSION.fullmatch(engine):
         raise UsageError(f"--engine takes a vLLM-Omni release such as {DEFAULT_ENGINE}, got {engine!r}")
-    table = tomllib.loads(path.read_text(encoding="utf-8")).get("engines", {})
+    table = read_toml(path, "engine recipes").get("engines", {})
     row = table.get(engine)
     if row is None:
         return EngineRecipe(engine, (f"vllm=={engine}", f"vllm-omni=={engine}", "torchvision", "torchaudio",

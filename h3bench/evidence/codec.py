@@ -10,6 +10,10 @@ wrote, not a dict to pick apart. A key the record lacks takes the field's
 default; a missing field without a default, or a value of the wrong type, is
 an :class:`~h3bench.errors.EvidenceError` that names the path inside the
 record.
+
+A field marked with :data:`FLAT` (``field(metadata=FLAT)``) holds a record
+whose keys stand beside its parent's own, not under the field's name: a
+``lifecycle.jsonl`` line keeps the server's fields at its top level.
 """
 
 from __future__ import annotations
@@ -25,10 +29,11 @@ from typing import Any, TypeVar
 
 from h3bench.errors import EvidenceError
 
-__all__ = ["from_json", "to_json"]
+__all__ = ["FLAT", "from_json", "to_json"]
 
 T = TypeVar("T")
 _FLOATS = {"inf": math.inf, "-inf": -math.inf, "nan": math.nan}
+FLAT: Mapping[str, bool] = types.MappingProxyType({"flat": True})  # a field's metadata: its keys beside its parent's
 
 
 def to_json(value: Any) -> Any:
@@ -40,7 +45,14 @@ def to_json(value: Any) -> Any:
     if isinstance(value, enum.Enum):
         return value.value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {item.name: to_json(getattr(value, item.name)) for item in dataclasses.fields(value)}
+        data: dict[str, Any] = {}
+        for item in dataclasses.fields(value):
+            encoded = to_json(getattr(value, item.name))
+            if item.metadata.get("flat"):
+                data.update(encoded)
+            else:
+                data[item.name] = encoded
+        return data
     if isinstance(value, Mapping):
         return {key: to_json(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -112,7 +124,9 @@ def _dataclass(kind: type[T], data: Any, path: str) -> T:
     values = {}
     for item in dataclasses.fields(kind):  # type: ignore[arg-type]
         where = f"{path}.{item.name}" if path else item.name
-        if item.name in data:
+        if item.metadata.get("flat"):  # its keys are the parent's
+            values[item.name] = _dataclass(hints[item.name], data, path)
+        elif item.name in data:
             values[item.name] = _convert(hints[item.name], data[item.name], where)
         elif item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING:
             raise EvidenceError(f"{where}: missing")

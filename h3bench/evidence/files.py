@@ -1,4 +1,4 @@
-"""The write primitives of an evidence bundle: write-once files, appended lines, strict JSON.
+"""The file primitives of an evidence bundle: write-once files, appended lines, strict JSON; and reading TOML.
 
 Write-once files are staged in a temporary file in the same directory,
 flushed and fsynced, then given their name with ``os.link``, which, unlike
@@ -6,7 +6,8 @@ flushed and fsynced, then given their name with ``os.link``, which, unlike
 after. A crash at any point leaves the name either absent or complete. JSONL
 records are appended as one complete line with ``O_APPEND`` and fsynced; a
 reader ignores an unterminated last line, so a line is either wholly there or
-not.
+not. :func:`read_toml` reads the TOML files a user or the package gives (a
+RunSpec, pins, recipes), each failure a usage error that names the file.
 """
 
 from __future__ import annotations
@@ -19,12 +20,13 @@ import re
 import secrets
 import shutil
 import tempfile
-from collections.abc import Iterable, Iterator
+import tomllib
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from h3bench.errors import DiskFullError, EvidenceError
+from h3bench.errors import DiskFullError, EvidenceError, H3BenchError, UsageError
 from h3bench.evidence.hashing import CHUNK, Digest
 
 TMP_PREFIX = ".tmp-"
@@ -246,6 +248,31 @@ def read_json(path: Path) -> Any:
         raise EvidenceError(f"{path}: no such file", path=str(path)) from exc
     except ValueError as exc:
         raise EvidenceError(f"{path}: not valid JSON ({exc})", path=str(path)) from exc
+
+
+def read_toml(
+    path: Path,
+    what: str,
+    *,
+    error: Callable[[str], H3BenchError] = UsageError,
+    unreadable: str = "cannot read {what} {path}: {reason}",
+    invalid: str = "{path}: TOML syntax error: {reason}",
+) -> dict[str, Any]:
+    """The top-level table of the TOML file ``path`` (``what`` it is, for the messages).
+
+    A file that cannot be read (missing, unreadable, not UTF-8) raises
+    ``error(unreadable)``, one that is not TOML ``error(invalid)``, each
+    message formatted with ``what``, ``path`` and the ``reason``.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise error(unreadable.format(what=what, path=path, reason=reason)) from exc
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise error(invalid.format(what=what, path=path, reason=exc)) from exc
 
 
 # Beyond the outputs a bundle holds logs, JSONL records and the report: a margin, not a measurement.

@@ -89,11 +89,21 @@ class _Builder:
             self.defs[name] = {}  # a placeholder, so that a record that holds itself refers to itself
             hints = typing.get_type_hints(kind)
             fields = dataclasses.fields(kind)
-            properties = {item.name: self.of(hints[item.name]) for item in fields}
+            properties: dict[str, Any] = {}
+            flat_required: list[str] = []
+            for item in fields:
+                if item.metadata.get("flat"):  # its keys stand beside the parent's (h3bench.evidence.codec.FLAT)
+                    self.of(hints[item.name])
+                    flat = self.defs[hints[item.name].__name__]
+                    properties.update(flat["properties"])
+                    flat_required += flat["required"]
+                else:
+                    properties[item.name] = self.of(hints[item.name])
             extra = {**self.computed.get(kind, {}), **self.open_keys.get(kind, {})}
             properties.update({key: dict(value) for key, value in extra.items()})
-            required = [item.name for item in fields
-                        if item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING]
+            required = [item.name for item in fields if not item.metadata.get("flat")
+                        and item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING]
+            required += flat_required
             doc = (kind.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
             self.defs[name] = {"type": "object", **({"description": doc} if doc else {}),
                                "properties": properties, "required": required, "additionalProperties": False}

@@ -9,7 +9,8 @@ from typing import Any
 
 from h3bench.errors import EvidenceError
 from h3bench.evidence import files
-from h3bench.evidence.bundle import (
+from h3bench.evidence.hashing import Digest, sha256_file
+from h3bench.evidence.layout import (
     ADDENDA,
     FINAL,
     LIFECYCLE,
@@ -21,9 +22,8 @@ from h3bench.evidence.bundle import (
     SERVERS,
     TELEMETRY,
     WRITER_LOCK,
-    segments_of,
 )
-from h3bench.evidence.hashing import Digest, sha256_file
+from h3bench.evidence.reader import segments_of
 
 __all__ = ["VerifyReport", "final_sha256", "require_verified", "verify"]
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from h3bench.errors import H3BenchError
 from h3bench.evidence import files
-from h3bench.evidence.bundle import TELEMETRY
+from h3bench.evidence.layout import TELEMETRY
 
 if TYPE_CHECKING:
     from h3bench.host.npusmi import NpuDevice

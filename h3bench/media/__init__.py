@@ -2,8 +2,9 @@
 
 :mod:`~h3bench.media.decode` reads (one pass over both streams) and writes
 MP4s, :mod:`~h3bench.media.tags` reads what a video stream says about how to
-show its pixels, and :mod:`~h3bench.media.prefetch` runs a decoder a few
-frames ahead of its consumer. The decoder's API is re-exported here.
+show its pixels, :mod:`~h3bench.media.prefetch` runs a decoder a few
+frames ahead of its consumer, and :mod:`~h3bench.media.pairs` walks two
+videos' frames in lockstep for the metrics. The decoder's API is re-exported here.
 """
 
 from __future__ import annotations

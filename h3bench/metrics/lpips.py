@@ -44,7 +44,7 @@ import torch
 
 from h3bench import media
 from h3bench.errors import MediaShapeError, UsageError
-from h3bench.media.prefetch import prefetch
+from h3bench.media.pairs import paired_frames
 from h3bench.metrics.lpips_weights import (
     CONVOLUTIONS,
     DEFAULT_PINS,
@@ -56,7 +56,6 @@ from h3bench.metrics.lpips_weights import (
     authenticate_weights,
     locate_weights,
 )
-from h3bench.metrics.ssim_psnr import frame_count_error
 
 __all__ = [
     "DEFAULT_PINS",
@@ -388,14 +387,9 @@ def result_of(per_frame: np.ndarray, net: LpipsNetwork) -> LpipsResult:
 
 def _frame_pairs(baseline: _PathLike, candidate: _PathLike) -> Generator[tuple[np.ndarray, np.ndarray], None, None]:
     """Yield matching RGB frames of both videos; MediaShapeError if they cannot be paired."""
-    left = prefetch(media.iter_rgb_frames(baseline), _PREFETCH, name=f"decode {os.fspath(baseline)}")
-    right = prefetch(media.iter_rgb_frames(candidate), _PREFETCH, name=f"decode {os.fspath(candidate)}")
-    with contextlib.closing(left), contextlib.closing(right):
-        for index, (first, second) in enumerate(itertools.zip_longest(left, right)):
-            if first is None or second is None:
-                longer = left if second is None else right
-                total = index + 1 + sum(1 for _ in longer)
-                raise frame_count_error(baseline, candidate, *((total, index) if second is None else (index, total)))
+    pairs = paired_frames(baseline, candidate, media.iter_rgb_frames, ahead=_PREFETCH)
+    with contextlib.closing(pairs):  # the decoders stop with the consumer
+        for index, first, second in pairs:
             if first.shape != second.shape:
                 raise MediaShapeError(
                     f"frame sizes differ at frame {index}: baseline {os.fspath(baseline)} is "

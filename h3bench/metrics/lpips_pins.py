@@ -14,11 +14,11 @@ from __future__ import annotations
 import importlib.resources
 import os
 import re
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from h3bench.errors import UsageError
+from h3bench.evidence.files import read_toml
 
 __all__ = ["DEFAULT_PINS", "PINS_ENV", "CheckpointPin", "Pin", "Pins", "read_checkpoint_pin", "read_pins"]
 
@@ -65,12 +65,8 @@ class Pins:
 def read_pins(pins: _PathLike | None) -> Pins:
     chosen = pins if pins is not None else os.environ.get(PINS_ENV)
     path = Path(chosen) if chosen else Path(str(DEFAULT_PINS))
-    try:
-        table = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"LPIPS weight pins {path}: cannot be read ({exc})") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"LPIPS weight pins {path}: not valid TOML ({exc})") from exc
+    table = read_toml(path, "LPIPS weight pins", unreadable="{what} {path}: cannot be read ({reason})",
+                      invalid="{what} {path}: not valid TOML ({reason})")
     pins_by_role = {}
     for role in ("backbone", "heads"):
         try:

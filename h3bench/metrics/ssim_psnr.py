@@ -61,7 +61,6 @@ Image Processing, vol. 13, no. 4, pp. 600-612, Apr. 2004.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -70,14 +69,13 @@ import numpy as np
 
 from h3bench.errors import MediaShapeError
 from h3bench.media import YuvFrame, iter_yuv_frames
-from h3bench.media.prefetch import prefetch
+from h3bench.media.pairs import paired_frames
 
 __all__ = [
     "KERNEL",
     "VideoComparison",
     "VideoMetrics",
     "compare_video",
-    "frame_count_error",
     "psnr_planes",
     "ssim_planes",
 ]
@@ -244,14 +242,6 @@ class VideoComparison:
         return _summarise(np.array(self._ssim), np.array(self._sse, dtype=np.float64), counts)
 
 
-def frame_count_error(baseline: _PathLike, candidate: _PathLike, base_count: int, cand_count: int) -> MediaShapeError:
-    return MediaShapeError(
-        f"frame counts differ: baseline {os.fspath(baseline)} has {base_count} frames, "
-        f"candidate {os.fspath(candidate)} has {cand_count}",
-        path=os.fspath(candidate),
-    )
-
-
 def compare_video(baseline: _PathLike, candidate: _PathLike) -> VideoMetrics:
     """ffmpeg's SSIM ``All`` and PSNR ``average`` of ``candidate`` against ``baseline``.
 
@@ -269,14 +259,8 @@ def compare_video(baseline: _PathLike, candidate: _PathLike) -> VideoMetrics:
         If either file does not decode (from :mod:`h3bench.media`).
     """
     comparison = VideoComparison(baseline, candidate)
-    base_frames = prefetch(iter_yuv_frames(baseline), _PREFETCH, name=f"decode {comparison.baseline}")
-    cand_frames = prefetch(iter_yuv_frames(candidate), _PREFETCH, name=f"decode {comparison.candidate}")
-    with contextlib.closing(base_frames), contextlib.closing(cand_frames):
-        for index, (a, b) in enumerate(itertools.zip_longest(base_frames, cand_frames)):
-            if a is None or b is None:
-                longer = base_frames if b is None else cand_frames
-                total = index + 1 + sum(1 for _ in longer)
-                raise frame_count_error(baseline, candidate, *((total, index) if b is None else (index, total)))
+    with contextlib.closing(paired_frames(baseline, candidate, iter_yuv_frames, ahead=_PREFETCH)) as pairs:
+        for _, a, b in pairs:
             comparison.add(a, b)
     return comparison.result()
 

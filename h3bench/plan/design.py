@@ -37,8 +37,9 @@ import numpy as np
 from h3bench.plan import designsim
 from h3bench.quality import lossless
 from h3bench.runspec import RunSpec, parse_runspec
+from h3bench.runspec.cases import CandidateWorkload
 from h3bench.runspec.design import Design, DesignMode, control_blocks, looks_of, lossless_level, run_order, series_of
-from h3bench.runspec.schedule import CandidateWorkload, Schedule
+from h3bench.runspec.schedule import Schedule
 from h3bench.stats import intervals
 
 __all__ = ["REFERENCE_NOISE", "TARGET_RATIO", "design_problems", "design_warnings", "speed_power"]

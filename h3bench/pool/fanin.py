@@ -45,8 +45,7 @@ import numpy as np
 
 from h3bench import quality
 from h3bench.errors import UsageError
-from h3bench.evidence import Bundle
-from h3bench.evidence.bundle import SAMPLES
+from h3bench.evidence import SAMPLES, Bundle, BundleReader
 from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
 from h3bench.outcome import Outcome
@@ -56,10 +55,13 @@ from h3bench.run.records import BlockResult, finished_attempts
 from h3bench.runspec import BASELINE, RunSpec
 from h3bench.runspec.design import budget_of, lossless_level, series_of
 from h3bench.session.results import Results
+from h3bench.session.revalidation import load_quality
 from h3bench.session.settings import Settings
 from h3bench.stats import hosts as host_stats
 from h3bench.stats import intervals
 from h3bench.stats.blockstat import block_log_statistics
+from h3bench.verdict.assemble import candidate_verdicts
+from h3bench.verdict.assemble import document as verdict_document
 from h3bench.verdict.verdicts import (
     CandidateVerdict,
     DurationVerdict,
@@ -86,7 +88,7 @@ class Pooled:
     anchor: str
 
 
-def _copy_scrapes(source: Bundle, into: Bundle, record: dict[str, Any], copied: dict[str, str]) -> dict[str, Any]:
+def _copy_scrapes(source: BundleReader, into: Bundle, record: dict[str, Any], copied: dict[str, str]) -> dict[str, Any]:
     """The sample with its raw /metrics scrapes copied into the pooled bundle, and pointing at the copies."""
     scrapes = record.get("scrapes")
     if not isinstance(scrapes, dict):
@@ -101,7 +103,7 @@ def _copy_scrapes(source: Bundle, into: Bundle, record: dict[str, Any], copied: 
     return {**record, "scrapes": moved}
 
 
-def _copy_contract(source: Bundle, into: Bundle, event: dict[str, Any]) -> dict[str, Any]:
+def _copy_contract(source: BundleReader, into: Bundle, event: dict[str, Any]) -> dict[str, Any]:
     """The lifecycle record with its contract files copied into the pooled bundle (stored once per content)."""
     contract = event.get("contract")
     if not isinstance(contract, dict):
@@ -119,7 +121,7 @@ def _copy_contract(source: Bundle, into: Bundle, event: dict[str, Any]) -> dict[
 def _copy_blocks(shard: ShardBundle, into: Bundle, seen: dict[str, str], stored: set[str]) -> int:
     """Copy the shard's finished blocks (samples of their finished attempt, lifecycle, outputs, the scrapes and
     contract files they name); their count."""
-    source = Bundle.open(shard.path)
+    source = BundleReader.open(shard.path)
     finished = finished_attempts(source)
     for block in finished:
         if block in seen:
@@ -157,7 +159,7 @@ def _quality(shards: Shards) -> tuple[dict[str, Any] | None, dict[str, dict[str,
     merged: dict[str, Any] | None = None
     by_host: dict[str, dict[str, dict[str, Any]]] = {}
     for shard in shards.bundles:
-        source = Bundle.open(shard.path)
+        source = BundleReader.open(shard.path)
         versions = source.quality_versions()
         if not versions:
             continue
@@ -260,11 +262,11 @@ def _lossless(spec: RunSpec, duration: float, found: Mapping[str, Mapping[str, A
                            sum(c for _, c in processes))
 
 
-def pooled_results(bundle: Bundle, spec: RunSpec, *, lossless: bool) -> Results:
+def pooled_results(bundle: BundleReader, spec: RunSpec, *, lossless: bool) -> Results:
     """The campaign's results over the pooled bundle's blocks, its quality results loaded."""
     settings = Settings(None, "all", bundle.path.parent, lossless=lossless)
     results = Results(spec, settings, bundle_path=bundle.path, bundle=bundle)
-    results.load_quality()
+    load_quality(results)
     return results
 
 
@@ -329,10 +331,10 @@ def _lossless_on(shards: Shards) -> bool:
     return False
 
 
-def _judge(spec: RunSpec, bundle: Bundle, shards: Shards, records: list[ShardRecord], hosts: Mapping[str, str],
+def _judge(spec: RunSpec, bundle: BundleReader, shards: Shards, records: list[ShardRecord], hosts: Mapping[str, str],
            lossless_by_case: Mapping[str, Mapping[str, Any]]) -> VerdictDocument:
     results = pooled_results(bundle, spec, lossless=_lossless_on(shards))
-    verdicts = results.verdicts()
+    verdicts = candidate_verdicts(results)
     missing = (f"missing: {', '.join(shards.missing)}: the campaign's pairs are incomplete, so no outcome is "
                "concluded",) if shards.missing else ()
     pooled: dict[str, dict[str, PooledSeries]] = {}
@@ -360,7 +362,7 @@ def _judge(spec: RunSpec, bundle: Bundle, shards: Shards, records: list[ShardRec
         outliers[duration_key(duration)] = host_stats.baseline_outliers(levels)
     notes = tuple(f"{key}: {o.describe()}" for key, found in outliers.items() for o in found)
     out = {n: dataclasses.replace(v, notes=(*v.notes, *notes)) for n, v in out.items()}
-    document = results.document(verdicts=out)
+    document = verdict_document(results, verdicts=out)
     names = ", ".join(f"{r.host} ({r.index}/{r.count}, round {r.round})" for r in records)
     contracts = contract_notes([(f"{s.label} (host {s.host_name})", s.stored.contract()) for s in shards.bundles])
     run_notes = (f"pooled over {len(records)} shard bundle(s) of {shards.count} shards: {names}", *missing,

@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from h3bench.errors import EvidenceError, H3BenchError, UsageError
-from h3bench.evidence import Bundle, VerifyReport, files, verify
+from h3bench.evidence import BundleReader, VerifyReport, files, verify
 from h3bench.quality import Status
 from h3bench.quality.lossless import DEVIATIONS
 from h3bench.run.records import BlockResult, Sample, load_results
 from h3bench.runspec import RunSpec, parse_runspec
-from h3bench.runspec.schedule import MatchedPair, OutputRef, Schedule
+from h3bench.runspec.cases import MatchedPair, OutputRef
+from h3bench.runspec.schedule import Schedule
 from h3bench.stats.speed import RatioEstimate
 from h3bench.stats.stages import DERIVED_STAGE, stage_median_values
 from h3bench.verdict.verdicts import DurationVerdict, VerdictDocument, duration_key
@@ -151,7 +152,7 @@ def read_contents(path: str | os.PathLike[str]) -> Contents:
     if not path.is_dir():
         raise UsageError(f"{path}: not an evidence bundle directory")
     verified = _refuse_unverified(path)
-    bundle = Bundle.open(path)
+    bundle = BundleReader.open(path)
     spec = parse_runspec(bundle.manifest["spec"], source=f"{path}/manifest.json")
     document = VerdictDocument.read(bundle)
     # A candidate-only run ran the anchored orders; its other blocks are in the stored bundle.
@@ -204,7 +205,7 @@ def _series(schedule: Schedule, ran: dict[str, BlockResult], document: VerdictDo
     )
 
 
-def _output(bundle: Bundle, ran: dict[str, BlockResult], ref: OutputRef) -> Path:
+def _output(bundle: BundleReader, ran: dict[str, BlockResult], ref: OutputRef) -> Path:
     result = ran.get(ref.block.id)
     sha = next((s.output_sha256 for s in result.measured if s.index == ref.index), None) if result else None
     if sha is None:
@@ -212,7 +213,7 @@ def _output(bundle: Bundle, ran: dict[str, BlockResult], ref: OutputRef) -> Path
     return bundle.output_path(sha)
 
 
-def _worst_pair(bundle: Bundle, ran: dict[str, BlockResult], pairs: dict[str, MatchedPair],
+def _worst_pair(bundle: BundleReader, ran: dict[str, BlockResult], pairs: dict[str, MatchedPair],
                 stored: dict[str, dict[str, Any]]) -> WorstPair | None:
     """Highest LPIPS when any pair has one, else lowest SSIM; pairs without the value are left out."""
     metric = "lpips" if any(r.get("lpips") is not None for r in stored.values()) else "ssim"
@@ -233,7 +234,7 @@ def _worst_pair(bundle: Bundle, ran: dict[str, BlockResult], pairs: dict[str, Ma
                      paths, missing)
 
 
-def _telemetry(bundle: Bundle) -> tuple[dict[str, Any], ...] | None:
+def _telemetry(bundle: BundleReader) -> tuple[dict[str, Any], ...] | None:
     path = bundle.path / TELEMETRY
     if not path.is_file():
         return None

@@ -278,7 +278,7 @@ _LIFECYCLE = (("startup_s", "startup", "startup_budget_s"), ("warmup_s", "warmup
 @styled
 def lifecycle_figure(spec: RunSpec, all_series: Sequence[Series]) -> Figure | None:
     """Startup, warmup and shutdown seconds of every block, per series and arm, with the budgets drawn."""
-    groups = [(f"{s.duration:g}s {arm}", arm, [r.lifecycle for r in s.blocks if r.block.arm == arm])
+    groups = [(f"{s.duration:g}s {arm}", arm, [r.lifecycle.server for r in s.blocks if r.block.arm == arm])
               for s in all_series for arm in (BASELINE, s.candidate)]
     groups = [g for g in groups if g[2]]
     if not groups:

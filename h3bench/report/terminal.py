@@ -1,4 +1,4 @@
-"""What a campaign says on the terminal: the report header before it runs, and the summary after.
+"""What a campaign says on the terminal: the report header before it runs, and the summary with every reason after.
 
 The header says what is needed to repeat the run (spec id, arms, server
 commands, where the evidence goes). The summary is drawn from the verdict
@@ -11,6 +11,8 @@ the first), any block whose warmup looks too short, which stage moved
 time, the real-time factor and any disagreement between the server's
 accounts and the client's; then the research section (effects side by
 side, held-out results, acceptance, profiles) and every verdict.
+That is ``-v``; without it a campaign ends on one screen
+(:mod:`h3bench.report.screen`).
 """
 
 from __future__ import annotations
@@ -23,16 +25,14 @@ from typing import Any
 from h3bench.evidence.scrub import Scrubber
 from h3bench.h3 import DIFFUSION_EXEC_PER_STEP_S, STAGE_PREFIX
 from h3bench.outcome import Outcome
-from h3bench.quality.lossless import DEVIATIONS
 from h3bench.runspec import RunSpec
+from h3bench.runspec.cases import Block
 from h3bench.runspec.design import anchored_order, design_text, series_of
-from h3bench.runspec.schedule import Block
 from h3bench.server.ports import LOCALHOST
 from h3bench.stats.speed import Percentile, RatioEstimate
 from h3bench.stats.stages import DERIVED_STAGE
-from h3bench.verdict.stage_effects import DIT_PER_FORWARD, E2E, PartEffect, RealTimeFactor
+from h3bench.verdict.stage_effects import DIT_PER_FORWARD, PartEffect, RealTimeFactor
 from h3bench.verdict.verdicts import (
-    NOT_EVALUATED,
     ArmStats,
     CandidateVerdict,
     DeviceTime,
@@ -44,11 +44,10 @@ from h3bench.verdict.verdicts import (
     saving,
 )
 
-__all__ = ["DERIVED_STAGE", "campaign_summary", "part_ratio_text", "report_header", "screen_lines", "stage_lines", "stage_text",
-           "summary_lines"]
+__all__ = ["DERIVED_STAGE", "DIAGNOSTIC", "part_ratio_text", "ratio_text", "report_header", "shorten", "stage_lines",
+           "stage_text", "summary_lines", "verdict_line", "worst_text"]
 
 DIAGNOSTIC = "DIAGNOSTIC"
-_PROFILER = "profiler:"  # the parts the server's own pipeline profiler timed
 
 
 def report_header(spec: RunSpec, *, arms: str, evidence: str, baseline_evidence: Path | None = None,
@@ -108,7 +107,7 @@ def _reasons(head: str, reasons: Sequence[str]) -> list[str]:
     return [f"  {head}: {reasons[0]}", *(f"      {reason}" for reason in reasons[1:])]
 
 
-def _worst(values: Iterable[GateValue]) -> str:
+def worst_text(values: Iterable[GateValue]) -> str:
     return ", ".join(f"{v.name} {v.value:.4g} ({v.threshold})" for v in values)
 
 
@@ -192,7 +191,7 @@ def _duration_lines(duration: float, candidate: str, d: DurationVerdict) -> list
     lines += [f"  warmup: {check.describe()}" for check in d.warmup_flags]
     lines.append(f"  quality {d.quality_label} over {d.quality_pairs} matched pairs")
     if d.worst:
-        lines.append(f"      worst over the pairs: {_worst(d.worst)}")
+        lines.append(f"      worst over the pairs: {worst_text(d.worst)}")
     if d.lossless is not None:
         lines += _reasons(f"lossless {d.lossless.label}", d.lossless.reasons)
     return lines + stage_lines(d, candidate)
@@ -290,28 +289,7 @@ def _research_lines(spec: RunSpec, document: VerdictDocument, profiles: Sequence
     return lines + _profile_lines(profiles)
 
 
-def _speed_why(d: DurationVerdict) -> str:
-    """Why speed is what it is, in a few words: the rule that decided, or the first reason's head."""
-    first = d.speed_reasons[0] if d.speed_reasons else "not evaluated"
-    margin = d.estimate.margin if d.estimate is not None else None
-    if first.startswith("candidate faster") and margin is not None:
-        why = f"faster: upper bound below 1 - margin = {1 - margin:.2f}"
-    elif first.startswith("candidate slower") and margin is not None:
-        why = f"slower: lower bound above 1 + margin = {1 + margin:.2f}"
-    elif first.startswith("futility"):
-        why = "futility: the estimate can no longer reach PASS"
-    elif first.startswith("anti-shortcut audit failed"):
-        why = "the anti-shortcut audit failed: a cache of repeated requests is suspected"
-    elif "neither the upper bound" in first and margin is not None:
-        why = f"the interval does not clear the {margin:.0%} margin either way"
-    else:
-        why = _short(first)
-    if d.looks is not None and d.looks.first_requests_left_out:
-        why += " (a warmup leak was flagged: bounds with and without first requests, -v)"
-    return why
-
-
-def _short(text: str, limit: int = 110) -> str:
+def shorten(text: str, limit: int = 110) -> str:
     """One reason cut to a screen line: its first clause when it is long, the rest is in -v and the report."""
     if len(text) <= limit:
         return text
@@ -319,112 +297,7 @@ def _short(text: str, limit: int = 110) -> str:
     return head + " … (-v)"
 
 
-def _lossless_screen(d: DurationVerdict) -> str | None:
-    """The lossless outcome on one line: what was counted and the p-value, or what to change."""
-    if not d.lossless_enabled:
-        return None
-    summary = d.lossless
-    if summary is None:
-        return f"  lossless {NOT_EVALUATED}"
-    counted = f"{summary.baseline_processes} + {summary.candidate_processes} processes"
-    p = f", p = {summary.p_value:.3g}" if summary.p_value is not None else ""
-    if summary.exact:
-        return "  lossless EXACT: every candidate output decodes bitwise equal to its matched baseline output"
-    if summary.outcome is Outcome.PASS:
-        return f"  lossless PASS: no deviation beyond the control variability ({counted}{p})"
-    if summary.outcome is Outcome.FAIL:
-        metrics = [r.split(":")[0] for r in summary.reasons if r.split(":")[0] in DEVIATIONS]
-        return (f"  lossless FAIL: deviation beyond the control variability in {', '.join(metrics) or 'the max-T'} "
-                f"({counted}{p})")
-    first = summary.reasons[0] if summary.reasons else "no reason recorded"
-    if "would be needed" in first:  # the feasibility refusal: what to change is its last clause
-        return f"  lossless INCONCLUSIVE: {counted} cannot decide; {first.rsplit(': ', 1)[-1]}"
-    return f"  lossless INCONCLUSIVE: {_short(first)}"
-
-
-def _moved_screen(d: DurationVerdict, limit: int = 3) -> str | None:
-    """Which stage moved, only when one did: the largest effects first, at most ``limit`` named."""
-    if d.stages is None:
-        return None
-    moved = [p for p in d.stages.parts if p.moved and p.part not in (E2E, DIT_PER_FORWARD)]
-    if not moved:
-        return None
-    # The pipeline's own stages when one of them moved (the other clocks time the same work again), the largest
-    # change in seconds first.
-    shown = [p for p in moved if p.part.startswith(_PROFILER)] or moved
-    shown.sort(key=lambda p: -abs((p.candidate_median_s or 0.0) - (p.baseline_median_s or 0.0)))
-    shown = shown[:limit]
-    more = f"; {len(moved) - len(shown)} more part(s) in -v" if len(moved) > len(shown) else ""
-    return ("  stage moved (attribution, not a verdict): "
-            + ", ".join(f"{p.part.removeprefix(_PROFILER)} {part_ratio_text(p)}" for p in shown) + more)
-
-
-def _design_screen(d: DurationVerdict, device: DeviceTime | None) -> str | None:
-    """Where the design stopped, and the device time spent and saved against the fixed design."""
-    look = d.looks
-    if look is None:
-        return None
-    where = (f"look {look.look} of {len(look.looks)} ({look.pairs} pairs)" if look.look is not None
-             else f"before the first look ({look.pairs} pairs)")
-    state = f"stopped at {where}: {look.reason}" if look.stopped else f"ran to {where}"
-    spent, fixed = look.device_s, look.fixed_device_s
-    if device is not None and device.fixed_device_s:  # the duration's blocks, lossless controls included
-        spent, fixed = device.device_s, device.fixed_device_s
-    cost = f"{spent / 3600:.3f} device-h"
-    if fixed:
-        cost += f", {saving(spent, fixed)} against the fixed design's {fixed / 3600:.3f}"
-    return f"  {look.design} design {state}; {cost}"
-
-
-def screen_lines(spec: RunSpec, document: VerdictDocument, *, bundle: Path | None) -> list[str]:
-    """The end of a campaign on one screen: at most six lines per candidate and duration, then one per verdict.
-
-    Per candidate and duration: the ratio with its bounds and the verdict;
-    where the design stopped and the device time spent and saved; the worst
-    value of each quality gate; lossless; which stage moved, only when one
-    did. Every other reason is in ``-v`` (:func:`summary_lines`), summary.md
-    and the report.
-    """
-    lines = [f"runspec {spec.name} (id {spec.spec_id[:16]}); every reason: -v, summary.md and the report"]
-    for duration in spec.workload.durations:
-        key = duration_key(duration)
-        for candidate, verdict in document.candidates.items():
-            d = verdict.durations.get(key)
-            if d is None:
-                continue
-            ratio = ratio_text(d.estimate)
-            over = f" over {d.estimate.k} {d.estimate.design}" if d.estimate is not None and ratio else ""
-            lines.append(f"{candidate} {key} vs {d.control}: {document.label(d.outcome)}; "
-                         f"ratio {ratio or 'not measured'}{over}; speed {d.speed}, {_speed_why(d)}")
-            lines += [line for line in (_design_screen(d, document.device.get(key)),) if line]
-            worst = f"; worst {_worst(d.worst)}" if d.worst else ""
-            lines.append(f"  quality {d.quality_label} over {d.quality_pairs} matched pairs{worst}")
-            lines += [line for line in (_lossless_screen(d), _moved_screen(d)) if line]
-    for candidate, verdict in document.candidates.items():
-        lines.append(_verdict_line(document, candidate, verdict))
-    unjudged = [c for c in document.not_selected if c not in document.candidates]
-    if unjudged:
-        lines.append(f"not judged: {', '.join(unjudged)} (none of their blocks was selected)")
-    accepted = document.accepted
-    if accepted is not None and accepted.final is not None:
-        lines.append(f"campaign acceptance (final {accepted.final}): "
-                     f"{'ACCEPTED' if accepted.accepted else 'NOT accepted'}: {_short(accepted.reasons[0])}")
-    lines += document.run_notes  # what the run itself is (DIAGNOSTIC, a shard, unverified pins): never cut
-    lines.append(f"evidence bundle: {bundle}")
-    if document.diagnostic:
-        lines = [line if line.startswith(DIAGNOSTIC) else f"{DIAGNOSTIC} {line}" for line in lines]
-    return lines
-
-
-def campaign_summary(spec: RunSpec, document: VerdictDocument, *, bundle: Path | None, verbose: bool,
-                     profiles: Sequence[Mapping[str, Any]] = ()) -> list[str]:
-    """What a campaign prints at its end: one screen (:func:`screen_lines`), or every reason with ``-v``."""
-    if verbose:
-        return summary_lines(spec, document, bundle=bundle, profiles=profiles)
-    return screen_lines(spec, document, bundle=bundle)
-
-
-def _verdict_line(document: VerdictDocument, candidate: str, verdict: CandidateVerdict) -> str:
+def verdict_line(document: VerdictDocument, candidate: str, verdict: CandidateVerdict) -> str:
     """``verdict clean: PASS``, with what stopped it, what was not selected, and what acceptance adds."""
     item = document.accepted.candidates.get(candidate) if document.accepted is not None else None
     if item is not None and not item.judged and item.describe().startswith("not judged alone"):  # a lone shard
@@ -441,7 +314,7 @@ def _verdict_line(document: VerdictDocument, candidate: str, verdict: CandidateV
     elif item is not None and item.accepted and document.heldout.get(candidate):
         line += "; held-out " + ", ".join(f"{k} {h.outcome}" for k, h in document.heldout[candidate].items())
     elif item is not None and not item.accepted and verdict.outcome is Outcome.PASS:
-        line += f"; not accepted: {_short('; '.join(item.reasons), 80)}"
+        line += f"; not accepted: {shorten('; '.join(item.reasons), 80)}"
     return line
 
 

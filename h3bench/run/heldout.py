@@ -26,13 +26,15 @@ from typing import Any
 from h3bench.errors import RunSpecError
 from h3bench.evidence import Bundle
 from h3bench.evidence.hashing import sha256_file
-from h3bench.run.block import Recorder, run_block, warmups
+from h3bench.run.block import run_block
 from h3bench.run.client import Reference, VideoClient
 from h3bench.run.measure import Measure
 from h3bench.run.pace import Pace
+from h3bench.run.recorder import Recorder
 from h3bench.run.records import BlockResult
+from h3bench.run.script import warmups
 from h3bench.runspec import BASELINE, RunSpec
-from h3bench.runspec.schedule import Block
+from h3bench.runspec.cases import Block
 from h3bench.server.process import ServerProcess
 
 __all__ = ["HELDOUT", "HeldoutCase", "heldout_blocks", "heldout_cases", "run_heldout"]

@@ -45,8 +45,8 @@ def block_info(spec: RunSpec, result: BlockResult) -> dict[str, Any]:
         "server_inference_time_s": [s.inference_time_s for s in result.measured],
         "stage_durations": [s.stage_durations for s in result.measured],
         "output_sha256": [s.output_sha256 for s in result.measured],
-        "startup_s": result.lifecycle.startup_s,
-        "warmup_s": result.lifecycle.warmup_s,
-        "shutdown_s": result.lifecycle.shutdown_s,
+        "startup_s": result.lifecycle.server.startup_s,
+        "warmup_s": result.lifecycle.server.warmup_s,
+        "shutdown_s": result.lifecycle.server.shutdown_s,
         "spec_id": spec.spec_id,
     }

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from h3bench.run.progress import Progress, Step
 from h3bench.runspec import RunSpec
-from h3bench.runspec.schedule import Block
+from h3bench.runspec.cases import Block
 
 __all__ = ["Pace", "StepTimes"]
 

@@ -14,11 +14,12 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from h3bench.errors import H3BenchError
-from h3bench.evidence import LIFECYCLE, SAMPLES, SERVERS, Bundle
-from h3bench.evidence.codec import from_json
+from h3bench.evidence import LIFECYCLE, SAMPLES, SERVERS, BundleReader
+from h3bench.evidence.codec import FLAT, from_json, to_json
 from h3bench.outcome import Outcome
 from h3bench.run.contract import ServerContract
-from h3bench.runspec.schedule import Block
+from h3bench.runspec.cases import Block
+from h3bench.server.record import ExitCheck, ServerRecord
 
 if TYPE_CHECKING:
     from h3bench.run.phases import RequestPhases
@@ -34,7 +35,6 @@ __all__ = [
     "Lifecycle",
     "Sample",
     "Stop",
-    "failure_of",
     "finished_attempts",
     "headline",
     "incomplete_attempts",
@@ -129,43 +129,69 @@ class Failure:
 
 
 @dataclass(frozen=True)
-class ExitCheck:
-    """What the exit check found after the server stopped (``lifecycle.jsonl``'s ``exit``)."""
-
-    pids_seen: tuple[int, ...] = ()
-    escaped: tuple[str, ...] = ()
-    survivors: tuple[str, ...] = ()
-    port_free: bool | None = None
-    port_holder: str | None = None
-    device_leftovers: tuple[str, ...] = ()
-    device_interference: tuple[str, ...] = ()
-    device_notes: tuple[str, ...] = ()
-    verified: bool = False
-
-
-@dataclass(frozen=True)
 class Lifecycle:
-    """One block's server process as ``lifecycle.jsonl`` records it: the fields that every reader uses.
+    """One line of ``lifecycle.jsonl``: one block's server process from launch to proof of exit, and how it ended.
 
-    The line itself holds more (argv, environment, host, port); it stays in
-    the bundle as written.
+    :func:`~h3bench.run.block.run_block` writes it and every reader reads it
+    back through :mod:`h3bench.evidence.codec`, so both see one type. The
+    server's own fields (:class:`~h3bench.server.record.ServerRecord`) stand
+    at the line's top level; a line written by an older version, or by a
+    test, may lack any field after ``position``.
     """
 
     block: str
     arm: str
     duration: float
     position: int
-    startup_s: float | None = None  # launch → first 200 from /health
-    warmup_s: float | None = None
-    shutdown_s: float | None = None  # SIGTERM → no recorded process still running
+    server: ServerRecord = field(default_factory=ServerRecord, metadata=FLAT)
     shutdown_budget_s: float | None = None
-    graceful: bool | None = None  # False when SIGKILL was needed
-    exit_code: int | None = None
-    exit: ExitCheck = ExitCheck()
+    exit: ExitCheck = field(default_factory=ExitCheck)
     log_relpath: str = ""
     attention_backend: dict[str, Any] = field(default_factory=dict)
+    failure: str | None = None  # what ended the block, scrubbed, with its context; None: it did not fail
+    failure_kind: FailureKind | None = None  # None in bundles written before the kind was recorded
+    failure_outcome: Outcome = Outcome.FAIL  # what a failure of this block makes (recorded for every block)
     interrupted: str | None = None  # the signal or exception that interrupted the block
     contract: ServerContract | None = None  # what the server said it accepts (h3bench.run.contract); None: older
+
+    # What the campaign's own tests read (tests_lifecycle/): the server's timings and stop, by their names.
+    @property
+    def startup_s(self) -> float | None:
+        """Launch → first 200 from /health."""
+        return self.server.startup_s
+
+    @property
+    def warmup_s(self) -> float | None:
+        return self.server.warmup_s
+
+    @property
+    def shutdown_s(self) -> float | None:
+        """SIGTERM → no recorded process still running."""
+        return self.server.shutdown_s
+
+    @property
+    def graceful(self) -> bool | None:
+        """False when SIGKILL was needed."""
+        return self.server.graceful
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.server.exit_code
+
+    @property
+    def recorded_failure(self) -> Failure | None:
+        """The failure this line records (an older line without ``failure_kind`` is read by its text)."""
+        if not self.failure:
+            return None
+        kind = self.failure_kind
+        if kind is None:
+            kind = next((k for k in FailureKind if self.failure.startswith(k.value)), FailureKind.ERROR)
+        return Failure(kind, self.failure, self.failure_outcome)
+
+    def to_record(self) -> dict[str, Any]:
+        """The line as JSON types, for ``lifecycle.jsonl``."""
+        record: dict[str, Any] = to_json(self)
+        return record
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Lifecycle:
@@ -209,17 +235,6 @@ class BlockResult:
         return self.failure is None
 
 
-def failure_of(record: dict[str, Any]) -> Failure | None:
-    """The failure a lifecycle line records (older lines without ``failure_kind`` are read by their text)."""
-    text = record.get("failure")
-    if not text:
-        return None
-    kind = record.get("failure_kind")
-    if kind is None:  # bundles written before the kind was recorded
-        kind = next((k for k in FailureKind if text.startswith(k.value)), FailureKind.ERROR)
-    return Failure(FailureKind(kind), text, Outcome(record.get("failure_outcome", Outcome.FAIL)))
-
-
 @dataclass(frozen=True)
 class Stop:
     """Why a candidate stopped, and what that makes its verdict."""
@@ -240,18 +255,18 @@ class CandidateStopped(H3BenchError):
     """A block of a candidate that a stop rule has already stopped; the plugin skips it."""
 
 
-def _finished(bundle: Bundle) -> dict[str, tuple[str, dict[str, Any]]]:
+def _finished(bundle: BundleReader) -> dict[str, tuple[str, dict[str, Any]]]:
     """Per block, the segment and lifecycle record of its last attempt that was not interrupted."""
     return {event["block"]: (segment, event) for segment, event in bundle.by_segment(LIFECYCLE)
             if not event.get("interrupted")}
 
 
-def finished_attempts(bundle: Bundle) -> dict[str, tuple[str, dict[str, Any]]]:
+def finished_attempts(bundle: BundleReader) -> dict[str, tuple[str, dict[str, Any]]]:
     """Per block id, the segment and lifecycle record of its last finished attempt (what :func:`load_results` counts)."""
     return _finished(bundle)
 
 
-def load_results(bundle: Bundle, blocks: tuple[Block, ...]) -> dict[str, BlockResult]:
+def load_results(bundle: BundleReader, blocks: tuple[Block, ...]) -> dict[str, BlockResult]:
     """The results of those ``blocks`` that the bundle holds a finished attempt of.
 
     A block that ran more than once (an interrupted attempt, then a resume)
@@ -267,12 +282,13 @@ def load_results(bundle: Bundle, blocks: tuple[Block, ...]) -> dict[str, BlockRe
     for block in blocks:
         if block.id in finished:
             segment, event = finished[block.id]
+            life = Lifecycle.from_record(event)
             results[block.id] = BlockResult(block, event.get("pid"), tuple(samples.get((segment, block.id), ())),
-                                             Lifecycle.from_record(event), failure_of(event))
+                                             life, life.recorded_failure)
     return results
 
 
-def incomplete_attempts(bundle: Bundle) -> list[dict[str, Any]]:
+def incomplete_attempts(bundle: BundleReader) -> list[dict[str, Any]]:
     """Every started attempt of a block that did not finish: its segment, block, server and sample count."""
     finished = {(segment, block) for block, (segment, _) in _finished(bundle).items()}
     counts: dict[tuple[str, str], int] = {}

@@ -6,7 +6,7 @@ run that Ctrl-C, a signal, SIGKILL, an OOM kill, a full disk or a host reboot en
 0. A bundle whose run completed has nothing to resume: that is said, and
    nothing is written (:class:`~h3bench.errors.NothingToResume`). A bundle
    that another live process writes (a run, or another resume) is refused at
-   once with that process's pid (:class:`~h3bench.evidence.bundle.WriterLock`,
+   once with that process's pid (:class:`~h3bench.evidence.lock.WriterLock`,
    taken before anything is stopped and held until the bundle is sealed), so
    two campaigns never write one bundle, and a resume never stops the servers
    of a run that is still going.
@@ -39,7 +39,7 @@ import psutil
 
 from h3bench.errors import EvidenceError, NothingToResume, RunSpecError
 from h3bench.evidence import Bundle
-from h3bench.evidence.bundle import WriterLock
+from h3bench.evidence.lock import WriterLock
 from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
 from h3bench.run.records import incomplete_attempts

@@ -1,23 +1,26 @@
-"""The schedule: a RunSpec's blocks, and the cases every campaign test is parametrized by.
+"""The schedule: a RunSpec's blocks in the order they run, and the session's view of them.
 
 Per duration (in :func:`~h3bench.runspec.design.run_order`), each block one
-fresh server process:
+fresh server process (:class:`~h3bench.runspec.cases.Block`):
 
-- the fixed design runs its **lossless control blocks** first
-  (``protocol.lossless_baseline_blocks``, by default 2 when ``gates.lossless``
-  is on: baseline blocks that only add baseline processes to the lossless
+- the fixed design lists its **lossless control blocks** first
+  (:func:`~h3bench.runspec.design.control_blocks`: the spec's
+  ``protocol.lossless_baseline_blocks``, else 2 when ``gates.lossless`` is
+  on: baseline blocks that only add baseline processes to the lossless
   test, never used for speed), then per candidate the spec's order
   (``ABBAABBA`` by default): ``A`` a baseline block, ``B`` a candidate block;
-- the sequential design runs the series' AB/BA pairs round-robin up to the
-  last look, and lists its control blocks before the pairs of the round
+- the sequential design lists the series' AB/BA pairs round-robin up to the
+  last look (:func:`h3bench.stats.sequential.series_order`, the order the
+  statistics assume), and its control blocks before the pairs of the round
   where PASS is first allowed, as many as a series running alone could need
   (:meth:`h3bench.runspec.course.Course.control_slots`).
 
 Adjacent blocks form the AB/BA pairs that the statistics pair
-(:func:`h3bench.stats.speed.paired_block_ratios`). Which listed blocks run is
-the course's decision (:mod:`h3bench.runspec.course`): a series stopped by a
-look, or not past a cheaper duration, and controls no series needs, are not
-run.
+(:func:`h3bench.stats.speed.paired_block_ratios`). The schedule lists; which
+listed blocks run is the course's decision (:mod:`h3bench.runspec.course`): a
+series stopped by a look, or not past a cheaper duration, and controls no
+series needs, are not run. A shard of a campaign over several hosts runs the
+AB/BA units of its round (:mod:`h3bench.runspec.shards`).
 
 A candidate-only run (``--arm candidate --baseline-evidence BUNDLE``) runs,
 per duration and candidate, its anchored order instead
@@ -31,21 +34,12 @@ references (the i-th candidate block is matched with the i-th stored
 baseline block of its series). The lossless test's controls are today's
 anchors only (:meth:`Schedule.lossless_processes`).
 
-The cases, in schedule order:
-
-- ``block``: one per block this session runs (the perf tests time it, the
-  lifecycle tests check it);
-- ``baseline_output``: one per measured request of each baseline block;
-- ``matched_pair``: each measured candidate output and the baseline output of
-  the same inputs and seed, from the partner block;
-- ``candidate_workload``: one per candidate and duration (the lossless judgement).
-
 A **series** is one comparison: a candidate against its control, the
 ``baseline``. When the spec names an ``original_baseline`` other than the
 baseline, the final combination gets one more series, ``<final>-vs-<original>``
-(:func:`series_of`), whose ``A`` blocks run the original baseline: the direct
-comparison that campaign acceptance needs. Its name cannot be an arm's (arm
-names have no hyphen).
+(:func:`~h3bench.runspec.design.series_of`), whose ``A`` blocks run the
+original baseline: the direct comparison that campaign acceptance needs. Its
+name cannot be an arm's (arm names have no hyphen).
 
 The lossless test of a candidate at a duration (:meth:`Schedule.lossless_processes`)
 counts as control processes every block of that duration that runs its
@@ -57,110 +51,23 @@ series' ``A`` blocks.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import Literal
-
-from h3bench.errors import UsageError
 from h3bench.runspec import BASELINE, RunSpec
+from h3bench.runspec.cases import (
+    CASE_FIXTURES,
+    CONTROLS,
+    Block,
+    BlockDesign,
+    CandidateWorkload,
+    Case,
+    MatchedPair,
+    OutputRef,
+)
 from h3bench.runspec.course import Course
 from h3bench.runspec.design import DesignMode, Series, anchored_order, control_blocks, looks_of, run_order, series_of
 from h3bench.runspec.shards import Shard, Window
+from h3bench.stats.sequential import series_order
 
-__all__ = [
-    "CASE_FIXTURES",
-    "CONTROLS",
-    "Block",
-    "CandidateWorkload",
-    "Case",
-    "MatchedPair",
-    "OutputRef",
-    "Schedule",
-    "check_shards",
-    "shard_blocks",
-    "spec_blocks",
-]
-
-CONTROLS = BASELINE  # the series of the control blocks: no candidate can be called "baseline"
-BlockDesign = Literal["paired", "controls", "anchored"]
-
-
-@dataclass(frozen=True)
-class Block:
-    """One server process of one arm, at one position of its series' order.
-
-    ``design`` says which order: ``paired`` (the spec's AB/BA order),
-    ``controls`` (a lossless control block) or ``anchored`` (a candidate-only
-    run's anchored order).
-    """
-
-    duration: float
-    candidate: str  # the candidate whose series this block belongs to; CONTROLS for a control block
-    arm: str  # the series' control (A) or the candidate (B)
-    position: int  # 1-based position in its series' order
-    letter: Literal["A", "B"]  # A: the series' control (the baseline, or the original baseline), B: candidate
-    design: BlockDesign = "paired"
-    control: str = BASELINE  # the arm of the series' A blocks
-
-    @property
-    def pair(self) -> int:
-        """Adjacent blocks form AB/BA pairs: positions 1-2 are pair 0, 3-4 pair 1, ..."""
-        return (self.position - 1) // 2
-
-    @property
-    def id(self) -> str:
-        tag = "-anchored" if self.design == "anchored" else ""
-        return f"{self.duration:g}s-{self.candidate}{tag}-{self.position}{self.letter}-{self.arm}"
-
-
-@dataclass(frozen=True)
-class CandidateWorkload:
-    """One candidate at one duration: the unit of the lossless judgement."""
-
-    candidate: str
-    duration: float
-
-    @property
-    def id(self) -> str:
-        return f"{self.duration:g}s-{self.candidate}"
-
-
-@dataclass(frozen=True)
-class OutputRef:
-    """The output of one measured request of one block."""
-
-    block: Block
-    index: int
-
-    @property
-    def duration(self) -> float:
-        return self.block.duration
-
-    @property
-    def id(self) -> str:
-        return f"{self.block.id}-r{self.index}"
-
-
-@dataclass(frozen=True)
-class MatchedPair:
-    """A candidate output and its baseline output: same inputs and seed, partner blocks."""
-
-    baseline: OutputRef
-    candidate: OutputRef
-
-    @property
-    def duration(self) -> float:
-        return self.candidate.duration
-
-    @property
-    def id(self) -> str:
-        b = self.candidate.block
-        where = f"anchored{b.position}" if b.design == "anchored" else f"pair{b.pair}"
-        return f"{b.duration:g}s-{b.candidate}-{where}-r{self.candidate.index}"
-
-
-Case = Block | OutputRef | MatchedPair | CandidateWorkload
-CASE_FIXTURES = ("block", "baseline_output", "matched_pair", "candidate_workload")
+__all__ = ["Schedule", "spec_blocks"]
 
 
 def _series(duration: float, series: Series, order: str, design: BlockDesign, *, start: int = 1) -> list[Block]:
@@ -176,12 +83,13 @@ def _sequential(spec: RunSpec, duration: float, course: Course) -> list[Block]:
     outputs' nondeterminism then reaches all series alike).
     """
     d = run_order(spec).index(duration)
+    order = series_order(looks_of(spec, duration)[-1])
     blocks: list[Block] = []
-    for pair in range(1, looks_of(spec, duration)[-1] + 1):
+    for pair in range(1, len(order) // 2 + 1):
         if pair == course.controls_before(d):
             blocks += _series(duration, Series(CONTROLS, BASELINE), "A" * course.control_slots(d), "controls")
         for one in series_of(spec):
-            blocks += _series(duration, one, "AB" if pair % 2 else "BA", "paired", start=2 * pair - 1)
+            blocks += _series(duration, one, order[2 * pair - 2: 2 * pair], "paired", start=2 * pair - 1)
     return blocks
 
 
@@ -210,26 +118,6 @@ def spec_blocks(spec: RunSpec, arms: str = "all", *, anchored: bool = False, los
             for series in series_of(spec):
                 blocks += _series(duration, series, spec.protocol.order, "paired")
     return tuple(b for b in blocks if anchored or arms == "all" or (arms == BASELINE) == (b.letter == "A"))
-
-
-def shard_blocks(spec: RunSpec, blocks: tuple[Block, ...], shard: Shard, window: Window, *,
-                 lossless: bool | None = None) -> tuple[Block, ...]:
-    """The blocks of ``blocks`` that ``shard`` runs in ``window``'s round (:meth:`Course.shard_runs`)."""
-    course = Course.of(spec, lossless=lossless, shards=shard.count)
-    return tuple(b for b in blocks if course.shard_runs(b.duration, None if b.design == "controls" else b.candidate,
-                                                         b.pair, b.position, shard, window))
-
-
-def check_shards(spec: RunSpec, shards: int) -> None:
-    """Refuse more shards than the longest series has AB/BA units: a shard would have no pair to run at all.
-
-    A duration with fewer units than shards leaves the last shards idle
-    there (950pr-x4.toml's 15 s has 2 units: a third host runs 5 s only).
-    """
-    units = max(math.ceil(looks_of(spec, d)[-1] / 2) for d in run_order(spec))
-    if shards > units:
-        raise UsageError(f"--shard .../{shards}: {spec.name} has at most {units} AB/BA unit(s) of 2 pairs per "
-                         f"duration, so at most {units} shards can each run whole pairs")
 
 
 class Schedule:
@@ -262,9 +150,13 @@ class Schedule:
         self._campaign = self.blocks if anchored or arms == "all" else every
 
     def _own(self, blocks: tuple[Block, ...]) -> tuple[Block, ...]:
-        if self.shard is None or self.window is None:
+        """The blocks of ``blocks`` that this session's shard runs in its round (:meth:`Course.shard_runs`)."""
+        shard, window = self.shard, self.window
+        if shard is None or window is None:
             return blocks
-        return shard_blocks(self.spec, blocks, self.shard, self.window, lossless=self.lossless)
+        course = Course.of(self.spec, lossless=self.lossless, shards=shard.count)
+        return tuple(b for b in blocks if course.shard_runs(b.duration, None if b.design == "controls" else b.candidate,
+                                                             b.pair, b.position, shard, window))
 
     def index(self, block: Block) -> int:
         """The block's place in the order this session runs it (ValueError if it does not run it)."""

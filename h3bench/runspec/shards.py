@@ -43,8 +43,10 @@ from pathlib import Path
 from typing import Any
 
 from h3bench.errors import UsageError
+from h3bench.runspec.design import looks_of, run_order
+from h3bench.runspec.spec import RunSpec
 
-__all__ = ["LOOKS_FORMAT", "SeriesWindow", "Shard", "Window", "read_window", "round_up", "unit_shard"]
+__all__ = ["LOOKS_FORMAT", "SeriesWindow", "Shard", "Window", "check_shards", "read_window", "round_up", "unit_shard"]
 
 LOOKS_FORMAT = "h3bench-looks/1"
 _SHARD = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
@@ -81,6 +83,18 @@ class Shard:
 def unit_shard(pair: int, count: int) -> int:
     """The shard (1-based) of global pair ``pair`` (0-based): whole AB/BA units, round-robin."""
     return (pair // 2) % count + 1
+
+
+def check_shards(spec: RunSpec, shards: int) -> None:
+    """Refuse more shards than the longest series has AB/BA units: a shard would have no pair to run at all.
+
+    A duration with fewer units than shards leaves the last shards idle
+    there (950pr-x4.toml's 15 s has 2 units: a third host runs 5 s only).
+    """
+    units = max(math.ceil(looks_of(spec, d)[-1] / 2) for d in run_order(spec))
+    if shards > units:
+        raise UsageError(f"--shard .../{shards}: {spec.name} has at most {units} AB/BA unit(s) of 2 pairs per "
+                         f"duration, so at most {units} shards can each run whole pairs")
 
 
 def round_up(pairs: int, count: int, cap: int) -> int:

@@ -42,7 +42,6 @@ import hashlib
 import json
 import os
 import re
-import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -50,6 +49,7 @@ from typing import Annotated, Any
 from pydantic import Field, PrivateAttr, StrictBool, StrictStr, ValidationError, field_validator, model_validator
 
 from h3bench.errors import RunSpecError
+from h3bench.evidence.files import read_toml
 from h3bench.evidence.hashing import sha256_file
 from h3bench.evidence.scrub import Scrubber
 from h3bench.runspec.arms import ARM_TAGS, BASELINE, Arm
@@ -290,15 +290,7 @@ def parse_runspec(data: Mapping[str, Any], *, source: str, spec_dir: str | os.Pa
 def load_runspec(path: str | os.PathLike[str]) -> RunSpec:
     """Read, parse and validate a RunSpec TOML file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) else str(exc)
-        raise RunSpecError(f"cannot read RunSpec {path}: {reason}", source=str(path)) from exc
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise RunSpecError(f"{path}: TOML syntax error: {exc}", source=str(path)) from exc
+    data = read_toml(path, "RunSpec", error=lambda message: RunSpecError(message, source=str(path)))
     return parse_runspec(data, source=str(path), spec_dir=path.parent)
 
 

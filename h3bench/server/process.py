@@ -16,12 +16,11 @@ Typical use::
         ...                          # requests; srv.snapshot() after each
         srv.record_warmup(seconds)
     srv.verify_exited().check()      # CleanupError if anything survived
-    write(srv.record().to_dict())
+    srv.record()                     # the ServerRecord of a lifecycle line
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import os
 import signal
@@ -30,28 +29,27 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import httpx
 
 from h3bench import interrupts
-from h3bench.errors import CleanupError, InterferenceError, ServerStartError, UsageError
+from h3bench.errors import InterferenceError, ServerStartError, UsageError
 from h3bench.host.devices import DeviceCheck
 from h3bench.server.guard import Guard
 from h3bench.server.ports import port_free, port_holder
 from h3bench.server.proctree import SERVER_ID_ENV, ProcessInfo, ProcessTree, become_subreaper, describe_exit, die_with_parent
+from h3bench.server.record import ExitReport, ServerRecord
 
 __all__ = [
     "LOG_TAIL_LINES",
     "SERVER_ID_ENV",
     "DeviceCheck",
     "ExitReport",
-    "LifecycleRecord",
     "ProcessInfo",
     "ServerProcess",
+    "ServerRecord",
     "ServerState",
     "kill_live_servers",
 ]
@@ -67,70 +65,6 @@ class ServerState(enum.Enum):
     NEW = "new"
     RUNNING = "running"
     STOPPED = "stopped"
-
-
-@dataclass(frozen=True)
-class ExitReport:
-    """What ``verify_exited`` found after the stop; ``check()`` turns it into an assertion."""
-
-    port: int
-    pids_seen: tuple[ProcessInfo, ...]
-    escaped: tuple[ProcessInfo, ...]  # seen outside the tree while the server ran
-    survivors: tuple[str, ...]  # processes still running or zombies
-    port_free: bool
-    port_holder: str | None
-    device_leftovers: tuple[str, ...]  # our processes still on the devices: incomplete cleanup
-    device_interference: tuple[str, ...] = ()  # other processes on them while it ran or after: not cleanup
-    device_notes: tuple[str, ...] = ()
-
-    @property
-    def problems(self) -> tuple[str, ...]:
-        port: tuple[str, ...] = ()
-        if not self.port_free:
-            port = (f"port {self.port} still taken by {self.port_holder or 'an unknown process'}",)
-        return self.survivors + port + self.device_leftovers
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    def check(self) -> ExitReport:
-        """Return self if the server left nothing behind, else raise CleanupError."""
-        if self.problems:
-            raise CleanupError(
-                f"the server on port {self.port} did not clean up: " + "; ".join(self.problems),
-                survivors=self.problems,
-            )
-        return self
-
-
-@dataclass(frozen=True)
-class LifecycleRecord:
-    """The lifecycle evidence of one server process (one line of lifecycle.jsonl)."""
-
-    argv: tuple[str, ...]
-    env: dict[str, str]  # only the variables the caller set, not the inherited ones
-    pid: int | None
-    host: str
-    port: int
-    log_path: str
-    startup_budget_s: float
-    startup_s: float | None  # launch → first 200 from /health
-    warmup_s: float | None
-    stop_budget_s: float | None
-    shutdown_s: float | None  # SIGTERM → no recorded process still running
-    graceful: bool | None  # False when SIGKILL was needed
-    exit_code: int | None  # Popen convention: -N means killed by signal N
-    exited_before_stop: bool | None  # the server died on its own (a crash, or a failed start)
-    pids_seen: tuple[ProcessInfo, ...]
-    escaped: tuple[ProcessInfo, ...]
-    survivors: tuple[str, ...] | None  # None until verify_exited ran
-    port_free: bool | None
-    device_leftovers: tuple[str, ...] | None
-    device_interference: tuple[str, ...] | None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def _read_tail(path: Path, lines: int) -> str:
@@ -462,10 +396,10 @@ class ServerProcess:
         )
         return self._exit_report
 
-    def record(self) -> LifecycleRecord:
+    def record(self) -> ServerRecord:
         """The lifecycle evidence so far; verification fields stay None until verify_exited()."""
         report = self._exit_report
-        return LifecycleRecord(
+        return ServerRecord(
             argv=self.argv,
             env=dict(self.env),
             pid=self.pid,

@@ -15,18 +15,20 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from h3bench.evidence import Bundle, files
+from h3bench.evidence import BundleReader, files
 from h3bench.evidence.files import now
 from h3bench.plan.estimate import bundle_bytes, cost_of
 from h3bench.plan.preflight import preflight
-from h3bench.report.terminal import campaign_summary, report_header
+from h3bench.report.screen import campaign_summary
+from h3bench.report.terminal import report_header
 from h3bench.run.measure import Measure
 from h3bench.run.pace import Pace
 from h3bench.run.progress import Progress
 from h3bench.run.records import BlockResult
 from h3bench.run.resume import Resumed, resume_bundle
 from h3bench.runspec import RunSpec, load_runspec
-from h3bench.runspec.schedule import Block, Case, Schedule
+from h3bench.runspec.cases import Block, Case
+from h3bench.runspec.schedule import Schedule
 from h3bench.session.results import Results
 from h3bench.session.runner import Runner
 from h3bench.session.selection import require_runnable
@@ -62,7 +64,8 @@ class Campaign:
         return self.results.judge
 
     @property
-    def bundle(self) -> Bundle:
+    def bundle(self) -> BundleReader:
+        """The run's bundle: written by this process's runner, or read (an xdist worker)."""
         return self.runner.bundle if self.runner is not None else self.results.bundle
 
     @property
@@ -166,6 +169,7 @@ def start_campaign(settings: Settings, progress: Progress | None = None) -> Camp
     assert settings.runspec is not None, "a live campaign needs a RunSpec"
     spec = load_runspec(settings.runspec)
     require_runnable(spec, settings)
+    settings = settings.with_round(spec)
     inputs = spec.verify_inputs()
     found = preflight(spec, spec_file=settings.runspec, allow_unpinned=settings.allow_unpinned)
     if settings.baseline_evidence is None:  # a candidate-only run has its own anchored design
@@ -190,7 +194,8 @@ def start_campaign(settings: Settings, progress: Progress | None = None) -> Camp
 def read_campaign(settings: Settings, planned: Path, session: str) -> Campaign:
     """What an xdist worker sees: the controller's bundle (at ``planned``, run ``session``), read when first needed."""
     assert settings.runspec is not None
-    results = Results(load_runspec(settings.runspec), settings, bundle_path=planned, session=session)
+    spec = load_runspec(settings.runspec)
+    results = Results(spec, settings.with_round(spec), bundle_path=planned, session=session)
     if settings.baseline_evidence is not None:
         results.attach_baseline(settings.baseline_evidence)
     return Campaign(results)

@@ -36,11 +36,13 @@ from typing import Any
 
 from h3bench.errors import DiskFullError
 from h3bench.evidence import Bundle
+from h3bench.evidence.layout import planned_path
 from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
 from h3bench.host.inventory import host_identity
 from h3bench.plan.preflight import DIAGNOSTIC, Preflight
-from h3bench.run.block import interrupt_name, run_block
+from h3bench.run.block import run_block
+from h3bench.run.failures import interrupt_name
 from h3bench.run.heldout import heldout_cases, run_heldout
 from h3bench.run.measure import Measure, PlainMeasure, block_info
 from h3bench.run.pace import Pace
@@ -48,10 +50,14 @@ from h3bench.run.profiling import profiled_blocks
 from h3bench.run.records import BlockFailed, BlockResult, CandidateStopped
 from h3bench.run.resume import Resumed
 from h3bench.runspec import Arm, RunSpec, VllmArm
-from h3bench.runspec.schedule import Block, Case
+from h3bench.runspec.cases import Block, Case
+from h3bench.runspec.schedule import Schedule
 from h3bench.session.results import Results
+from h3bench.session.revalidation import write_quality
 from h3bench.session.settings import Settings
 from h3bench.verdict.acceptance import acceptance, heldout_candidates
+from h3bench.verdict.assemble import candidate_verdicts, document
+from h3bench.verdict.device import device_time
 from h3bench.verdict.heldout import judge_heldout
 from h3bench.verdict.verdicts import HeldoutVerdict, VerdictDocument, duration_key
 
@@ -79,7 +85,7 @@ class Runner:
         self.started_at = started_at
         self.pace = pace
         self.resumed = resumed  # what a resume found and stopped
-        planned = Bundle.planned_path(settings.evidence_root, spec.name, spec.spec_id, started_at)
+        planned = planned_path(settings.evidence_root, spec.name, spec.spec_id, started_at)
         # A resume reads the finished blocks from its bundle, and runs the rest in the bundle's new segment.
         self._bundle: Bundle | None = resumed.bundle if resumed is not None else None
         self.results = Results(spec, settings, bundle_path=planned, supply=self.run_block, bundle=self._bundle)
@@ -93,7 +99,7 @@ class Runner:
         pace.status = self.status
 
     @property
-    def schedule(self) -> Any:
+    def schedule(self) -> Schedule:
         return self.results.schedule
 
     @property
@@ -156,7 +162,7 @@ class Runner:
         if found is not None and found.look is not None and found.ratio is not None:
             parts.append(f"look {found.look}/{len(found.looks)}: {found.ratio:.3f} [{found.lower:.3f}, "
                          f"{found.upper:.3f}]")
-        spent = sum(d.device_s for d in results.device_time().values())
+        spent = sum(d.device_s for d in device_time(self.spec, self.schedule.blocks, results.ran).values())
         if spent:
             parts.append(f"{spent / 3600:.2f} device-h spent")
         return " · ".join(parts)
@@ -267,7 +273,7 @@ class Runner:
         """Run and judge the held-out phase of every candidate the formal blocks did not reject."""
         spec, out = self.spec, {}
         cases = heldout_cases(spec)
-        for index, candidate in enumerate(heldout_candidates(spec, self.results.verdicts())):
+        for index, candidate in enumerate(heldout_candidates(spec, candidate_verdicts(self.results))):
             ran = run_heldout(spec, candidate, index * len(spec.workload.durations), cases, bundle=self.bundle,
                               inputs=self.inputs, scratch=self.scratch, campaign_id=self.session, pace=self.pace,
                               device_lock=self.device_lock)
@@ -290,7 +296,7 @@ class Runner:
             self._remove_scratch()
             return None
         try:
-            self.results.write_quality()
+            write_quality(self.results.judge, self.bundle)
         except DiskFullError as exc:
             self.halted = self.halted or exc
             return self._unsealed(interrupted or f"stopped: {exc}", exc)
@@ -303,11 +309,11 @@ class Runner:
                 interrupted = f"interrupted by {interrupt_name(exc)} during the held-out phase"
         self._remove_scratch()
         self.interrupted = interrupted
-        verdicts = self.results.verdicts()
+        verdicts = candidate_verdicts(self.results)
         accepted = acceptance(self.spec, verdicts, heldout, diagnostic=self.diagnostic,
                               not_selected=self.results.not_selected, shard=self.settings.shard)
-        self.document = self.results.document(interrupted=interrupted, heldout=heldout, accepted=accepted,
-                                              verdicts=verdicts)
+        self.document = document(self.results, interrupted=interrupted, heldout=heldout, accepted=accepted,
+                                 verdicts=verdicts)
         try:
             self.bundle.write_verdict(self.document.to_dict())
             self.bundle.close(interrupted=interrupted)
@@ -320,10 +326,10 @@ class Runner:
         self._remove_scratch()
         self.interrupted = interrupted
         self.unsealed = f"the bundle could not be sealed ({exc}); it is left as it is for --resume"
-        verdicts = self.results.verdicts()
+        verdicts = candidate_verdicts(self.results)
         accepted = acceptance(self.spec, verdicts, {}, diagnostic=self.diagnostic,
                               not_selected=self.results.not_selected, shard=self.settings.shard)
-        self.document = self.results.document(interrupted=interrupted, verdicts=verdicts, accepted=accepted)
+        self.document = document(self.results, interrupted=interrupted, verdicts=verdicts, accepted=accepted)
         return self.document
 
     def _remove_scratch(self) -> None:

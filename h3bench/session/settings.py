@@ -1,16 +1,25 @@
-"""A session's options, resolved once (by the pytest plugin or the CLI) into one frozen object."""
+"""A session's options, resolved once (by the pytest plugin or the CLI) into one frozen object.
+
+The options are resolved before the spec is read
+(:func:`h3bench.session.options.resolve`); a shard's round needs the spec,
+so it is resolved once the spec is loaded (:meth:`Settings.with_round`), and
+every reader of the settings takes it from there.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from h3bench.errors import UsageError
 from h3bench.metrics.lpips_weights import DIR_ENV as LPIPS_DIR_ENV
 
 if TYPE_CHECKING:  # the runspec package loads pydantic; a Settings without a shard never needs it
-    from h3bench.runspec.shards import Shard
+    from h3bench.runspec import RunSpec
+    from h3bench.runspec.shards import Shard, Window
 
 __all__ = ["ARMS", "DEFAULT_LOCK_PATH", "DEVICE_LOCK_ENV", "LPIPS_DIR_ENV", "Settings"]
 
@@ -40,6 +49,7 @@ class Settings:
     command: tuple[str, ...] = ()  # the command as typed: a refusal names the one to run instead
     shard: Shard | None = None  # one shard of a campaign over several hosts (h3bench.runspec.shards)
     looks: Path | None = None  # the look file of the previous round (h3bench pool --look)
+    window: Window | None = None  # what the round runs, read from ``looks`` by with_round (None: round 1)
     report: bool = True  # write report.html and summary.md beside the bundle as the campaign ends (pytest)
 
     @classmethod
@@ -47,3 +57,21 @@ class Settings:
         """Settings to re-validate a stored bundle: its own spec, every arm."""
         lpips = lpips_dir or os.environ.get(LPIPS_DIR_ENV)
         return cls(None, "all", bundle.parent, None, lossless, Path(lpips) if lpips else None, lpips_device)
+
+    def with_round(self, spec: RunSpec) -> Settings:
+        """The settings with the shard's round: from the look file of the previous round (round 1 without one).
+
+        UsageError for ``--looks`` without ``--shard``, more shards than the
+        spec has AB/BA units, or a look file of another campaign.
+        """
+        from h3bench.runspec.shards import check_shards, read_window
+
+        if self.shard is None:
+            if self.looks is not None:
+                raise UsageError("--looks gives a round of a campaign over several hosts: add --shard I/N")
+            return self
+        check_shards(spec, self.shard.count)
+        if self.looks is None:
+            return self
+        return dataclasses.replace(self, window=read_window(self.looks, spec_id=spec.spec_id,
+                                                            shards=self.shard.count))

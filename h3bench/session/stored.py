@@ -42,9 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from h3bench.errors import EvidenceError
-from h3bench.evidence import Bundle, require_verified
-from h3bench.evidence.bundle import FINAL, QUALITY, segments_of
+from h3bench.evidence import BundleReader, require_verified
 from h3bench.evidence.files import read_json
+from h3bench.evidence.layout import FINAL, QUALITY
+from h3bench.evidence.reader import segments_of
 from h3bench.plan.preflight import is_diagnostic as run_is_diagnostic
 from h3bench.run.contract import Contract, contract_changes
 from h3bench.run.records import BlockResult, load_results
@@ -160,17 +161,17 @@ class StoredBundle:
         with :func:`contract_changes`: history, the ledger, a pool and
         ``--baseline-evidence`` name a change of contract with it.
         """
-        return Contract.of(Bundle.open(self.path).lifecycle())
+        return Contract.of(BundleReader.open(self.path).lifecycle())
 
     def document(self) -> VerdictDocument | None:
         """The run's verdict.json (its last segment's, as of this view's seal), or None when the run wrote none."""
-        found = Bundle.open(self.path).read_verdict(self.upto)
+        found = BundleReader.open(self.path).read_verdict(self.upto)
         return None if found is None else VerdictDocument.from_dict(found, where=f"{self.path}/verdict.json")
 
     def block_results(self) -> list[BlockResult]:
         """Every block of the spec that the bundle holds a finished attempt of, in schedule order."""
         schedule = Schedule(self.runspec())
-        return list(load_results(Bundle.open(self.path), schedule.blocks).values())
+        return list(load_results(BundleReader.open(self.path), schedule.blocks).values())
 
 
 def open_verified(path: str | Path, *, seal: str | None = None) -> StoredBundle:
@@ -184,7 +185,7 @@ def open_verified(path: str | Path, *, seal: str | None = None) -> StoredBundle:
     if not (root / "manifest.json").is_file():
         raise EvidenceError(f"{root}: not an evidence bundle (no manifest.json)", path=str(root))
     require_verified(root, "it is not read")
-    bundle = Bundle.open(root)
+    bundle = BundleReader.open(root)
     seals = bundle.seals()
     chosen = [(segment, sha) for segment, sha in seals if seal is None or sha == seal][-1:]
     if not chosen:

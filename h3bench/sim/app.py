@@ -58,7 +58,7 @@ from h3bench.sim.profiler import Profiler, profiler_router
 from h3bench.sim.routes import SYNC_TIMEOUT_ENV, error_body, router
 from h3bench.sim.worker import LOG_FORMAT, WorkerConfig
 
-# The harness names the block a server serves here (h3bench/run/block.py); the process seed is drawn from it.
+# The harness names the block a server serves here (h3bench/run/launch.py); the process seed is drawn from it.
 BLOCK_ID_ENV = "H3BENCH_BLOCK_ID"
 HOST_FACTOR_ENV = "H3BENCH_SIM_HOST_FACTOR"  # this machine as another host: its speed, per arm (host_factor)
 

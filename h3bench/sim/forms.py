@@ -64,8 +64,13 @@ _SecondStr = Annotated[str, StringConstraints(pattern=r"^[1-9]\d*$")]
 _SizeStr = Annotated[str, StringConstraints(pattern=r"^\d+x\d+$")]
 
 
-class FormFields(BaseModel):
-    """The scalar parameters of upstream's ``_parse_video_form`` as FastAPI checks them: types and ``Form(...)`` constraints."""
+class _VideoForm(BaseModel):
+    """What both layers check alike: the fields that open upstream's form and request model, in their order.
+
+    The fields after them differ in constraints and in order between the two
+    layers (pydantic names a request's errors in field order), so each layer
+    lists them itself.
+    """
 
     model_config = ConfigDict(extra="ignore")
 
@@ -74,6 +79,11 @@ class FormFields(BaseModel):
     seconds: _SecondStr | None = None
     size: _SizeStr | None = None
     user: str | None = None
+
+
+class FormFields(_VideoForm):
+    """The scalar parameters of upstream's ``_parse_video_form`` as FastAPI checks them: types and ``Form(...)`` constraints."""
+
     width: int | None = None
     height: int | None = None
     num_frames: int | None = None
@@ -100,19 +110,12 @@ class FormFields(BaseModel):
     return_stage_metrics: bool | None = None
 
 
-class VideoGenerationRequest(BaseModel):
+class VideoGenerationRequest(_VideoForm):
     """The request model's own constraints (upstream's ``protocol/videos.py``), which it checks after FastAPI.
 
     Named as upstream's, so that pydantic's message names it the same way.
     """
 
-    model_config = ConfigDict(extra="ignore")
-
-    prompt: str
-    model: str | None = None
-    seconds: _SecondStr | None = None
-    size: _SizeStr | None = None
-    user: str | None = None
     width: Annotated[int, Field(ge=1, le=_INT64_MAX)] | None = None
     height: Annotated[int, Field(ge=1, le=_INT64_MAX)] | None = None
     fps: Annotated[float, Field(ge=1, le=_INT64_MAX, allow_inf_nan=False)] | None = None

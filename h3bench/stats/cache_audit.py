@@ -8,7 +8,7 @@ seed in both arms). Two signs of a cache remain:
 1. **Outputs.** The audit's output equals a measured output: impossible for a
    model that draws from the seed, conclusive in one block
    (:func:`output_problem`, the first half of the old
-   :func:`h3bench.run.block.audit_problem`).
+   :func:`h3bench.run.failures.audit_problem`).
 2. **Latency.** A cache makes the *measured* requests fast against a fresh
    seed: the spec's threat model is measured requests at most half the time
    of a fresh seed. Per block, ``q = log audit − median(log measured)``; a

@@ -30,8 +30,9 @@ from h3bench.quality.gates import LpipsSettings
 from h3bench.run.progress import Progress
 from h3bench.run.records import Stop
 from h3bench.runspec import RunSpec
+from h3bench.runspec.cases import Block, CandidateWorkload, MatchedPair, OutputRef
 from h3bench.runspec.design import lossless_level, spread
-from h3bench.runspec.schedule import Block, CandidateWorkload, MatchedPair, OutputRef, Schedule
+from h3bench.runspec.schedule import Schedule
 from h3bench.verdict.verdicts import GateValue
 
 if TYPE_CHECKING:  # torch loads only when LPIPS is measured

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from h3bench.evidence import Bundle
+from h3bench.evidence import BundleReader
 from h3bench.evidence.codec import from_json, to_json
 from h3bench.h3 import workload_marker
 from h3bench.outcome import Outcome, combine
@@ -399,7 +399,7 @@ class VerdictDocument:
         return from_json(cls, dict(data), where=where)
 
     @classmethod
-    def read(cls, bundle: Bundle) -> VerdictDocument | None:
+    def read(cls, bundle: BundleReader) -> VerdictDocument | None:
         """The bundle's verdict.json (its last segment's), or None when the run wrote none."""
         found = bundle.read_verdict()
         return None if found is None else cls.from_dict(found, where=f"{bundle.path}/verdict.json")

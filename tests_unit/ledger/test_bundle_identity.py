@@ -18,8 +18,9 @@ import pytest
 
 from h3bench import evidence
 from h3bench.cli import main
-from h3bench.ledger.chain import add_bundle, verify_ledger
+from h3bench.ledger.append import add_bundle
 from h3bench.ledger.history import read_history
+from h3bench.ledger.verify import verify_ledger
 from h3bench.runspec import parse_runspec
 from tests_unit.bundlesim import npu_spec, resume_bundle, write_bundle
 

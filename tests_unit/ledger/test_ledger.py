@@ -22,7 +22,9 @@ import pytest
 import h3bench.quality
 from h3bench.cli import main
 from h3bench.errors import EvidenceError, UsageError
-from h3bench.ledger.chain import add_bundle, read_ledger, verify_ledger
+from h3bench.ledger.append import add_bundle
+from h3bench.ledger.chain import read_ledger
+from h3bench.ledger.verify import verify_ledger
 from h3bench.outcome import Outcome
 from h3bench.verdict.verdicts import Acceptance, CandidateAcceptance, HeldoutVerdict
 from tests_unit.bundlesim import ATTRIBUTION, npu_spec, write_bundle
@@ -407,7 +409,7 @@ def test_a_broken_chain_refuses_further_appends(two_bundles, ledger, tmp_path):
 
 _WRITER = """
 import sys
-from h3bench.ledger.chain import add_bundle
+from h3bench.ledger.append import add_bundle
 for path in sys.argv[2:]:
     add_bundle(path, sys.argv[1])
 """

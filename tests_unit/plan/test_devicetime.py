@@ -176,7 +176,7 @@ def test_at_a_true_five_percent_the_p90_and_the_maximum_are_at_most_the_fixed_de
 
 
 def test_the_plan_says_where_the_lossless_controls_go_and_when_they_do_not_run():
-    from h3bench.plan.estimate import control_lines
+    from h3bench.plan.summary import control_lines
 
     lines = control_lines(load_runspec(SPECS / "910b1-x8.toml"))
     assert lines[0].startswith("lossless controls at 5 s: up to 4 before round 4") and "8 baseline processes" in lines[0]

@@ -18,7 +18,7 @@ import pytest
 from h3bench.evidence import Bundle
 from h3bench.report.contents import read_contents
 from h3bench.report.markdown import render_summary
-from h3bench.report.terminal import screen_lines
+from h3bench.report.screen import screen_lines
 from h3bench.runspec import parse_runspec
 from h3bench.verdict.verdicts import VerdictDocument
 from tests_unit.campaign_project import bundles_in, child_campaign, run_campaign, write_campaign

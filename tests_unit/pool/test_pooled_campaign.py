@@ -19,8 +19,10 @@ import pytest
 
 from h3bench.cli import main
 from h3bench.errors import UsageError
-from h3bench.ledger.chain import add_bundle, read_ledger, verify_ledger
+from h3bench.ledger.append import add_bundle
+from h3bench.ledger.chain import read_ledger
 from h3bench.ledger.history import read_history
+from h3bench.ledger.verify import verify_ledger
 from h3bench.pool import pool_bundles
 from tests_unit.campaign_project import write_campaign
 from tests_unit.pool.test_pool import run_shards

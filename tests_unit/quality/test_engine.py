@@ -25,7 +25,8 @@ from h3bench.quality import engine as engine_module
 from h3bench.quality.engine import Comparison, Engine, components, decoder_threads
 from h3bench.quality.gates import LpipsSettings
 from h3bench.runspec import load_runspec, parse_runspec
-from h3bench.runspec.schedule import CandidateWorkload, Schedule
+from h3bench.runspec.cases import CandidateWorkload
+from h3bench.runspec.schedule import Schedule
 from h3bench.verdict.judge import Judge
 
 REPO = Path(__file__).resolve().parents[2]

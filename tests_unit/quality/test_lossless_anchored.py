@@ -34,8 +34,9 @@ import pytest
 from h3bench.outcome import Outcome
 from h3bench.quality import lossless
 from h3bench.runspec import load_runspec
+from h3bench.runspec.cases import CandidateWorkload
 from h3bench.runspec.design import DesignMode
-from h3bench.runspec.schedule import CandidateWorkload, Schedule
+from h3bench.runspec.schedule import Schedule
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE
 
 SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"

@@ -18,7 +18,7 @@ from h3bench.cli import main
 from h3bench.cli.export import FORMAT_NAMES
 from h3bench.cli.schemas import SCHEMAS, derived, shipped
 from h3bench.evidence.verify import final_sha256
-from h3bench.ledger.chain import add_bundle
+from h3bench.ledger.append import add_bundle
 from h3bench.report.export import FORMATS
 from h3bench.report.markdown import STEP_SUMMARY_BYTES, fit_summary
 from h3bench.runspec import load_runspec

@@ -37,6 +37,7 @@ from h3bench.report.page import SECTIONS, render_page
 from h3bench.report.pictures import worst_pair_pictures
 from h3bench.session.results import Results
 from h3bench.session.settings import Settings
+from h3bench.verdict.assemble import speed as latency
 from tests_unit import browser
 from tests_unit.campaign_project import UNUSED_PLUGINS, noisy_campaign, write_campaign
 
@@ -367,8 +368,8 @@ def test_the_summary_has_the_verdict_a_table_per_duration_and_the_path_of_the_re
     assert "### 5 s" in lines
     assert "| candidate | n (base / cand) | median E2E s (base → cand) | ratio | bounds (one-sided lower / upper) " \
            "| speed | quality | lossless |" in lines
-    speed = Results.from_bundle(run.bundle, Settings.for_bundle(run.bundle, lossless=False, lpips_dir=None,
-                                                                lpips_device="cpu")).speed(5.0, CANDIDATE)
+    speed = latency(Results.from_bundle(run.bundle, Settings.for_bundle(run.bundle, lossless=False, lpips_dir=None,
+                                                                        lpips_device="cpu")), 5.0, CANDIDATE)
     assert speed is not None
     est = speed.estimate
     stored = verdict["durations"]["5s"]["estimate"]  # the row is verdict.json's (the series' last look), not recomputed

@@ -1,4 +1,4 @@
-"""The end of a campaign on one screen (:func:`h3bench.report.terminal.screen_lines`), from real verdict documents.
+"""The end of a campaign on one screen (:func:`h3bench.report.screen.screen_lines`), from real verdict documents.
 
 At most six lines per candidate and duration: the ratio with its bounds and the verdict; where the design
 stopped and the device time spent and saved; each gate's worst value; lossless; which stage moved, only when
@@ -15,7 +15,7 @@ import itertools
 import pytest
 
 from h3bench.outcome import Outcome
-from h3bench.report.terminal import screen_lines
+from h3bench.report.screen import screen_lines
 from h3bench.runspec import load_runspec
 from h3bench.verdict.stage_effects import PartEffect, StageEffects
 from h3bench.verdict.verdicts import Acceptance, CandidateAcceptance, GateValue, LosslessSummary, VerdictDocument

@@ -26,8 +26,10 @@ import pytest
 from h3bench.cli import main
 from h3bench.errors import EvidenceError
 from h3bench.evidence import Bundle, verify
-from h3bench.ledger.chain import add_bundle, entry_hash, read_ledger, verify_ledger
+from h3bench.ledger.append import add_bundle
+from h3bench.ledger.chain import entry_hash, read_ledger
 from h3bench.ledger.history import history_json, read_history
+from h3bench.ledger.verify import verify_ledger
 from h3bench.outcome import Outcome
 from h3bench.pool.fanin import contract_notes
 from h3bench.run import contract

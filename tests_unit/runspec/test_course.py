@@ -25,9 +25,10 @@ from hypothesis import strategies as st
 from h3bench.outcome import Outcome
 from h3bench.quality import lossless_design
 from h3bench.runspec import load_runspec, parse_runspec
+from h3bench.runspec.cases import Block
 from h3bench.runspec.course import Course
 from h3bench.runspec.design import sequential_design
-from h3bench.runspec.schedule import Block, Schedule, spec_blocks
+from h3bench.runspec.schedule import Schedule, spec_blocks
 from h3bench.runspec.shards import Shard, Window
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE, PASS
 from h3bench.stats.sequential import FUTILITY, PASSED, LookDecision

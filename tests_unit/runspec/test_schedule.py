@@ -9,6 +9,7 @@ import pytest
 from h3bench.quality import lossless_design
 from h3bench.quality.lossless import lossless_feasibility
 from h3bench.runspec import load_runspec
+from h3bench.runspec.cases import CONTROLS, CandidateWorkload, MatchedPair
 from h3bench.runspec.course import Course
 from h3bench.runspec.design import (
     DesignMode,
@@ -19,7 +20,7 @@ from h3bench.runspec.design import (
     run_order,
     spread,
 )
-from h3bench.runspec.schedule import CONTROLS, CandidateWorkload, MatchedPair, Schedule, spec_blocks
+from h3bench.runspec.schedule import Schedule, spec_blocks
 
 SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"
 
@@ -102,7 +103,8 @@ def test_candidate_only_without_stored_bundle_keeps_the_spec_order(sim):
 
 
 def test_the_plans_block_line_keeps_the_lossless_controls_apart_from_the_series(sim, tmp_path):
-    from h3bench.plan.estimate import block_groups, make_plan
+    from h3bench.plan.estimate import make_plan
+    from h3bench.plan.summary import block_groups
 
     planned = make_plan(sim, lock_path=tmp_path / "lock")
     line = block_groups(b for b in planned.blocks if b.duration == 5.0)

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 from h3bench.errors import UsageError
 from h3bench.plan.hostsim import alternating, simulate_pooled
 from h3bench.runspec import load_runspec
-from h3bench.runspec.schedule import Schedule, check_shards, spec_blocks
-from h3bench.runspec.shards import SeriesWindow, Shard, Window, read_window, round_up, unit_shard
+from h3bench.runspec.schedule import Schedule, spec_blocks
+from h3bench.runspec.shards import SeriesWindow, Shard, Window, check_shards, read_window, round_up, unit_shard
 from h3bench.session import options
 from h3bench.stats import hosts
 from h3bench.stats.blockstat import BlockBudget

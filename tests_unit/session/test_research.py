@@ -16,14 +16,17 @@ from h3bench.report.terminal import summary_lines
 from h3bench.run.client import VideoClient
 from h3bench.run.profiling import profiled_request
 from h3bench.runspec import load_runspec, parse_runspec
+from h3bench.runspec.cases import Block
 from h3bench.runspec.design import series_of
-from h3bench.runspec.schedule import Block, Schedule
+from h3bench.runspec.schedule import Schedule
 from h3bench.server.ports import LOCALHOST, find_free_port
 from h3bench.server.process import ServerProcess
 from h3bench.session.results import Results
+from h3bench.session.revalidation import load_quality
 from h3bench.session.settings import Settings
 from h3bench.sim.profiler import Profiler, parse_profiler_config
 from h3bench.verdict.acceptance import acceptance
+from h3bench.verdict.assemble import candidate_verdicts
 from h3bench.verdict.verdicts import VerdictDocument
 from tests_unit.campaign_project import bundle_of, run_campaign, write_campaign
 
@@ -220,9 +223,9 @@ def test_held_out_seeds_catch_a_fault_that_the_formal_seed_cannot(pytester: pyte
     assert verify(path).ok
     # The same verdicts, judged again from the stored bundle; a diagnostic reading of them accepts nothing.
     results = Results.from_bundle(path, Settings(None))
-    assert results.load_quality() is not None
+    assert load_quality(results) is not None
     document = VerdictDocument.read(results.bundle)
-    assert document is not None and results.verdicts() == document.candidates
+    assert document is not None and candidate_verdicts(results) == document.candidates
     assert acceptance(results.spec, document.candidates, document.heldout, diagnostic=False) == document.accepted
     assert acceptance(results.spec, document.candidates, document.heldout, diagnostic=True).accepted is False
 

@@ -22,7 +22,9 @@ from h3bench import evidence
 from h3bench.report.terminal import summary_lines
 from h3bench.server.proctree import CAMPAIGN_ID_ENV, marked_processes
 from h3bench.session.results import Results
+from h3bench.session.revalidation import load_quality
 from h3bench.session.settings import Settings
+from h3bench.verdict.assemble import candidate_verdicts
 from h3bench.verdict.verdicts import VerdictDocument
 from tests_unit.campaign_project import bundle_of, run_campaign, start_campaign, wait_until, write_campaign
 
@@ -90,9 +92,9 @@ def test_resume_runs_what_is_missing_and_keeps_every_sample(pytester, sig):
     # 4 blocks of 1 warmup and 3 measured requests, and the interrupted attempt's own.
     assert stored == 4 * 4 + incomplete["samples"], "every request of every attempt is in the bundle"
     # The verdict and summary are those that the bundle's own samples give.
-    results.load_quality()
+    load_quality(results)
     written = VerdictDocument.read(results.bundle)
-    assert written is not None and results.verdicts() == written.candidates
+    assert written is not None and candidate_verdicts(results) == written.candidates
     printed = result.stdout.str()
     for line in summary_lines(results.spec, written, bundle=bundle):
         assert line in printed, line

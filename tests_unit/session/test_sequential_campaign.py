@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from h3bench.evidence import verify
-from h3bench.runspec.schedule import CandidateWorkload
+from h3bench.runspec.cases import CandidateWorkload
 from h3bench.session.results import Results
 from h3bench.session.settings import Settings
 from tests_unit.campaign_project import child_campaign, write_campaign

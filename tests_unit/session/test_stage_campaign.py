@@ -35,7 +35,9 @@ import pytest
 from h3bench.cli import main
 from h3bench.evidence import Bundle, verify
 from h3bench.h3 import DIFFUSION_EXEC_S, DIFFUSION_FORWARD_S
-from h3bench.ledger.chain import add_bundle, read_ledger, verify_ledger
+from h3bench.ledger.append import add_bundle
+from h3bench.ledger.chain import read_ledger
+from h3bench.ledger.verify import verify_ledger
 from h3bench.run.server_metrics import RequestMetrics
 from h3bench.verdict.stage_effects import DIT_PER_FORWARD
 from h3bench.verdict.verdicts import VerdictDocument

@@ -4,7 +4,7 @@ Campaigns are simulated through :func:`h3bench.plan.designsim.simulate_campaigns
 which applies :func:`h3bench.stats.cache_audit.cache_flags` at every look (through
 :func:`h3bench.stats.sequential.judge_series`); "FAIL through the audit" is a
 series that stopped with reason AUDIT. What is left per block is the output
-half, :func:`h3bench.run.block.audit_problem`: an audit output equal to a
+half, :func:`h3bench.run.failures.audit_problem`: an audit output equal to a
 measured one. (The old per-block latency rule, 25 % of the block's median,
 failed 23.4 % of A/A candidates with one +50 % request per duration.)
 """
@@ -19,7 +19,7 @@ import pytest
 
 from h3bench.errors import UsageError
 from h3bench.plan import designsim
-from h3bench.run.block import audit_problem
+from h3bench.run.failures import audit_problem
 from h3bench.run.records import Sample
 from h3bench.runspec.design import fixed_design, sequential_design
 from h3bench.stats.blockstat import BlockBudget
