@@ -18,7 +18,7 @@ pytest_plugins = ["pytester"]
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``--dist loadgroup``, suffix each item's id with its ``xdist_group``, as xdist means to.
+    """Under ``--dist loadgroup``: the longest tests first, and each item's id suffixed with its ``xdist_group``.
 
     xdist 3.8 names an item's group by rewriting ``item._nodeid``, which pytest 9.2 no longer reads (a node's
     id is ``_id``). Without this, a group's tests spread over the workers and a module fixture that runs a
@@ -27,6 +27,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not getattr(config.option, "loadgroup", False):
         return
     from _pytest.nodeid import coerce_node_id
+
+    # Longest first (xdist hands work out in this order): a group's module fixture, then any slow test, then
+    # the quick ones that fill the workers' gaps at the end. Stable, so the seed's shuffle stays within each.
+    items.sort(key=lambda item: (item.get_closest_marker("slow") is None,
+                                 item.get_closest_marker("xdist_group") is None))
 
     for item in items:
         groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
