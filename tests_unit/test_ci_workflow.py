@@ -112,6 +112,15 @@ def test_the_hosted_workflow_runs_exactly_what_a_merge_must_pass() -> None:
     assert runs == [".ci/run"]
 
 
+def test_ci_runs_the_readmes_quick_start_commands_as_a_new_user_types_them() -> None:
+    quick_start = (REPO / "README.md").read_text().split("## Quick start", 1)[1].split("```bash\n", 1)[1]
+    commands = [line.split("#", 1)[0].strip() for line in quick_start.split("```", 1)[0].splitlines()]
+    steps = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line.startswith("step ")]
+    assert sorted(commands) == ["./dev campaign", "./dev test"]
+    for command in commands:  # the whole command ends the step's line: no option a user would not type
+        assert any(line.endswith(f'" {command}') for line in steps), (command, steps)
+
+
 def test_pre_commit_runs_ruff_and_mypy_from_the_projects_environment() -> None:
     config = yaml.safe_load((REPO / ".pre-commit-config.yaml").read_text())
     entries = {hook["id"]: hook["entry"] for repo in config["repos"] for hook in repo["hooks"]}
