@@ -1,12 +1,8 @@
-"""Probe, stream-decode and write the MP4s that the server returns.
+"""Probe and stream-decode the MP4s that the server returns (:mod:`~h3bench.media.encode` writes them).
 
 Everything here streams: no function holds a whole video in memory. Audio is
 small (15 s of stereo 32 kHz float32 is under 4 MB) and is returned whole,
 decoded into one array (ten minutes are 154 MB, held once).
-
-The writer reproduces vLLM-Omni's muxing (diffusion/utils/media_utils.py, see
-vLLM-Omni's diffusion/utils/media_utils.py): H.264 yuv420p at crf 18 and 24 FPS, AAC stereo 32 kHz, and the
-whole waveform as one AudioFrame with ``pts = 0``.
 """
 
 from __future__ import annotations
@@ -14,10 +10,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from fractions import Fraction
-from pathlib import Path
 from typing import Any
 
 import av
@@ -42,7 +37,6 @@ __all__ = [
     "probe",
     "read_audio",
     "read_pcm",
-    "write_mp4",
 ]
 
 _PathLike = str | os.PathLike[str]
@@ -424,43 +418,3 @@ def decoded_digest(path: _PathLike) -> DecodedDigest:
 def pcm_sha256(pcm: np.ndarray) -> str:
     """The digest of decoded PCM that :class:`DecodedDigest` records."""
     return hashlib.sha256(np.ascontiguousarray(pcm).data).hexdigest()
-
-
-def write_mp4(
-    path: _PathLike,
-    frames: Iterable[np.ndarray],
-    audio: np.ndarray | None,
-    *,
-    fps: int = 24,
-    sample_rate: int = 32_000,
-    crf: int = 18,
-) -> Path:
-    """Mux RGB frames and a ``[channels, samples]`` float32 waveform as vLLM-Omni does.
-
-    ``frames`` may be a generator; frames are encoded as they arrive. The
-    audio, when given, is encoded as one AudioFrame with ``pts = 0``.
-    """
-    path = Path(path)
-    with av.open(os.fspath(path), mode="w", format="mp4") as container:
-        video = container.add_stream("libx264", rate=fps)
-        video.pix_fmt = "yuv420p"
-        video.options = {"crf": str(crf)}
-        audio_stream = None
-        if audio is not None:
-            audio_stream = container.add_stream("aac", rate=sample_rate)
-            audio_stream.layout = "stereo" if audio.shape[0] == 2 else "mono"
-        for index, rgb in enumerate(frames):
-            if index == 0:
-                video.height, video.width = rgb.shape[:2]
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
-            frame.pts = index
-            container.mux(video.encode(frame))
-        container.mux(video.encode())
-        if audio_stream is not None:
-            pcm = np.ascontiguousarray(audio, dtype=np.float32)
-            aframe = av.AudioFrame.from_ndarray(pcm, format="fltp", layout=audio_stream.layout.name)
-            aframe.sample_rate = sample_rate
-            aframe.pts = 0
-            container.mux(audio_stream.encode(aframe))
-            container.mux(audio_stream.encode())
-    return path
