@@ -69,9 +69,10 @@ def run_campaign(path: Path, bundles: Path, options: Options, done: Done, say: C
 
     derived = load_runspec(path)
     existing = bundle_of(bundles, derived.spec_id)
-    if existing is not None and BundleReader.open(existing).is_complete and \
-            (BundleReader.open(existing).final() or {}).get("outcome") == "completed":
-        return existing
+    if existing is not None:
+        reader = BundleReader.open(existing)
+        if reader.is_complete and (reader.final() or {}).get("outcome") == "completed":
+            return existing
     settings = Settings(path, evidence_root=bundles, resume=existing,
                         lpips_dir=options.lpips_dir, lpips_device=options.lpips_device,
                         allow_unpinned=options.allow_unpinned,

@@ -29,6 +29,8 @@ from typing import Any
 from h3bench.bisect.log import LOG_NAME, BisectionLog
 from h3bench.errors import UsageError
 from h3bench.evidence import require_verified
+from h3bench.evidence.files import replace_atomic
+from h3bench.report import default_out
 
 __all__ = ["BisectReport", "is_bisection", "write_bisect_report"]
 
@@ -124,7 +126,7 @@ def write_bisect_report(directory: Path, out: str | Path | None = None) -> Bisec
     for record in _campaigns(records):
         require_verified(directory / record["bundle"], "the bisection's report is not written")
     start = records[0]
-    target = Path(out) if out is not None else directory.parent / "reports" / directory.name
+    target = Path(out) if out is not None else default_out(directory)
     target.mkdir(parents=True, exist_ok=True)
     stop = [r for r in records if r["event"] == "stop"]
     verify = [r for r in records if r["event"] == "verify"]
@@ -152,7 +154,7 @@ def write_bisect_report(directory: Path, out: str | Path | None = None) -> Bisec
         lines.append(f"| {name} | {r['commit']} | {r['status']} | {r['pairs']} | {_ratio(r)} | {decision} | "
                      f"{log_lr} | {r['device_s'] / 3600:.3f} | {Path(r['bundle']).name} |")
     summary = target / "summary.md"
-    summary.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    replace_atomic(summary, ("\n".join(lines) + "\n").encode("utf-8"))  # a reader never sees half a page
     page = ["<!doctype html><html><head><meta charset=\"utf-8\"><title>bisection of "
             f"{html.escape(start['spec_name'])}</title><style>body{{font-family:sans-serif;margin:2em}}"
             "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 6px;font-size:12px}</style>"
@@ -162,5 +164,5 @@ def write_bisect_report(directory: Path, out: str | Path | None = None) -> Bisec
             "<h2>Device time spent</h2>", _device_svg(device),
             "<h2>Summary</h2><pre>" + html.escape("\n".join(lines)) + "</pre></body></html>"]
     page_path = target / "report.html"
-    page_path.write_text("".join(page), encoding="utf-8")
+    replace_atomic(page_path, "".join(page).encode("utf-8"))
     return BisectReport(page_path, summary)

@@ -8,7 +8,7 @@ whose other keys are refused, a float is a number or one of ``"inf"``,
 mapping an object of its value type, ``X | None`` either. So a schema cannot
 drift from its record: it is derived, and the files shipped in
 ``h3bench/data/schemas/`` are checked against the derivation by the tests
-(``python -m h3bench.evidence.schema`` writes them again).
+(``python -m h3bench.cli.schemas`` writes them again).
 
 ``computed`` adds the keys a writer puts beside the fields (``verdict.json``
 carries each duration's combined ``outcome``, which is a property, for

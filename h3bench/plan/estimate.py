@@ -207,7 +207,8 @@ def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 20
     if found is None or not spec.candidates or spec.protocol.requests_per_block > SIMULATED_REQUESTS:
         return ()
     costs, own = found
-    design, fixed = Design.of(spec), Design.fixed_of(spec)
+    course = Course.of(spec)
+    design, fixed = course.design, Design.fixed_of(spec)
     n_candidates = len(series_of(spec))
     scenarios = {"no effect": [[1.0] * len(costs.durations)] * n_candidates,
                  "a true 10 % speedup": [[0.9] * len(costs.durations)] * n_candidates}
@@ -216,7 +217,6 @@ def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 20
         scenarios["the costs' own effect (" + ", ".join(f"{c} {'/'.join(f'{r:.3f}' for r in own[c])}"
                                                         for c in spec.candidates) + ")"] = hinted
     lossless = spec.gates.lossless
-    course = Course.of(spec)
     estimates = []
     for name, ratios in scenarios.items():
         run = simulate_campaigns(design, ratios, n=n, lossless=lossless)

@@ -58,6 +58,11 @@ def _three(hours: tuple[float, float, float], unit: str) -> str:
     return " / ".join(f"{h:.1f}" for h in hours) + f" {unit} h"
 
 
+def _one(hours: float, unit: str) -> str:
+    """One figure in :func:`_three`'s unit."""
+    return _three((hours,) * 3, unit).split(" / ")[-1]
+
+
 def lossless_rate_line(spec: RunSpec) -> str:
     """How often a truly lossless candidate is rejected by the lossless test over its durations."""
     levels = [lossless_level(spec, d) for d in run_order(spec)]
@@ -101,13 +106,10 @@ def _device_lines(p: Plan) -> list[str]:
     lines = [f"expected device time of the {design} design (mean / p90 / max over {2000} simulated campaigns; "
              "starts, stops, warmups, measured requests, audits and lossless controls):"]
     for e in p.device:
-        extra = f"; held-out and profiling add at most {_three((e.extra_h,) * 3, 'wall').split(' / ')[-1]}" \
-            if e.extra_h else ""
-        fixed = (e.fixed.wall_h[0], e.fixed.wall_h[0], e.fixed.wall_h[0])
-        worst = (f"; at worst {_three((e.worst_h,) * 3, 'wall').split(' / ')[-1]}"
-                 if p.spec.protocol.design is DesignMode.SEQUENTIAL else "")
+        extra = f"; held-out and profiling add at most {_one(e.extra_h, 'wall')}" if e.extra_h else ""
+        worst = f"; at worst {_one(e.worst_h, 'wall')}" if p.spec.protocol.design is DesignMode.SEQUENTIAL else ""
         lines.append(f"  {e.scenario}: {_three(e.design.wall_h, 'wall')}, {_three(e.design.device_h, 'device')} "
-                     f"(fixed design: {_three(fixed, 'wall').split(' / ')[-1]}{worst}; every candidate PASS in "
+                     f"(fixed design: {_one(e.fixed.wall_h[0], 'wall')}{worst}; every candidate PASS in "
                      f"{e.pass_rate:.0%}){extra}")
     return lines
 

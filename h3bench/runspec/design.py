@@ -225,7 +225,7 @@ class Design:
         # The default looks of a dearer (or the only) duration spend their levels mostly at the last look (see
         # DEARER_GAMMA); chosen looks and other spending functions keep the spec's parameter at every duration.
         default = p.looks is None and p.spending == "hsd"
-        dearer = tuple(d for d in range(len(order)) if default and (d > 0 or len(order) == 1))
+        dearer = dearer_durations(len(order)) if default else ()
         gamma = tuple(DEARER_GAMMA if d in dearer else p.spending_gamma for d in range(len(order)))
         return cls(str(p.design), tuple(looks_of(spec, d) for d in order), budget_of(spec), p.spending, gamma,
                    futility=sequential and p.futility, in_order_of_cost=in_order_of_cost(spec),
@@ -300,11 +300,16 @@ def sequential_design(n_durations: int = 2, *, budget: BlockBudget | None = None
     looks = default_looks(n_durations)
     levels = (None if lossless_per_candidate is None
               else lossless_design.lossless_levels(n_durations, lossless_per_candidate))
-    dearer = tuple(d for d in range(n_durations) if d > 0 or n_durations == 1)
+    dearer = dearer_durations(n_durations)
     chosen: dict[str, object] = {"gamma": tuple(DEARER_GAMMA if d in dearer else 0.0 for d in range(n_durations)),
                                  "allowance": STEP_ALLOWANCE, "lossless_last": dearer, **options}
     return Design(name, looks, budget or BlockBudget(1, 2, True, True), lossless_levels=levels,
                   **chosen)  # type: ignore[arg-type]
+
+
+def dearer_durations(n_durations: int) -> tuple[int, ...]:
+    """The durations (run order) whose default looks spend mostly at the last: every one after the cheapest, or the only."""
+    return tuple(d for d in range(n_durations) if d > 0 or n_durations == 1)
 
 
 def fixed_design(n_durations: int = 2, pairs: int = 4, *, controls: int = 0, name: str = "fixed",
