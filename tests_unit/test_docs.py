@@ -21,6 +21,7 @@ B.mp4: two short clips; FILE, DIR, SPEC, EVIDENCE, POOLED: paths of the right ki
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -61,6 +62,7 @@ def commands() -> list[tuple[str, str]]:
     return found
 
 
+@functools.cache
 def ci_commands() -> dict[str, list[str]]:
     """The commands CI runs: ``.ci/run``'s lines, and the ``run:`` steps of each workflow, comments left out."""
     lines = {".ci/run": [line.strip() for line in (REPO / ".ci" / "run").read_text().splitlines()
@@ -153,7 +155,10 @@ def fill(command: str, places: dict[str, str]) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize(("page", "line"), commands(), ids=[f"{p}:{c[:60]}" for p, c in commands()])
+COMMANDS = commands()
+
+
+@pytest.mark.parametrize(("page", "line"), COMMANDS, ids=[f"{p}:{c[:60]}" for p, c in COMMANDS])
 def test_the_command_runs_or_says_it_needs_an_npu(page, line, places, tmp_path):
     command, comment = _without_comment(line)
     if NPU in comment:

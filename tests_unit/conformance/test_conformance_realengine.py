@@ -56,9 +56,19 @@ def test_a_changed_declaration_is_written_again(tmp_path: Path) -> None:
     assert "stale" not in entry_points.read_text() and "h3bench_tiny_h3" in entry_points.read_text()
 
 
-def test_the_checkpoint_has_one_place_per_seed(tmp_path: Path) -> None:
+def test_the_checkpoint_has_one_place_per_seed_and_version_of_the_tiny_model(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     assert realengine.checkpoint_dir(root=tmp_path) == realengine.checkpoint_dir(root=tmp_path)
     assert realengine.checkpoint_dir(root=tmp_path, seed=1) != realengine.checkpoint_dir(root=tmp_path)
+    # A changed network (tiny_modules.py) is a new checkpoint, as a changed pipeline (tiny_h3.py) is.
+    before = realengine.checkpoint_dir(root=tmp_path)
+    for source in realengine._TINY_SOURCES:
+        changed = tmp_path / source.name
+        changed.write_bytes(source.read_bytes() + b"\n# changed\n")
+        others = [changed if s == source else s for s in realengine._TINY_SOURCES]
+        monkeypatch.setattr(realengine, "_TINY_SOURCES", others)
+        assert realengine.checkpoint_dir(root=tmp_path) != before, source.name
+        monkeypatch.undo()
 
 
 def test_the_tiny_model_becomes_the_checkpoint_in_the_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
