@@ -14,6 +14,10 @@ modules import (read with :mod:`ast`, names mapped to distributions by
 :func:`importlib.metadata.packages_distributions`), plus the few used without
 an import statement; an import guarded by ``except ImportError`` is an extra's;
 what only the tests and benchmarks import is in ``[test]``.
+
+./dev installs under constraints.txt (written by ``./dev lock``, .ci/lock.py):
+it pins every runtime and test dependency, each pin inside pyproject.toml's
+range, and torch's pins are those ./dev installs.
 """
 
 from __future__ import annotations
@@ -21,10 +25,13 @@ from __future__ import annotations
 import ast
 import email.parser
 import importlib.metadata
+import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tomllib
 import zipfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -32,6 +39,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from packaging.version import Version
 
 from tests_unit.campaign_project import write_campaign
 
@@ -261,3 +269,76 @@ def test_the_plugin_runs_a_campaign_collection_from_the_wheel(installed, tmp_pat
 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "tests_perf/test_block_latency.py::test_block_latency[5s-clean-1A-baseline]" in proc.stdout
+
+
+# --- ./dev's constraints -----------------------------------------------------------------------------------
+
+
+def load_lock():
+    spec = importlib.util.spec_from_file_location("lock", REPO / ".ci" / "lock.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def project_requirements() -> list[Requirement]:
+    """pyproject's runtime requirements and its test and report extras' (not npu's: NPU containers bring those)."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    extras = project["optional-dependencies"]
+    return [Requirement(line) for line in (*project["dependencies"], *extras["test"], *extras["report"])]
+
+
+def constraint_problems(requirements: list[Requirement], pins: dict[str, str]) -> list[str]:
+    problems = []
+    for requirement in requirements:
+        name = canonicalize_name(requirement.name)
+        if name not in pins:
+            problems.append(f"constraints.txt does not pin {name}")
+        elif not requirement.specifier.contains(Version(pins[name]), prereleases=True):
+            problems.append(f"constraints.txt pins {name}=={pins[name]}, outside pyproject's {requirement}")
+    return problems
+
+
+def test_the_constraints_pin_every_runtime_and_test_dependency_inside_pyprojects_range():
+    lock = load_lock()
+    text = (REPO / "constraints.txt").read_text(encoding="utf-8")
+    pins = lock.read(REPO / "constraints.txt")
+    requirements = project_requirements()
+
+    assert all(re.fullmatch(r"[a-z0-9-]+==[\w.+!-]+", line) for line in text.splitlines() if not line.startswith("#"))
+    assert constraint_problems(requirements, pins) == []
+    assert "h3bench" not in pins and pins["av"] and len(pins) > len(requirements)  # transitive ones pinned too
+    # It fails where it should: a pin outside the range, a dependency not pinned.
+    broken = {**{k: v for k, v in pins.items() if k != "numpy"}, "av": "11.0"}
+    assert constraint_problems(requirements, broken) == [
+        "constraints.txt pins av==11.0, outside pyproject's av>=12",
+        "constraints.txt does not pin numpy",
+    ]
+
+
+def test_dev_installs_under_the_constraints_and_its_torch_pins_are_theirs():
+    dev = (REPO / "dev").read_text(encoding="utf-8")
+    pins = load_lock().read(REPO / "constraints.txt")
+
+    assert ".venv/bin/pip install --quiet -c constraints.txt -e '.[test]'" in dev
+    assert '.venv/bin/pip install --quiet -c constraints.txt "${torch[@]}"' in dev
+    (stamp,) = re.findall(r"want=\$\(cat ([^|]+)\|", dev)
+    assert "constraints.txt" in stamp.split()  # a refreshed file reinstalls
+    (torch,) = re.findall(r"^torch=\(([^)]*)\)$", dev, flags=re.M)
+    assert {name: version for name, _, version in (pin.partition("==") for pin in torch.split())} == \
+        {name: pins[name] for name in ("torch", "torchvision")}
+
+
+def test_the_lock_writes_what_pip_would_install_without_the_project_and_reads_it_back(tmp_path):
+    lock = load_lock()
+    report = {"install": [{"metadata": {"name": "h3bench", "version": "0.1.0"}},
+                          {"metadata": {"name": "PyYAML", "version": "6.0.3"}},
+                          {"metadata": {"name": "av", "version": "18.1.0"}}]}
+    path = tmp_path / "constraints.txt"
+
+    path.write_text(lock.render(lock.pins(report), ["torch==2.14.1"]), encoding="utf-8")
+
+    assert lock.read(path) == {"av": "18.1.0", "pyyaml": "6.0.3"}
+    assert lock.changes({"av": "18.1.0"}, lock.read(path)) == ["  pyyaml: - -> 6.0.3"]
+    assert lock.changes({"av": "18.1.1"}, {"av": "18.1.0"}) == ["  av: 18.1.1 -> 18.1.0"]
