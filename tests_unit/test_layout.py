@@ -4,7 +4,9 @@ Imports are read from the source with :mod:`ast`, every kind of them: at
 module level, inside functions (the lazy ones) and under ``TYPE_CHECKING``
 (a type that a lower module takes from a higher one is still an arrow back
 up). The order of the packages is docs/layout.md's; a new package
-must be placed in it.
+must be placed in it. The conformance lanes (``conformance/``, beside
+``h3bench/`` and not in its wheel) stand above every package: they may
+import h3bench, and h3bench never imports them.
 """
 
 from __future__ import annotations
@@ -18,12 +20,14 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[1] / "h3bench"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "h3bench"
+# Top-level packages of the checkout outside the wheel, above all of h3bench's.
+OUTSIDE = ("conformance",)
 # What every stage shares, then the packages from the bottom up: each imports only those before it.
 SHARED = ("errors", "h3", "outcome", "interrupts")
 LAYERS = ("evidence", "media", "metrics", "stats", "quality", "runspec", "host", "server", "sim", "run", "plan",
-          "verdict", "report", "session", "pool", "ledger", "bisect", "plugin", "cli",
-          "conformance")
+          "verdict", "report", "session", "pool", "ledger", "bisect", "plugin", "cli")
 # The simulator is a program of its own: it shares only the H3 facts and the error tree with the harness.
 SIM_MAY_IMPORT = {"h3bench.h3", "h3bench.errors"}
 HEAVY = ("numpy", "scipy", "pydantic", "av", "torch", "httpx")
@@ -35,8 +39,8 @@ LONG_WITH_ONE_JOB = {"h3bench.stats.sequential", "h3bench.server.process", "h3be
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    for path in (p for top in ("h3bench", *OUTSIDE) for p in (ROOT / top).rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
         if parts[-1] == "__init__":
             parts.pop()
         found[".".join(parts)] = path
@@ -53,22 +57,26 @@ def _target(name: str) -> str:
 
 
 def imports_of(module: str) -> Iterator[str]:
-    """Every h3bench module that ``module`` imports, wherever the import stands."""
+    """Every h3bench (or conformance) module that ``module`` imports, wherever the import stands."""
+    ours = ("h3bench", *OUTSIDE)
     for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "h3bench":
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in ours:
             for alias in node.names:
                 full = f"{node.module}.{alias.name}"
                 yield full if full in MODULES else _target(node.module)
         elif isinstance(node, ast.Import):
-            yield from (_target(a.name) for a in node.names if a.name.split(".")[0] == "h3bench")
+            yield from (_target(a.name) for a in node.names if a.name.split(".")[0] in ours)
 
 
 GRAPH = {module: set(imports_of(module)) - {module} for module in MODULES}
 
 
 def stage(module: str) -> str:
-    """``h3bench.run.block`` → ``run``; a shared top-level module is its own name; the package itself is ``h3bench``."""
+    """``h3bench.run.block`` → ``run``; a shared top-level module is its own name; the package itself is ``h3bench``;
+    ``conformance.run`` → ``conformance``."""
     parts = module.split(".")
+    if parts[0] in OUTSIDE:
+        return parts[0]
     return parts[1] if len(parts) > 1 else "h3bench"
 
 
@@ -123,7 +131,7 @@ def test_the_cycle_finder_finds_a_cycle_through_a_type_checking_import():
 
 
 def arrows_back_up(graph: dict[str, set[str]]) -> list[str]:
-    rank = {name: i for i, name in enumerate(LAYERS)}
+    rank = {name: i for i, name in enumerate((*LAYERS, *OUTSIDE))}
     found = []
     for module, targets in graph.items():
         here = stage(module)
@@ -143,6 +151,14 @@ def test_a_package_imports_only_the_packages_below_it():
 def test_an_arrow_back_up_is_found():
     graph = {**GRAPH, "h3bench.run.block": GRAPH["h3bench.run.block"] | {"h3bench.session.results"}}
     assert arrows_back_up(graph) == ["h3bench.run.block -> h3bench.session.results"]
+
+
+def test_h3bench_never_imports_the_conformance_lanes_which_import_h3bench():
+    # The lanes are read: they import h3bench (allowed) ...
+    assert any(stage(t) in LAYERS for m, targets in GRAPH.items() if stage(m) == "conformance" for t in targets)
+    # ... and an arrow from h3bench into them, which the wheel could not follow, is one back up.
+    graph = {**GRAPH, "h3bench.cli": GRAPH["h3bench.cli"] | {"conformance.run"}}
+    assert arrows_back_up(graph) == ["h3bench.cli -> conformance.run"]
 
 
 def test_the_simulator_imports_only_the_h3_facts_and_the_error_tree():

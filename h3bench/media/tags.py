@@ -59,8 +59,10 @@ class VideoTags:
 
 def display_matrix(frame: av.VideoFrame) -> DisplayMatrix | None:
     """The frame's display matrix side data (ffmpeg attaches the stream's to each frame), or None."""
-    side_data = cast(SideDataContainer, frame.side_data)  # PyAV's stub types it as a TypedDict
-    item = side_data.get(Type.DISPLAYMATRIX)
+    # PyAV 18.1.0's stub types it as a TypedDict, 18.1.1's as the container it is: read through object, so that
+    # the cast is needed (not redundant) under both.
+    side_data: object = frame.side_data
+    item = cast(SideDataContainer, side_data).get(Type.DISPLAYMATRIX)
     if item is None:
         return None
     entries = tuple(int(v) for v in np.frombuffer(bytes(item), dtype="<i4"))

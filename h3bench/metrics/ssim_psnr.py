@@ -76,8 +76,6 @@ __all__ = [
     "VideoComparison",
     "VideoMetrics",
     "compare_video",
-    "psnr_planes",
-    "ssim_planes",
 ]
 
 _PathLike = str | os.PathLike[str]
@@ -156,36 +154,6 @@ def _psnr(mse: np.ndarray | float) -> np.ndarray:
     """``10·log10(255² / mse)``, ``inf`` where the MSE is zero (as ffmpeg prints it)."""
     with np.errstate(divide="ignore"):
         return 10.0 * np.log10(_PEAK**2 / np.asarray(mse, dtype=np.float64))
-
-
-def ssim_planes(a: YuvFrame, b: YuvFrame) -> tuple[float, float, float]:
-    """SSIM of one frame's Y, U and V planes, as ffmpeg's ``ssim`` filter prints per frame.
-
-    Raises
-    ------
-    MediaShapeError
-        If the planes are not 8-bit, differ in shape, or are smaller than 8x8.
-    """
-    _check_pair(a, b)
-    ssim, _ = _frame_stats(a, b)
-    return ssim[0], ssim[1], ssim[2]
-
-
-def psnr_planes(a: YuvFrame, b: YuvFrame) -> tuple[float, float, float]:
-    """PSNR in dB of one frame's Y, U and V planes (``psnr_y/u/v`` of ffmpeg's stats file).
-
-    Planes that are equal give ``inf``.
-
-    Raises
-    ------
-    MediaShapeError
-        As :func:`ssim_planes`.
-    """
-    _check_pair(a, b)
-    _, sse = _frame_stats(a, b)
-    counts = np.array([plane.size for plane in _planes(a)], dtype=np.float64)
-    y, u, v = _psnr(np.array(sse, dtype=np.float64) / counts).tolist()
-    return y, u, v
 
 
 class VideoComparison:

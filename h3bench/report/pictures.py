@@ -9,9 +9,12 @@ per-frame series, so for the one pair a candidate's pictures show:
   given;
 - the worst frame side by side, with a per-pixel SSIM map of its luma plane
   from scikit-image's ``structural_similarity(..., full=True)``. That map is a
-  diagnostic picture only: the gate's value stays ffmpeg's SSIM;
+  diagnostic picture only: the gate's value stays ffmpeg's SSIM. scikit-image
+  is optional (``pip install 'h3bench[report]'``); without it this picture is
+  left out with a note saying so;
 - the baseline and candidate spectrograms and their difference, from
-  numpy's FFT (librosa.stft's framing and ``amplitude_to_db``'s 80 dB floor, drawn with matplotlib).
+  :class:`scipy.signal.ShortTimeFFT` (librosa.stft's framing and ``amplitude_to_db``'s 80 dB floor, drawn with
+  matplotlib).
 
 The gate values shown beside them are the stored ones.
 """
@@ -139,8 +142,11 @@ def _nth(frames: Generator[T, None, None], index: int, what: str) -> T:
 
 
 def _frame_picture(worst: WorstPair, baseline: Path, candidate: Path, index: int, ffmpeg_ssim: float) -> Figure:
-    from skimage.metrics import structural_similarity
-
+    try:
+        from skimage.metrics import structural_similarity
+    except ImportError as exc:
+        raise H3BenchError(f"its per-pixel SSIM map needs scikit-image, which does not import here ({exc}); "
+                           "install it with pip install 'h3bench[report]'") from exc
     base_rgb = _nth(media.iter_rgb_frames(baseline), index, "the baseline")
     cand_rgb = _nth(media.iter_rgb_frames(candidate), index, "the candidate")
     base_y = _nth(media.iter_yuv_frames(baseline), index, "the baseline").y
@@ -166,16 +172,19 @@ def _frame_picture(worst: WorstPair, baseline: Path, candidate: Path, index: int
 
 
 def _stft_db(mono: np.ndarray, reference: float | None = None) -> tuple[np.ndarray, float]:
-    """|STFT| in dB of a centred, Hann-windowed mono signal (librosa.stft's framing), and the reference used.
+    """|STFT| in dB of a mono signal, and the reference used.
 
-    dB against ``reference`` (default: this signal's peak), floored 80 dB below it as librosa's
-    ``amplitude_to_db`` does; a picture only, so numpy's FFT suffices.
+    librosa.stft's framing: a periodic Hann window of ``_N_FFT``, frame ``p`` centred on sample ``p * _HOP`` with
+    zeros beyond the signal, ``1 + len // _HOP`` frames, no scaling. dB against ``reference`` (default: this
+    signal's peak), floored 80 dB below it as librosa's ``amplitude_to_db`` does.
     """
-    padded = np.pad(mono.astype(np.float64), _N_FFT // 2, mode="constant")
-    count = 1 + max(0, padded.size - _N_FFT) // _HOP
-    frames = np.lib.stride_tricks.sliding_window_view(padded, _N_FFT)[::_HOP][:count]
-    window = 0.5 - 0.5 * np.cos(2.0 * np.pi * np.arange(_N_FFT) / _N_FFT)
-    magnitude = np.abs(np.fft.rfft(frames * window, axis=1)).T  # [frequency, frame]
+    from scipy.signal import ShortTimeFFT
+    from scipy.signal.windows import hann
+
+    stft = ShortTimeFFT(hann(_N_FFT, sym=False), hop=_HOP, fs=1.0)  # scale_to=None: the plain |FFT|
+    # ShortTimeFFT wants half a window of signal; the zeros added are those its framing assumes past the end.
+    signal = np.pad(mono.astype(np.float64), (0, max(0, _N_FFT // 2 - mono.size)))
+    magnitude = np.abs(stft.stft(signal, p0=0, p1=1 + mono.size // _HOP))  # [frequency, frame]
     reference = reference if reference is not None else (float(magnitude.max()) or 1.0)
     db = 20.0 * np.log10(np.maximum(magnitude, 1e-5) / reference)
     return np.maximum(db, db.max() - 80.0), reference

@@ -91,7 +91,7 @@ def resolve_engine_shape(
     """The same checks on what the pipeline receives: its ``extra_args``, fps, frame count, canvas and references.
 
     ``width`` and ``height`` are the request's, ``size`` already applied. The
-    conformance suite's stand-in engine (:mod:`h3bench.conformance.standin`)
+    conformance suite's stand-in engine (:mod:`conformance.standin`)
     calls this with the values upstream's serving layer hands the engine.
 
     Raises

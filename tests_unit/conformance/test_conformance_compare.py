@@ -1,4 +1,4 @@
-"""The probe comparison and the deliberate-differences file (h3bench/conformance/answers.py, compare.py).
+"""The probe comparison and the deliberate-differences file (conformance/answers.py, compare.py).
 
 No upstream environment is needed: answers are built from real httpx
 responses and a real MP4 rendered by the simulator's content code.
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from h3bench.conformance.answers import Answer, flatten, normalize_json, normalize_response
-from h3bench.conformance.compare import (
+from conformance.answers import Answer, flatten, normalize_json, normalize_response
+from conformance.compare import (
     DELIBERATE_PATH,
     ENGINE_MODES,
     Deliberate,
@@ -24,7 +24,7 @@ from h3bench.conformance.compare import (
     parse_deliberate,
     render_table,
 )
-from h3bench.conformance.probes import METRICS_PROBE, PROBES, _metric_families, probe_names
+from conformance.probes import METRICS_PROBE, PROBES, _metric_families, probe_names
 from h3bench.errors import UsageError
 from h3bench.h3 import audio_sample_count
 from h3bench.sim.content import ContentSpec, content_key, render

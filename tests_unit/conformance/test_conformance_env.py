@@ -1,4 +1,4 @@
-"""The conformance environment's recipe, stamp, failures and launcher (h3bench/conformance/envbuild.py, serve.py).
+"""The conformance environment's recipe, stamp, failures and launcher (conformance/envbuild.py, serve.py).
 
 Nothing here installs anything: a build that would reach PyPI is made to
 fail at its first step, and a reused environment is a stamped directory.
@@ -12,15 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from h3bench.conformance import envbuild
-from h3bench.conformance.envbuild import (
+from conformance import envbuild
+from conformance.envbuild import (
     EnvironmentBuildError,
     ensure_environment,
     load_recipe,
     parse_download_bytes,
     server_command,
 )
-from h3bench.conformance.serve import main as serve_main
+from conformance.serve import main as serve_main
 from h3bench.errors import UsageError
 
 PYTHON = getattr(sys, "_base_executable", sys.executable)
@@ -126,6 +126,6 @@ def test_the_server_command_needs_a_built_environment(tmp_path: Path, monkeypatc
     assert "run ./dev conformance" in capsys.readouterr().err
     venv = stamped(tmp_path / "conformance" / "0.30.0", PYTHON)
     argv, env = server_command("0.30.0", "--port", "8000")
-    assert argv == [str(venv / "bin" / "python"), "-m", "h3bench.conformance.upstream_app", "--port", "8000"]
+    assert argv == [str(venv / "bin" / "python"), "-m", "conformance.upstream_app", "--port", "8000"]
     assert env["PYTHONPATH"] == str(envbuild.REPO_ROOT)  # h3bench is imported from the checkout, not installed
     assert not any(name.startswith("PIP_") for name in env)

@@ -1,4 +1,4 @@
-"""The real-engine lane's pieces that need no conformance environment (h3bench/conformance/realengine.py, realrun.py).
+"""The real-engine lane's pieces that need no conformance environment (conformance/realengine.py, realrun.py).
 
 The plugins' ``.dist-info``, the checkpoint's place, the ``vllm serve``
 command a RunSpec arm execs, and the agreement between the lane's own
@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from h3bench.conformance import realengine
-from h3bench.conformance.envbuild import REPO_ROOT
-from h3bench.conformance.realengine import CPU_FLAGS, LANE_ENV, TINY_MODEL
-from h3bench.conformance.realrun import REAL_INPUTS, REAL_PROBES, REAL_SPEC, _campaign_verdicts, _server_argv
-from h3bench.conformance.run import ConformanceFailure
+from conformance import realengine
+from conformance.envbuild import REPO_ROOT
+from conformance.realengine import CPU_FLAGS, LANE_ENV, TINY_MODEL
+from conformance.realrun import REAL_INPUTS, REAL_PROBES, REAL_SPEC, _campaign_verdicts, _server_argv
+from conformance.run import ConformanceFailure
 from h3bench.errors import UsageError
 from h3bench.runspec.spec import load_runspec
 
@@ -41,11 +41,11 @@ def test_the_plugins_are_found_through_importlib_metadata(tmp_path: Path) -> Non
     (dist,) = importlib.metadata.distributions(path=[str(path)])
     found = {group: {ep.name: ep.value for ep in dist.entry_points if ep.group == group}
              for group in ("vllm_omni.platform_plugins", "vllm_omni.general_plugins")}
-    assert found == {"vllm_omni.platform_plugins": {"h3bench_cpu": "h3bench.conformance.plugins:cpu_platform"},
-                     "vllm_omni.general_plugins": {"h3bench_tiny_h3": "h3bench.conformance.plugins:tiny_h3"}}
-    from h3bench.conformance import plugins
+    assert found == {"vllm_omni.platform_plugins": {"h3bench_cpu": "conformance.plugins:cpu_platform"},
+                     "vllm_omni.general_plugins": {"h3bench_tiny_h3": "conformance.plugins:tiny_h3"}}
+    from conformance import plugins
 
-    assert plugins.cpu_platform() == "h3bench.conformance.cpu_platform.CpuOmniPlatform"
+    assert plugins.cpu_platform() == "conformance.cpu_platform.CpuOmniPlatform"
 
 
 def test_a_changed_declaration_is_written_again(tmp_path: Path) -> None:
@@ -96,7 +96,7 @@ def test_the_lanes_checkpoint_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 
 
 def test_the_launcher_says_what_is_missing(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "h3bench.conformance.realengine", "serve", TINY_MODEL],
+    result = subprocess.run([sys.executable, "-m", "conformance.realengine", "serve", TINY_MODEL],
                             env={"H3BENCH_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin",
                                  "PYTHONPATH": str(REPO_ROOT)},
                             capture_output=True, text=True, check=False, timeout=120)
@@ -120,7 +120,7 @@ def test_the_lane_serves_what_the_campaign_serves() -> None:
     spec = load_runspec(REAL_SPEC)
     lane = _server_argv(Path("/profiles"))
     arm = spec.arms["untiled"].command("127.0.0.1", 0, TINY_MODEL)
-    assert lane[:3] == arm[:3] == [sys.executable, "-m", "h3bench.conformance.realengine"]
+    assert lane[:3] == arm[:3] == [sys.executable, "-m", "conformance.realengine"]
     for flag in (*CPU_FLAGS, "--enable-diffusion-pipeline-profiler", "--served-model-name", "--task-type"):
         assert flag in lane and flag in arm
     config = json.loads(lane[lane.index("--profiler-config") + 1])

@@ -1,4 +1,4 @@
-"""The stand-in H3 engine's work (h3bench/conformance/standin.py): shapes, failures, stage durations, abort.
+"""The stand-in H3 engine's work (conformance/standin.py): shapes, failures, stage durations, abort.
 
 It runs inside upstream's app in the conformance environment; here it runs
 in h3bench's own, on the values upstream's serving layer hands the engine.
@@ -14,8 +14,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h3bench import media
-from h3bench.conformance.standin import (
+from conformance.standin import (
     FAIL_KEY,
     EngineInputs,
     H3Crash,
@@ -25,6 +24,7 @@ from h3bench.conformance.standin import (
     output_shape,
     run_engine_request,
 )
+from h3bench import media
 from h3bench.h3 import STAGE_KEYS, audio_sample_count, frame_count
 
 # What upstream hands the engine for h3bench's client form at 128x96 and 4 s: width and height from the form,

@@ -23,12 +23,29 @@ from hypothesis import strategies as st
 
 from h3bench.errors import MediaDecodeError, MediaShapeError
 from h3bench.media import YuvFrame
-from h3bench.metrics.ssim_psnr import VideoMetrics, compare_video, psnr_planes, ssim_planes
+from h3bench.metrics import ssim_psnr
+from h3bench.metrics.ssim_psnr import VideoMetrics, compare_video
 from tests_unit.conftest import run_ffmpeg
 
 SSIM_TOL = 2e-6  # 6 printed decimals; per-window math is the same float32 as ffmpeg's
 PSNR_TOL = 2e-5  # 6 printed decimals
 STATS_TOL = 0.0051  # per-frame PSNR and MSE are printed with 2 decimals
+
+
+def ssim_planes(a: YuvFrame, b: YuvFrame) -> tuple[float, float, float]:
+    """SSIM of one frame's Y, U and V planes, as ffmpeg's ``ssim`` filter prints per frame (the library's kernel)."""
+    ssim_psnr._check_pair(a, b)
+    y, u, v = ssim_psnr._frame_stats(a, b)[0]
+    return y, u, v
+
+
+def psnr_planes(a: YuvFrame, b: YuvFrame) -> tuple[float, float, float]:
+    """PSNR in dB of one frame's Y, U and V planes (``psnr_y/u/v`` of ffmpeg's stats file); equal planes give inf."""
+    ssim_psnr._check_pair(a, b)
+    _, sse = ssim_psnr._frame_stats(a, b)
+    counts = np.array([plane.size for plane in (a.y, a.u, a.v)], dtype=np.float64)
+    y, u, v = ssim_psnr._psnr(np.array(sse, dtype=np.float64) / counts).tolist()
+    return y, u, v
 
 
 def ffmpeg_metrics(ffmpeg: str, baseline: Path, candidate: Path, workdir: Path) -> dict[str, object]:

@@ -222,6 +222,30 @@ def test_a_worst_pair_whose_outputs_are_not_in_the_bundle_gets_a_note_instead_of
     assert pictures.notes == (f"pictures of {worst.pair.id} not drawn: the baseline is in another bundle",)
 
 
+@pytest.mark.parametrize("scikit_image", [True, False], ids=["with-scikit-image", "without-scikit-image"])
+def test_the_frame_picture_needs_scikit_image_and_without_it_a_note_says_what_to_install(run, tmp_path, monkeypatch,
+                                                                                          scikit_image):
+    if not scikit_image:
+        # None in sys.modules: importing it raises ImportError, as where the [report] extra is not installed.
+        monkeypatch.setitem(sys.modules, "skimage", None)
+        monkeypatch.setitem(sys.modules, "skimage.metrics", None)
+    contents = read_contents(run.bundle)
+    worst = contents.worst[CANDIDATE]
+
+    pictures = worst_pair_pictures(contents.spec, worst, lpips_dir=tmp_path, lpips_device="cpu")
+
+    kinds = [figure.kind for figure in pictures.figures]
+    missing = [note for note in pictures.notes if "scikit-image" in note]
+    if scikit_image:
+        assert kinds == ["curves", "frame", "spectrogram"] and missing == []
+    else:
+        assert kinds == ["curves", "spectrogram"]
+        (note,) = missing
+        assert re.fullmatch(rf"worst frame of {re.escape(worst.pair.id)} not drawn: its per-pixel SSIM map needs "
+                            r"scikit-image, which does not import here \(import of skimage(\.metrics)? halted; None in "
+                            r"sys.modules\); install it with pip install 'h3bench\[report\]'", note), note
+
+
 def test_a_newer_quality_result_with_lpips_is_used_and_picks_the_worst_pair_by_lpips(copy):
     bundle = Bundle.open(copy)
     result = bundle.read_quality(bundle.quality_versions()[0])

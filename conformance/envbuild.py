@@ -3,7 +3,7 @@
 :func:`ensure_environment` makes ``<cache>/conformance/<engine>/venv`` on
 first use (``<cache>`` is ``$H3BENCH_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/h3bench``, else ``~/.cache/h3bench``) and reuses it while
-its stamp matches the recipe (:data:`ENGINES_PATH`, ``h3bench/data/conformance_engines.toml``) and the
+its stamp matches the recipe (:data:`ENGINES_PATH`, ``conformance/engines.toml``) and the
 interpreter, as ``./dev`` does for ``.venv``. The install is one
 ``pip --isolated install`` of the recipe's packages, so that the machine's
 pip configuration (a local wheel directory, local indexes, constraints) is
@@ -60,8 +60,8 @@ __all__ = [
 ]
 
 DEFAULT_ENGINE = "0.30.0"
-ENGINES_PATH = Path(__file__).resolve().parents[1] / "data" / "conformance_engines.toml"
-REPO_ROOT = Path(__file__).resolve().parents[2]
+ENGINES_PATH = Path(__file__).resolve().with_name("engines.toml")
+REPO_ROOT = Path(__file__).resolve().parents[1]
 _STAMP = ".h3bench-conformance.json"
 _BUILDER_VERSION = 1  # bump when the way the environment is built changes
 _VERSION = re.compile(r"\d+(\.\d+){1,3}([a-z]+\d*)?(\.post\d+)?")
@@ -71,7 +71,7 @@ _PACKAGE_ORDER = ("vllm", "vllm-omni", "torch", "torchvision", "torchaudio", "to
 IMPORT_CHECK = (
     "import torch, torchvision, torchaudio, torchcodec, vllm, vllm_omni\n"
     "from vllm_omni.entrypoints.openai.api_server import router, profiler_router\n"
-    "import h3bench.sim.content, h3bench.conformance.upstream_app\n"
+    "import h3bench.sim.content, conformance.upstream_app\n"
     "print(torch.__version__, torchvision.__version__, vllm.__version__, vllm_omni.__version__)\n"
 )
 
@@ -296,7 +296,7 @@ def ensure_environment(engine: str = DEFAULT_ENGINE, *, root: Path | None = None
 
 
 def server_command(engine: str, *args: str, root: Path | None = None) -> tuple[list[str], dict[str, str]]:
-    """The argv and the environment that run :mod:`h3bench.conformance.upstream_app` in ``engine``'s environment.
+    """The argv and the environment that run :mod:`conformance.upstream_app` in ``engine``'s environment.
 
     Raises
     ------
@@ -308,4 +308,4 @@ def server_command(engine: str, *args: str, root: Path | None = None) -> tuple[l
     if not (python.exists() and (root / "venv" / _STAMP).exists()):
         raise UsageError(f"the conformance environment of vLLM-Omni {engine} is not built ({root}); "
                          f"run ./dev conformance --engine {engine} first")
-    return [str(python), "-m", "h3bench.conformance.upstream_app", *args], _check_env(python)
+    return [str(python), "-m", "conformance.upstream_app", *args], _check_env(python)

@@ -19,15 +19,15 @@ CPU: vLLM's ``CpuPlatform`` (``dist_backend = "gloo"``, memory from the OS)
 with the Omni methods the diffusion path calls filled in the obvious way for
 a CPU (no streams to synchronise, no cache to empty, no allocator
 statistics, no inductor), and upstream's ``TORCH_SDPA`` attention
-dispatched for a CPU (:class:`h3bench.conformance.cpu_attention.CpuSDPABackend`).
+dispatched for a CPU (:class:`conformance.cpu_attention.CpuSDPABackend`).
 Everything else the real engine runs is upstream's.
 
 This module is imported while vLLM-Omni resolves its platform, so it imports
 nothing that asks for the platform at import time (the attention backends
 do): the backend is named by path and imported later.
 
-The entry point is :func:`h3bench.conformance.plugins.cpu_platform`;
-:mod:`h3bench.conformance.realengine` writes the ``.dist-info`` that
+The entry point is :func:`conformance.plugins.cpu_platform`;
+:mod:`conformance.realengine` writes the ``.dist-info`` that
 declares it and puts it on ``PYTHONPATH``.
 """
 
@@ -129,7 +129,7 @@ class CpuOmniPlatform(OmniPlatform, CpuPlatform):
             name = selected_backend.upper()
             cls.validate_diffusion_attn_backend(name)  # upstream's message for a backend this platform cannot run
             return str(DiffusionAttentionBackendEnum[name].get_path())
-        return "h3bench.conformance.cpu_attention.CpuSDPABackend"
+        return "conformance.cpu_attention.CpuSDPABackend"
 
     @classmethod
     def get_profiler_cls(cls) -> str:

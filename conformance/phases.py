@@ -1,7 +1,7 @@
 """What both conformance lanes run: h3bench's client against a server, and a campaign to a bundle that verifies.
 
-The stand-in lane (:mod:`h3bench.conformance.run`) and the real-engine lane
-(:mod:`h3bench.conformance.realrun`) share them; each phase fails with
+The stand-in lane (:mod:`conformance.run`) and the real-engine lane
+(:mod:`conformance.realrun`) share them; each phase fails with
 :class:`ConformanceFailure`, which names it.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import psutil
 
-from h3bench.conformance.envbuild import REPO_ROOT
-from h3bench.conformance.probes import ProbeInputs
-from h3bench.conformance.serve import ENGINE_ENV
+from conformance.envbuild import REPO_ROOT
+from conformance.probes import ProbeInputs
+from conformance.serve import ENGINE_ENV
 from h3bench.errors import H3BenchError
 
 __all__ = ["CAMPAIGN_SPEC", "INPUTS", "ConformanceFailure", "campaign_phase", "client_phase", "rss_mb", "say"]

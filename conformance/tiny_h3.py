@@ -43,7 +43,7 @@ like any checkpoint. ``vae_use_tiling`` (``--vae-use-tiling``, set on
 decode overlapping tiles, as H3's tiled VAE does: the same frames, several
 times the decode work (:class:`TinyVideoDecoder`).
 
-Run ``python -m h3bench.conformance.tiny_h3 DIR [--seed N]`` in the
+Run ``python -m conformance.tiny_h3 DIR [--seed N]`` in the
 conformance environment to write a checkpoint.
 """
 
@@ -63,7 +63,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from h3bench.conformance.tiny_modules import (
+from conformance.tiny_modules import (
     TinyAudioDecoder,
     TinyDiT,
     TinyMediaEncoder,
@@ -320,7 +320,7 @@ def _plain_dit(config: dict[str, int]) -> nn.Module:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m h3bench.conformance.tiny_h3",
+    parser = argparse.ArgumentParser(prog="python -m conformance.tiny_h3",
                                      description="write a tiny random-weight H3-layout checkpoint")
     parser.add_argument("root", type=Path)
     parser.add_argument("--seed", type=int, default=0)

@@ -1,12 +1,12 @@
 """``./dev conformance --engine-mode real``: h3bench against vLLM-Omni's own diffusion engine, on a CPU.
 
 Where ``./dev conformance`` runs upstream's serving code over a stand-in
-engine (:mod:`h3bench.conformance.run`), this lane starts upstream's whole
+engine (:mod:`conformance.run`), this lane starts upstream's whole
 server, ``vllm serve MODEL --omni``: its API server, engine and scheduler, a
 spawned worker process, the weight loader, the pipeline profiler and
 ``/metrics``, serving a tiny random-weight H3-shaped pipeline
-(:mod:`h3bench.conformance.tiny_h3`; what a CPU needs besides is in
-:mod:`h3bench.conformance.realengine`). Seven phases, each of which fails the
+(:mod:`conformance.tiny_h3`; what a CPU needs besides is in
+:mod:`conformance.realengine`). Seven phases, each of which fails the
 step with its reason:
 
 1. **Environment**: the conformance environment (shared with the stand-in
@@ -16,13 +16,13 @@ step with its reason:
    (:data:`REAL_PROBES`: the stand-in lane's probes, less the two whose
    failure only the stand-in can inject, plus the ``/metrics`` families);
    a difference not listed for ``engine = "real"`` in
-   ``h3bench/data/conformance_deliberate.toml`` fails the step. The server's
+   ``conformance/deliberate.toml`` fails the step. The server's
    start-up time, process tree and first requests are recorded.
 4. **Client**: h3bench's client in both request modes; each output passes
    H3's expected-duration checks and carries H3's profiler keys.
 5. **Stop**: SIGTERM within the shutdown budget, every process of the tree
    gone, the port free (:meth:`~h3bench.server.process.ServerProcess.verify_exited`).
-6. **Fault**: a harness process (:mod:`h3bench.conformance.harness`) holds a
+6. **Fault**: a harness process (:mod:`conformance.harness`) holds a
    second server; its worker is SIGKILLed while a request runs, which must end
    in a named failure (the client's error, the failed job, upstream's own
    "worker died" line in the log), and then the harness itself is SIGKILLed,
@@ -53,12 +53,12 @@ from typing import Any
 import httpx
 import psutil
 
-from h3bench.conformance.compare import Comparison, compare, load_deliberate, render_table
-from h3bench.conformance.envbuild import REPO_ROOT, ensure_environment
-from h3bench.conformance.phases import ConformanceFailure, campaign_phase, client_phase, rss_mb, say
-from h3bench.conformance.probes import METRICS_PROBE, PROBES, ProbeInputs, Side, probe_names, run_probes
-from h3bench.conformance.realengine import CHECKPOINT_ENV, CPU_FLAGS, LANE_ENV, TINY_MODEL, ensure_checkpoint
-from h3bench.conformance.serve import ENGINE_ENV
+from conformance.compare import Comparison, compare, load_deliberate, render_table
+from conformance.envbuild import REPO_ROOT, ensure_environment
+from conformance.phases import ConformanceFailure, campaign_phase, client_phase, rss_mb, say
+from conformance.probes import METRICS_PROBE, PROBES, ProbeInputs, Side, probe_names, run_probes
+from conformance.realengine import CHECKPOINT_ENV, CPU_FLAGS, LANE_ENV, TINY_MODEL, ensure_checkpoint
+from conformance.serve import ENGINE_ENV
 from h3bench.server.ports import LOCALHOST, find_free_port, port_free
 from h3bench.server.process import ServerProcess
 from h3bench.server.proctree import SERVER_ID_ENV, marked_processes, session_processes
@@ -84,7 +84,7 @@ _WORKER_TITLE = "vLLM-Omni::Diff"  # the workers' process title (setproctitle: v
 def _server_argv(profiler_dir: Path) -> list[str]:
     """The lane's server command (``{port}`` left to fill): the spec's baseline arm, with the torch profiler on."""
     profiler = json.dumps({"profiler": "torch", "torch_profiler_dir": str(profiler_dir)})
-    return [sys.executable, "-m", "h3bench.conformance.realengine", "serve", TINY_MODEL, "--omni",
+    return [sys.executable, "-m", "conformance.realengine", "serve", TINY_MODEL, "--omni",
             "--host", LOCALHOST, "--port", "{port}", "--task-type", "ref2va", "--num-gpus", "1",
             "--enable-diffusion-pipeline-profiler", *CPU_FLAGS, "--served-model-name", TINY_MODEL,
             "--profiler-config", profiler]
@@ -205,7 +205,7 @@ def _fault_phase(engine: str, checkpoint: Path, work: Path, record: dict[str, An
     log = work / "fault.log"
     say("starting a harness that holds a second real server ...")
     with (work / "harness.log").open("wb") as harness_log:
-        harness = subprocess.Popen([sys.executable, "-m", "h3bench.conformance.harness", json.dumps(spec), str(log)],
+        harness = subprocess.Popen([sys.executable, "-m", "conformance.harness", json.dumps(spec), str(log)],
                                    stdout=subprocess.PIPE, stderr=harness_log, cwd=REPO_ROOT, text=True)
     try:
         assert harness.stdout is not None

@@ -1,6 +1,6 @@
-"""``python -m h3bench.conformance.harness ARGV_JSON LOG``: a harness that holds one server until it is killed.
+"""``python -m conformance.harness ARGV_JSON LOG``: a harness that holds one server until it is killed.
 
-The real-engine lane (:mod:`h3bench.conformance.realrun`) checks what a
+The real-engine lane (:mod:`conformance.realrun`) checks what a
 SIGKILLed harness leaves behind. This process is that harness: it starts the
 server with :class:`~h3bench.server.process.ServerProcess`, as a campaign's
 block does (its own session, a parent-death signal, a guard), prints one JSON

@@ -1,6 +1,6 @@
 """The stand-in H3 engine's work, without upstream: what it renders, how long it takes, and how it fails.
 
-Upstream's serving code (:mod:`h3bench.conformance.upstream_app`) calls the
+Upstream's serving code (:mod:`conformance.upstream_app`) calls the
 engine's ``generate`` with the values its serving layer resolved from the
 form: the prompt, the references it persisted, and one
 ``OmniDiffusionSamplingParams`` (width, height, num_frames, fps, seed,

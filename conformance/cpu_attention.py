@@ -1,6 +1,6 @@
 """Upstream's ``TORCH_SDPA`` diffusion attention, dispatched for a CPU (conformance environment only).
 
-:class:`h3bench.conformance.cpu_platform.CpuOmniPlatform` names
+:class:`conformance.cpu_platform.CpuOmniPlatform` names
 :class:`CpuSDPABackend` for ``TORCH_SDPA`` (and by default). Its own module,
 because importing an attention backend asks for the current platform, which
 the platform's module must not do while it is being resolved.

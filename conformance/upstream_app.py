@@ -1,10 +1,10 @@
 """vLLM-Omni's real ``/v1/videos`` serving code with a stand-in H3 engine, as a server process.
 
 Run inside the conformance environment (``./dev conformance`` builds it;
-:mod:`h3bench.conformance.serve` launches this module with that
+:mod:`conformance.serve` launches this module with that
 environment's Python)::
 
-    python -m h3bench.conformance.upstream_app --host 127.0.0.1 --port 8000 --time-scale 0.001
+    python -m conformance.upstream_app --host 127.0.0.1 --port 8000 --time-scale 0.001
 
 The app is assembled from upstream's own parts the way
 ``vllm_omni.entrypoints.openai.api_server.omni_run_server_worker`` and
@@ -36,7 +36,7 @@ them out unchanged and reads the frame count from them), with
 ``stage_durations`` (the profiler's keys, and the queue wait and generation
 time that ``AsyncOmni`` merges in, ``entrypoints/omni_base.py``) and
 ``peak_memory_mb``. The work is
-:func:`h3bench.conformance.standin.run_engine_request`, run in a thread. A
+:func:`conformance.standin.run_engine_request`, run in a thread. A
 request H3 refuses raises ``OmniClientError`` (what upstream's engine client
 raises for a client error of the pipeline), an out-of-memory raises
 ``EngineGenerateError`` (what it raises for any other failure). ``abort``,
@@ -73,7 +73,7 @@ from typing import Any
 
 import numpy as np
 
-from h3bench.conformance.standin import (
+from conformance.standin import (
     EngineInputs,
     H3Crash,
     H3Refusal,
@@ -252,7 +252,7 @@ def _note(message: str) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m h3bench.conformance.upstream_app",
+    parser = argparse.ArgumentParser(prog="python -m conformance.upstream_app",
                                      description="vLLM-Omni's /v1/videos serving code with a stand-in H3 engine")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)

@@ -1,16 +1,16 @@
-"""``python -m h3bench.conformance.serve``: start upstream's app in the conformance environment, from h3bench's own.
+"""``python -m conformance.serve``: start upstream's app in the conformance environment, from h3bench's own.
 
 A RunSpec arm cannot name the conformance environment's interpreter (its
 path depends on the machine), so its ``argv`` runs this module with
 ``{python}``; it replaces itself (``exec``, same process id, so the
 harness's process tree and signals are unchanged) with
-:mod:`h3bench.conformance.upstream_app` under that environment's Python,
+:mod:`conformance.upstream_app` under that environment's Python,
 passing every other argument on::
 
-    {python} -m h3bench.conformance.serve --host {host} --port {port} --model {model} --time-scale 0.001
+    {python} -m conformance.serve --host {host} --port {port} --model {model} --time-scale 0.001
 
 The engine is ``--engine``, else ``$H3BENCH_CONFORMANCE_ENGINE``, else
-:data:`~h3bench.conformance.envbuild.DEFAULT_ENGINE`. It exits 2 with the
+:data:`~conformance.envbuild.DEFAULT_ENGINE`. It exits 2 with the
 reason when that environment has not been built.
 """
 
@@ -20,7 +20,7 @@ import argparse
 import os
 import sys
 
-from h3bench.conformance.envbuild import DEFAULT_ENGINE, server_command
+from conformance.envbuild import DEFAULT_ENGINE, server_command
 from h3bench.errors import UsageError
 
 __all__ = ["ENGINE_ENV", "main"]
@@ -29,15 +29,15 @@ ENGINE_ENV = "H3BENCH_CONFORMANCE_ENGINE"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m h3bench.conformance.serve", add_help=True,
+    parser = argparse.ArgumentParser(prog="python -m conformance.serve", add_help=True,
                                      description="run upstream's /v1/videos app with the stand-in engine "
-                                                 "(other arguments go to h3bench.conformance.upstream_app)")
+                                                 "(other arguments go to conformance.upstream_app)")
     parser.add_argument("--engine", default=os.environ.get(ENGINE_ENV) or DEFAULT_ENGINE)
     args, rest = parser.parse_known_args(argv)
     try:
         command, env = server_command(args.engine, *rest)
     except UsageError as exc:
-        print(f"h3bench.conformance.serve: error: {exc}", file=sys.stderr)
+        print(f"conformance.serve: error: {exc}", file=sys.stderr)
         return 2
     sys.stdout.flush()
     sys.stderr.flush()

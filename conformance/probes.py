@@ -4,12 +4,12 @@ Each probe is a short scenario a client author cares about (a sync
 generation, an async job from creation to deletion, a validation error, a
 failure inside the engine, the profiler routes ...). It runs against one
 :class:`Side` at a time and records every answer under its step name; the
-two sides' answers are then compared by :func:`h3bench.conformance.compare.compare`.
+two sides' answers are then compared by :func:`conformance.compare.compare`.
 
 A side has named targets: ``main`` serves every probe, and the failure
 probes go to ``fail-sync`` and ``fail-async``. On upstream's side all three
 are the same server (its stand-in engine fails when ``extra_params`` asks it
-to, :data:`h3bench.conformance.standin.FAIL_KEY`); on the simulator's side
+to, :data:`conformance.standin.FAIL_KEY`); on the simulator's side
 they are two extra simulators whose failure injection (``fail_request = 1``)
 fails their first request, so the suite checks that injection against the
 failure upstream's serving code really reports.
@@ -29,8 +29,8 @@ from typing import Any
 
 import httpx
 
-from h3bench.conformance.answers import Answer, normalize_response
-from h3bench.conformance.standin import FAIL_KEY
+from conformance.answers import Answer, normalize_response
+from conformance.standin import FAIL_KEY
 from h3bench.errors import RequestError
 from h3bench.run.client import GenerationRequest, Reference
 

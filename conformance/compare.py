@@ -1,10 +1,10 @@
 """Comparing the two servers' answers probe by probe, against the list of deliberate differences.
 
-Each probe step has one :class:`~h3bench.conformance.answers.Answer` per
+Each probe step has one :class:`~conformance.answers.Answer` per
 server. Two answers differ at every path of :meth:`Answer.flat` whose values
 are not equal, or that only one of them has; a step that only one server
 reached differs at ``step``. A difference is *deliberate* when an entry of
-the deliberate-differences file (``h3bench/data/conformance_deliberate.toml``)
+the deliberate-differences file (``conformance/deliberate.toml``)
 names its probe, its step and a field pattern that matches the path
 (:func:`fnmatch.fnmatchcase`), and says why. Everything else is
 *unexplained*, and so is an entry that matches nothing any more (the
@@ -22,7 +22,7 @@ The file::
 
 An entry belongs to one lane: ``standin`` (``./dev conformance``, upstream's
 serving code over the stand-in engine) or ``real`` (``--engine-mode real``,
-upstream's own engine, :mod:`h3bench.conformance.realrun`); each lane reads
+upstream's own engine, :mod:`conformance.realrun`); each lane reads
 only its own entries, and only those can be stale.
 """
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from h3bench.conformance.answers import Answer
+from conformance.answers import Answer
 from h3bench.errors import UsageError
 from h3bench.evidence.files import read_toml
 
@@ -52,7 +52,7 @@ __all__ = [
     "render_table",
 ]
 
-DELIBERATE_PATH = Path(__file__).resolve().parents[1] / "data" / "conformance_deliberate.toml"
+DELIBERATE_PATH = Path(__file__).resolve().with_name("deliberate.toml")
 _ABSENT = "<absent>"
 _KEYS = {"probe", "step", "fields", "why"}
 ENGINE_MODES = ("standin", "real")

@@ -2,13 +2,13 @@
 
 Four phases, each of which fails the step with its reason:
 
-1. **Environment** (:func:`h3bench.conformance.envbuild.ensure_environment`):
+1. **Environment** (:func:`conformance.envbuild.ensure_environment`):
    built from PyPI on first use, reused afterwards; its download size,
    install time and disk are reported.
-2. **Probes** (:mod:`h3bench.conformance.probes`): upstream's app with the
+2. **Probes** (:mod:`conformance.probes`): upstream's app with the
    stand-in engine, and the simulator, answer the same probes; the table
    shows every step with both answers, and any difference that
-   ``h3bench/data/conformance_deliberate.toml`` does not list (or an entry
+   ``conformance/deliberate.toml`` does not list (or an entry
    there that no longer matches) fails the step. Upstream's ready time and
    RSS are measured here.
 3. **Client**: h3bench's own client (:class:`h3bench.run.client.VideoClient`)
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import socket
 import sys
 import time
@@ -36,10 +37,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from h3bench.conformance.compare import Comparison, compare, load_deliberate, render_table
-from h3bench.conformance.envbuild import DEFAULT_ENGINE, ensure_environment, environment_root, server_command
-from h3bench.conformance.phases import CAMPAIGN_SPEC, INPUTS, ConformanceFailure, campaign_phase, client_phase, rss_mb, say
-from h3bench.conformance.probes import Side, probe_names, run_probes
+from conformance.compare import Comparison, compare, load_deliberate, render_table
+from conformance.envbuild import DEFAULT_ENGINE, REPO_ROOT, ensure_environment, environment_root, server_command
+from conformance.phases import CAMPAIGN_SPEC, INPUTS, ConformanceFailure, campaign_phase, client_phase, rss_mb, say
+from conformance.probes import Side, probe_names, run_probes
 from h3bench.errors import H3BenchError
 from h3bench.server.process import ServerProcess
 
@@ -125,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--engine-mode", choices=("standin", "real"), default="standin",
                         help="standin: upstream's serving code over a stand-in engine (default); real: vLLM-Omni's "
                              "own server and engine on a CPU with a tiny H3-shaped pipeline "
-                             "(h3bench/conformance/realrun.py)")
+                             "(conformance/realrun.py)")
     parser.add_argument("--no-campaign", action="store_true", help="skip the campaign phase")
     return parser
 
@@ -134,12 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     """Run every phase; exit 0 when all pass, 1 when one fails (the reason is printed), 2 for a usage error."""
     args = _parser().parse_args(argv)
     started = time.perf_counter()
+    # Every process the lanes start (servers, harness, campaign) runs `python -m conformance...`, which is not in
+    # h3bench's wheel: the checkout goes first on their path, wherever they start.
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
     suffix = "-real" if args.engine_mode == "real" else ""
     work = environment_root(args.engine) / "runs" / (time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + suffix)
     record: dict[str, Any] = {"engine": args.engine, "work": str(work)}
     try:
         if args.engine_mode == "real":
-            from h3bench.conformance.realrun import run_real
+            from conformance.realrun import run_real
 
             run_real(args.engine, work, record, campaign=not args.no_campaign)
             _write(work, record, started)

@@ -1,4 +1,4 @@
-"""The tiny networks of :mod:`h3bench.conformance.tiny_h3`'s pipeline: a joint video/audio DiT, the two decoders and
+"""The tiny networks of :mod:`conformance.tiny_h3`'s pipeline: a joint video/audio DiT, the two decoders and
 the two encoders, random-weight torch modules sized by its ``CONFIG`` (conformance environment only).
 
 The DiT's attention is vLLM-Omni's own ``Attention`` layer, so the engine's attention backend runs.

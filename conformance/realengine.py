@@ -6,14 +6,14 @@
 make it run on a machine without an accelerator, and nothing else is
 replaced:
 
-- two entry points (:mod:`h3bench.conformance.plugins`), declared by a
+- two entry points (:mod:`conformance.plugins`), declared by a
   ``.dist-info`` that :func:`plugin_dir` writes and ``PYTHONPATH`` carries
   into every process the server spawns: ``vllm_omni.platform_plugins`` →
-  :mod:`h3bench.conformance.cpu_platform` (vLLM-Omni has no CPU platform)
-  and ``vllm_omni.general_plugins`` → :func:`h3bench.conformance.tiny_h3.register`
+  :mod:`conformance.cpu_platform` (vLLM-Omni has no CPU platform)
+  and ``vllm_omni.general_plugins`` → :func:`conformance.tiny_h3.register`
   (H3's arch key served by the tiny H3-shaped pipeline);
 - a random-weight checkpoint in H3's layout (:func:`ensure_checkpoint`),
-  written once per engine, seed and version of :mod:`~h3bench.conformance.tiny_h3`;
+  written once per engine, seed and version of :mod:`~conformance.tiny_h3`;
 - the flags a CPU needs (:data:`CPU_FLAGS`): ``--step-execution``, because
   request mode hands every output to a thread that needs an accelerator
   stream (``diffusion/worker/diffusion_worker.py``, ``_async_output_loop``);
@@ -29,9 +29,9 @@ replaced:
 and the environment :data:`LANE_ENV` (``VLLM_TARGET_DEVICE=cpu`` selects
 vLLM's CPU platform, whose memory queries the worker's loader uses).
 
-``python -m h3bench.conformance.realengine serve MODEL ARGS...`` is the
+``python -m conformance.realengine serve MODEL ARGS...`` is the
 launcher a RunSpec arm names (``launcher = ["{python}", "-m",
-"h3bench.conformance.realengine"]``): it replaces itself (``exec``, same
+"conformance.realengine"]``): it replaces itself (``exec``, same
 process id) with the environment's ``vllm serve``, after turning the model
 name :data:`TINY_MODEL` into the checkpoint's path (``$H3BENCH_TINY_CHECKPOINT``,
 which the lane sets to the checkpoint it wrote, else this checkout's
@@ -49,8 +49,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from h3bench.conformance.envbuild import DEFAULT_ENGINE, REPO_ROOT, environment_root, server_command
-from h3bench.conformance.serve import ENGINE_ENV
+from conformance.envbuild import DEFAULT_ENGINE, REPO_ROOT, environment_root, server_command
+from conformance.serve import ENGINE_ENV
 from h3bench.errors import H3BenchError, UsageError
 
 __all__ = ["CHECKPOINT_ENV", "CPU_FLAGS", "LANE_ENV", "TINY_MODEL", "CheckpointError", "checkpoint_dir",
@@ -64,10 +64,10 @@ LANE_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"
             "TRANSFORMERS_OFFLINE": "1"}
 _DIST = "h3bench_conformance_cpu-0.dist-info"
 _ENTRY_POINTS = """[vllm_omni.platform_plugins]
-h3bench_cpu = h3bench.conformance.plugins:cpu_platform
+h3bench_cpu = conformance.plugins:cpu_platform
 
 [vllm_omni.general_plugins]
-h3bench_tiny_h3 = h3bench.conformance.plugins:tiny_h3
+h3bench_tiny_h3 = conformance.plugins:tiny_h3
 """
 _METADATA = "Metadata-Version: 2.1\nName: h3bench-conformance-cpu\nVersion: 0\n"
 _TINY_SOURCES = [Path(__file__).with_name(name) for name in ("tiny_h3.py", "tiny_modules.py")]
@@ -120,7 +120,7 @@ def ensure_checkpoint(engine: str = DEFAULT_ENGINE, *, seed: int = 0, root: Path
     python = server_command(engine, root=root)[0][0]
     scratch = Path(tempfile.mkdtemp(prefix=".tiny-h3-", dir=target.parent))
     try:
-        result = subprocess.run([python, "-m", "h3bench.conformance.tiny_h3", str(scratch), "--seed", str(seed)],
+        result = subprocess.run([python, "-m", "conformance.tiny_h3", str(scratch), "--seed", str(seed)],
                                 env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **LANE_ENV}, capture_output=True,
                                 text=True, check=False)
         if result.returncode != 0:
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         command, env = serve_command(engine, *args)
     except UsageError as exc:
-        print(f"h3bench.conformance.realengine: error: {exc}", file=sys.stderr)
+        print(f"conformance.realengine: error: {exc}", file=sys.stderr)
         return 2
     sys.stdout.flush()
     sys.stderr.flush()
