@@ -155,9 +155,10 @@ def _modelled_cost(spec: RunSpec, duration: float, arm: str) -> Cost | None:
     import numpy as np
 
     stages = profile.plan(frames, np.random.default_rng(0), num_inference_steps=spec.workload.steps)
-    first = profile.plan(frames, np.random.default_rng(0), num_inference_steps=spec.workload.steps, first=True)
-    return Cost(_SIM_STARTUP_S + profile.load_s * profile.time_scale, stages.total_s,
-                first.total_s - stages.total_s, _SIM_SHUTDOWN_S, _output_model(spec, duration))
+    first = profile.plan(frames, np.random.default_rng(0), num_inference_steps=spec.workload.steps, nth=1)
+    startup = profile.load_s + (profile.compile_s if profile.compile == "startup" else 0.0)
+    return Cost(_SIM_STARTUP_S + startup * profile.time_scale, stages.total_s,
+                max(0.0, first.total_s - stages.total_s), _SIM_SHUTDOWN_S, _output_model(spec, duration))
 
 
 def cost_of(spec: RunSpec, duration: float, arm: str, history: Iterable[Path] = ()) -> Cost | None:
