@@ -26,11 +26,13 @@ from __future__ import annotations
 
 import enum
 import re
+import statistics
+from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
-__all__ = ["CompileWhere", "LogWatch", "StartupPhases", "compile_differs", "compile_where", "startup_phases"]
+__all__ = ["CompileWhere", "LogWatch", "StartupPhases", "compile_differs", "compile_where", "startup_phases", "typical"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _NUMBER = r"([0-9]+(?:\.[0-9]+)?)"
@@ -139,6 +141,21 @@ def compile_differs(by_arm: Mapping[str, Iterable[StartupPhases | None]]) -> str
     arms = "; ".join(f"{arm} {' and '.join(where) or 'unknown'}" for arm, where in seen.items())
     return (f"the arms' engines compile in different places (their server logs): {arms}; a warmup or "
             "start-up difference is partly the compiler's")
+
+
+def typical(phases: Iterable[StartupPhases]) -> StartupPhases | None:
+    """The median of each phase over several starts, and the commonest compile place; None for no start."""
+    found = list(phases)
+    if not found:
+        return None
+    values: dict[str, object] = {}
+    for item in fields(StartupPhases):
+        if item.name == "compile":
+            values["compile"] = Counter(p.compile for p in found).most_common(1)[0][0]
+            continue
+        seen = [getattr(p, item.name) for p in found if getattr(p, item.name) is not None]
+        values[item.name] = statistics.median(seen) if seen else None
+    return StartupPhases(**values)  # type: ignore[arg-type]
 
 
 class LogWatch:
