@@ -113,7 +113,7 @@ class SimProfile(BaseModel):
         1.0, description="requests over which the cold-card boost decays by a factor e")
     handoff_share: Annotated[StrictFloat, Field(ge=0, lt=1)] = Field(
         0.0, description="share of E2E spent handing the output from the worker to the API server "
-                         "(no profiler key; 5.3 % on the single-card 950PR)")
+                         "(no profiler key; 5.3 percent on the single-card 950PR)")
     peak_memory_gb: _Anchors = Field((23.82, 32.53), description="peak device memory at 5 s and 15 s")
 
     # Quality perturbations (see h3bench.sim.content.Perturbation).
