@@ -61,7 +61,9 @@ def write_bundle(root: Path, spec: RunSpec, latency: Callable[[Block, int], floa
                  spec_extra: Mapping[str, Any] | None = None, run_kind: str = "FORMAL",
                  engine_commit: str | None = None, stop_after: int | None = None,
                  contract: Mapping[str, tuple[bytes, bytes | None]] | None = None,
-                 manifest_extra: Mapping[str, Any] | None = None) -> Path:
+                 manifest_extra: Mapping[str, Any] | None = None,
+                 lifecycle: Callable[[Block], Mapping[str, Any]] | None = None,
+                 sample: Callable[[Block, int], Mapping[str, Any]] | None = None) -> Path:
     """A sealed bundle whose measured requests took ``latency(block, index)`` seconds.
 
     ``stop_after``: only the first blocks ran, and the bundle is sealed as
@@ -69,7 +71,9 @@ def write_bundle(root: Path, spec: RunSpec, latency: Callable[[Block, int], floa
     ``contract`` gives, per arm, what its servers answered as ``/openapi.json``
     and ``vllm serve --help=all`` (None: not a vllm arm); each block records it
     as a real server start does (:mod:`h3bench.run.contract`). ``manifest_extra``:
-    more top-level manifest records (as a shard's ``shard`` record).
+    more top-level manifest records (as a shard's ``shard`` record). ``lifecycle``: more fields of
+    each block's lifecycle line (as its server's ``startup_phases``); ``sample``: more fields of
+    each measured request's sample (its ``stage_durations``), and index -1 is the block's warmup request.
     """
     data = spec.model_dump(mode="json")
     for key, value in (spec_extra or {}).items():  # research fields: arms.<name>.<field> or a top-level key
@@ -85,7 +89,7 @@ def write_bundle(root: Path, spec: RunSpec, latency: Callable[[Block, int], floa
                            started_at=started_at, extra={"run": {"kind": run_kind, "unpinned": [], "unverified": []},
                                                      **(manifest_extra or {})})
     blocks = Schedule(spec).blocks
-    _run_blocks(bundle, spec, blocks[:stop_after], latency, contract)
+    _run_blocks(bundle, spec, blocks[:stop_after], latency, contract, lifecycle, sample)
     interrupted = "interrupted (KeyboardInterrupt)" if stop_after is not None else None
     _seal(bundle, spec, parts=parts, heldout=heldout, accepted=accepted, interrupted=interrupted)
     if final:
@@ -106,12 +110,15 @@ def resume_bundle(path: Path, spec: RunSpec, latency: Callable[[Block, int], flo
 
 
 def _run_blocks(bundle: Bundle, spec: RunSpec, blocks: Sequence[Block], latency: Callable[[Block, int], float],
-                contract: Mapping[str, tuple[bytes, bytes | None]] | None = None) -> None:
+                contract: Mapping[str, tuple[bytes, bytes | None]] | None = None,
+                lifecycle: Callable[[Block], Mapping[str, Any]] | None = None,
+                sample: Callable[[Block, int], Mapping[str, Any]] | None = None) -> None:
     for block in blocks:
-        for index in range(spec.protocol.requests_per_block):
-            bundle.append_sample({"block_id": block.id, "kind": "measured", "index": index, "seed": 0, "ok": True,
-                                  "e2e_s": latency(block, index), "arm": block.arm, "candidate": block.candidate,
-                                  "duration": block.duration, "position": block.position})
+        for index in range(-1 if sample else 0, spec.protocol.requests_per_block):
+            bundle.append_sample({"block_id": block.id, "kind": "measured" if index >= 0 else "warmup",
+                                  "index": max(index, 0), "seed": 0, "ok": True, "e2e_s": latency(block, index),
+                                  "arm": block.arm, "candidate": block.candidate, "duration": block.duration,
+                                  "position": block.position, **(sample(block, index) if sample else {})})
         recorded = None
         if contract is not None and block.arm in contract:
             openapi, engine_help = contract[block.arm]
@@ -121,7 +128,7 @@ def _run_blocks(bundle: Bundle, spec: RunSpec, blocks: Sequence[Block], latency:
                                       ContractPart(*files[1]) if files[1] else None).to_dict()
         bundle.append_lifecycle({"block": block.id, "arm": block.arm, "duration": block.duration,
                                  "position": block.position, "failure": None, "interrupted": None,
-                                 "contract": recorded})
+                                 "contract": recorded, **(lifecycle(block) if lifecycle else {})})
 
 
 def _seal(bundle: Bundle, spec: RunSpec, *, parts: Mapping[str, Mapping[str, Outcome]] | None = None,

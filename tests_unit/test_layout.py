@@ -170,11 +170,13 @@ def test_the_simulator_imports_only_the_h3_facts_and_the_error_tree():
 def test_the_harness_and_the_simulator_name_the_same_variables():
     """They are separate programs: each names the variable, and these must agree."""
     from h3bench import sim
+    from h3bench.host.staging import STAGED_ENV
     from h3bench.run.launch import BLOCK_ID_ENV
     from h3bench.runspec.arms import SIM_PROFILE_ENV
     from h3bench.sim import app
 
     assert (SIM_PROFILE_ENV, BLOCK_ID_ENV) == (sim.PROFILE_ENV, app.BLOCK_ID_ENV)
+    assert STAGED_ENV == app.STAGED_ENV
 
 
 @pytest.mark.parametrize("module", ["h3bench.plugin", "h3bench.cli"])

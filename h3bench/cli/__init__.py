@@ -24,6 +24,7 @@
     h3bench export BUNDLE [--format bmf|github-benchmark|json] [--out FILE]
                                      a verified bundle's results for dashboards (see h3bench.report.export)
     h3bench sim ...                  (every argument goes to h3bench.sim.main)
+    h3bench sim fit BUNDLE... --out PROFILE.toml
 
 ``report`` writes ``report.html`` (self-contained) and ``summary.md``, by
 default into ``<bundle's parent>/reports/<bundle name>/``, and prints both
@@ -247,6 +248,10 @@ def _run_compare(args: argparse.Namespace) -> int:
 
 
 def _run_sim(argv: list[str]) -> int:
+    if argv[:1] == ["fit"]:  # a profile from evidence, not a server
+        from h3bench.cli.simfit import run_fit
+
+        return run_fit(argv[1:])
     # The simulator pulls in FastAPI and uvicorn; load it only when asked for.
     from h3bench import sim
 

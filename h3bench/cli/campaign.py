@@ -119,6 +119,9 @@ def configure_plan(parser: argparse.ArgumentParser) -> None:
                         help="more directories of earlier bundles to estimate from (the evidence dir always counts)")
     parser.add_argument("--shards", type=int, default=None, metavar="N",
                         help="the campaign over N hosts: each host's wall time and the campaign's device-hours")
+    parser.add_argument("--from-bundle", type=Path, default=None, metavar="BUNDLE", dest="from_bundle",
+                        help="price every server start as this stored bundle measured it, phase by phase "
+                             "(its lifecycle's startup_phases), not from the hints")
 
 
 def run_plan(args: argparse.Namespace) -> int:
@@ -133,7 +136,7 @@ def run_plan(args: argparse.Namespace) -> int:
     plan = make_plan(spec, arms=settings.arm, selects=_selects(args.markexpr),
                      history=[settings.evidence_root, *args.history], lpips_dir=settings.lpips_dir,
                      lock_path=settings.device_lock, anchored=settings.baseline_evidence is not None,
-                     evidence_root=settings.evidence_root)
+                     evidence_root=settings.evidence_root, startup_bundle=args.from_bundle)
     for line in plan_lines(plan):
         print(line)
     if spec.bisect is not None:  # a bisection: its range, and what the search costs (simulated at the hints)

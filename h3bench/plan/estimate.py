@@ -21,29 +21,31 @@ Blocks only: the quality comparisons run on top, on the CPU.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from h3bench.errors import H3BenchError
+from h3bench.errors import H3BenchError, UsageError
 from h3bench.evidence import BundleReader, files
 from h3bench.h3 import expected_shape
 from h3bench.host.devices import DeviceLock
 from h3bench.plan.design import design_problems, design_warnings
 from h3bench.plan.designsim import SIMULATED_REQUESTS, simulate_campaigns
 from h3bench.plan.devicetime import ArmCost, CampaignCosts, DeviceTimeSummary, device_time, sharded_time, worst_seconds
-from h3bench.run.records import load_results
+from h3bench.run.records import Lifecycle, load_results
 from h3bench.runspec import BASELINE, UNPINNED, RunSpec
 from h3bench.runspec.cases import Block
 from h3bench.runspec.course import Course
 from h3bench.runspec.design import Design, run_order, series_of
 from h3bench.runspec.schedule import spec_blocks
 from h3bench.runspec.shards import check_shards
+from h3bench.server.startup import StartupPhases, typical
 from h3bench.stats.intervals import PASS
 
 __all__ = ["BYTES_PER_PIXEL_FRAME", "Cost", "DeviceEstimate", "Plan", "bundle_bytes", "campaign_costs", "cost_of",
-           "device_estimates", "make_plan", "shard_estimates"]
+           "device_estimates", "make_plan", "measured_start_up", "shard_estimates"]
 
 # Measured on the simulator's H.264 crf 18 outputs (0.2 bit per pixel and frame), plus 128 kbit/s of AAC.
 BYTES_PER_PIXEL_FRAME = 0.2 / 8
@@ -155,9 +157,10 @@ def _modelled_cost(spec: RunSpec, duration: float, arm: str) -> Cost | None:
     import numpy as np
 
     stages = profile.plan(frames, np.random.default_rng(0), num_inference_steps=spec.workload.steps)
-    first = profile.plan(frames, np.random.default_rng(0), num_inference_steps=spec.workload.steps, first=True)
-    return Cost(_SIM_STARTUP_S + profile.load_s * profile.time_scale, stages.total_s,
-                first.total_s - stages.total_s, _SIM_SHUTDOWN_S, _output_model(spec, duration))
+    first = profile.plan(frames, np.random.default_rng(0), num_inference_steps=spec.workload.steps, nth=1)
+    startup = profile.load_s + (profile.compile_s if profile.compile == "startup" else 0.0)
+    return Cost(_SIM_STARTUP_S + startup * profile.time_scale, stages.total_s,
+                max(0.0, first.total_s - stages.total_s), _SIM_SHUTDOWN_S, _output_model(spec, duration))
 
 
 def cost_of(spec: RunSpec, duration: float, arm: str, history: Iterable[Path] = ()) -> Cost | None:
@@ -172,7 +175,18 @@ def cost_of(spec: RunSpec, duration: float, arm: str, history: Iterable[Path] = 
     return found
 
 
-def campaign_costs(spec: RunSpec, history: Iterable[Path]) -> tuple[CampaignCosts, dict[str, list[float]]] | None:
+def measured_start_up(path: Path) -> StartupPhases:
+    """The typical server start of a stored bundle, by phase (any spec: the same engine and checkpoint on a host)."""
+    lines = [Lifecycle.from_record(r) for r in BundleReader.open(path).lifecycle()]
+    found = typical(p for line in lines if (p := line.startup_phases) is not None and p.ready_s is not None)
+    if found is None:
+        raise UsageError(f"bundle {path} records no server start by phase (it was written before h3bench recorded "
+                         "startup_phases, or no server became ready); price from the hints instead")
+    return found
+
+
+def campaign_costs(spec: RunSpec, history: Iterable[Path], startup_s: float | None = None,
+                   ) -> tuple[CampaignCosts, dict[str, list[float]]] | None:
     """Each duration's baseline block costs and each candidate's, from the best source; None when one is unknown."""
     order = run_order(spec)
     known = {(d, arm): cost_of(spec, d, arm, history) for d in order for arm in spec.arms}
@@ -183,7 +197,8 @@ def campaign_costs(spec: RunSpec, history: Iterable[Path]) -> tuple[CampaignCost
         cost = known[(duration, arm)]
         assert cost is not None
         devices = getattr(spec.arms[arm], "device_ids", None) or spec.hardware.device_ids
-        return ArmCost(cost.request_s, cost.startup_s, cost.shutdown_s, cost.first_request_extra_s,
+        start = cost.startup_s if startup_s is None else startup_s
+        return ArmCost(cost.request_s, start, cost.shutdown_s, cost.first_request_extra_s,
                        max(1, len(devices or ())))
 
     baseline = tuple(arm_cost(BASELINE, d) for d in order)
@@ -193,7 +208,8 @@ def campaign_costs(spec: RunSpec, history: Iterable[Path]) -> tuple[CampaignCost
     return CampaignCosts(order, baseline, candidates), ratios
 
 
-def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 2000) -> tuple[DeviceEstimate, ...]:
+def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 2000, startup_s: float | None = None,
+                     ) -> tuple[DeviceEstimate, ...]:
     """Expected device time of the spec's design and of the fixed design: no effect, a true 10 %, the costs' own.
 
     Simulated through the campaign's own decision code
@@ -203,7 +219,7 @@ def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 20
     held-out and profiling phases run on top (``extra_h``: when every
     candidate passes).
     """
-    found = campaign_costs(spec, history)
+    found = campaign_costs(spec, history, startup_s)
     if found is None or not spec.candidates or spec.protocol.requests_per_block > SIMULATED_REQUESTS:
         return ()
     costs, own = found
@@ -317,6 +333,7 @@ def make_plan(
     lock_path: Path | None = None,
     anchored: bool = False,
     evidence_root: Path | None = None,
+    startup_bundle: Path | None = None,
 ) -> Plan:
     """The plan of the blocks that ``arms`` and ``selects`` keep, with costs from the best source at hand.
 
@@ -324,7 +341,8 @@ def make_plan(
     ``lock_path``: the device lock the campaign would take (:class:`h3bench.session.settings.Settings`);
     a spec with device checks cannot start while another campaign holds it.
     ``evidence_root``: where the bundle would go; a directory that cannot hold it is a problem, as it is
-    for the campaign.
+    for the campaign. ``startup_bundle``: a stored bundle whose measured server starts (their phases)
+    price every start, in place of the hints' or the history's.
     """
     protocol = spec.protocol
     counts = (protocol.warmups_per_block, protocol.requests_per_block, int(protocol.audit))
@@ -336,11 +354,14 @@ def make_plan(
     used_history = False
     unpriced = sorted({b.arm for b in blocks if b.arm != BASELINE and measured.get((b.duration, b.arm)) is None
                        and _modelled_cost(spec, b.duration, b.arm) is None})
+    start = measured_start_up(startup_bundle) if startup_bundle is not None else None
     for block in blocks:
         cost = measured.get((block.duration, block.arm))
         used_history |= cost is not None
         cost = cost or _modelled_cost(spec, block.duration, block.arm) or (
             _modelled_cost(spec, block.duration, BASELINE) if block.arm in unpriced else None)
+        if cost is not None and start is not None and start.ready_s is not None:
+            cost = dataclasses.replace(cost, startup_s=start.ready_s)
         if cost is None:
             seconds = None
         elif seconds is not None:
@@ -358,6 +379,9 @@ def make_plan(
         source = "nothing: no earlier bundle of this spec and no [hints] in it"
     if unpriced:
         source += f"; {', '.join(unpriced)} priced as the baseline (no figure of their own)"
+    if start is not None and startup_bundle is not None:
+        source += f"; every server start as bundle {startup_bundle.name} measured it ({start.describe()})"
     evidence = (evidence_root.resolve(), disk) if evidence_root is not None else None
     return Plan(spec, blocks, counts, seconds, disk, source, tuple(_problems(spec, lpips_dir, lock_path, evidence)),
-                device_estimates(spec, history) if not anchored else (), anchored)
+                device_estimates(spec, history, startup_s=start.ready_s if start else None) if not anchored else (),
+                anchored)

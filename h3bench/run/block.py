@@ -37,7 +37,7 @@ from h3bench.outcome import Outcome
 from h3bench.run.client import VideoClient
 from h3bench.run.contract import ServerContract, record_openapi
 from h3bench.run.failures import audit_problem, classify, failure_outcome, interrupt_name, stops_the_campaign
-from h3bench.run.launch import block_server, engine_help, started
+from h3bench.run.launch import block_server, engine_help, served_model, started
 from h3bench.run.measure import Measure, PlainMeasure
 from h3bench.run.pace import Pace
 from h3bench.run.progress import Progress
@@ -103,7 +103,7 @@ def run_block(
                 # Before any request: a server on the wrong attention backend measures something else.
                 require_attention_backend(spec.arms[block.arm].expected_attention_backend, log_path)
                 recorder.ready(server.base_url)
-                with VideoClient(server.base_url, model=spec.model.path,
+                with VideoClient(server.base_url, model=served_model(spec),
                                  timeout=protocol.request_timeout_s) as client:
                     (script or formal)(recorder, client, server, measure)
                     if profile and profile_dir is not None:

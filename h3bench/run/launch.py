@@ -16,6 +16,7 @@ from pathlib import Path
 from h3bench.evidence import Bundle
 from h3bench.evidence.files import now
 from h3bench.host.devices import device_checks
+from h3bench.host.staging import STAGED_ENV, staged_path
 from h3bench.run.contract import ContractPart, record_help
 from h3bench.run.pace import Pace
 from h3bench.run.profiling import server_args
@@ -25,7 +26,7 @@ from h3bench.server.ports import LOCALHOST, find_free_port
 from h3bench.server.process import ServerProcess
 from h3bench.server.proctree import CAMPAIGN_ID_ENV
 
-__all__ = ["BLOCK_ID_ENV", "block_server", "engine_help", "started"]
+__all__ = ["BLOCK_ID_ENV", "block_server", "engine_help", "served_model", "started"]
 
 # Every server learns the block it serves (the simulator names the same variable; a test holds both).
 BLOCK_ID_ENV = "H3BENCH_BLOCK_ID"
@@ -43,6 +44,8 @@ def block_server(
     if campaign_id:
         env[CAMPAIGN_ID_ENV] = campaign_id
     env[BLOCK_ID_ENV] = block.id  # the simulator draws its process seed from it (h3bench/sim/app.py)
+    if spec.staging is not None:  # every arm reads the staged checkpoint (the simulator shortens its load)
+        env[STAGED_ENV] = spec.staging.mode
 
     def launched(server: ServerProcess) -> None:
         # Before readiness: what a resume must sweep if this run is killed now.
@@ -50,7 +53,7 @@ def block_server(
                               "server_id": server.server_id, "started_at": now()})
 
     return ServerProcess(
-        [*arm.command(LOCALHOST, port, spec.model.path), *extra],
+        [*arm.command(LOCALHOST, port, served_model(spec)), *extra],
         port=port,
         host=LOCALHOST,
         log_path=log_path,
@@ -62,6 +65,12 @@ def block_server(
                                     interval_s=protocol.telemetry_interval_s, telemetry=bundle.append_telemetry),
         on_launch=launched,
     )
+
+
+def served_model(spec: RunSpec) -> str:
+    """The checkpoint path every server is given and serves under: the staged copy's, else the spec's."""
+    staging = spec.staging
+    return spec.model.path if staging is None else staged_path(spec.model.path, staging.mode, staging.target)
 
 
 @contextlib.contextmanager

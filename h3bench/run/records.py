@@ -20,6 +20,7 @@ from h3bench.outcome import Outcome
 from h3bench.run.contract import ServerContract
 from h3bench.runspec.cases import Block
 from h3bench.server.record import ExitCheck, ServerRecord
+from h3bench.server.startup import StartupPhases
 
 if TYPE_CHECKING:
     from h3bench.run.phases import RequestPhases
@@ -159,6 +160,11 @@ class Lifecycle:
     def startup_s(self) -> float | None:
         """Launch → first 200 from /health."""
         return self.server.startup_s
+
+    @property
+    def startup_phases(self) -> StartupPhases | None:
+        """The start-up by phase, from the server's log (None in lines written before phases were recorded)."""
+        return self.server.startup_phases
 
     @property
     def warmup_s(self) -> float | None:

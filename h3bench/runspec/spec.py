@@ -44,7 +44,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, PrivateAttr, StrictBool, StrictStr, ValidationError, field_validator, model_validator
 
@@ -58,9 +58,28 @@ from h3bench.runspec.bisection import Bisect
 from h3bench.runspec.search import FORMAL_STEPS, Heldout
 from h3bench.runspec.tables import UNPINNED, Gates, Hardware, Hints, Inputs, Model, Protocol, Source, Workload
 
-__all__ = ["RunSpec", "load_runspec", "parse_runspec", "require_same_spec"]
+__all__ = ["RunSpec", "Staging", "load_runspec", "parse_runspec", "require_same_spec"]
 
 _ARM_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+class Staging(Frozen):
+    """``[staging]``: where the checkpoint is staged before the blocks, the same for every arm (h3bench.host.staging).
+
+    ``mode = "copy"`` copies it into ``target`` (a local directory) and the servers read the copy;
+    ``mode = "page_cache"`` reads every file once so that the first start finds it in memory.
+    """
+
+    mode: Literal["copy", "page_cache"]
+    target: Annotated[StrictStr, Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _target_for_a_copy(self) -> Staging:
+        if self.mode == "copy" and self.target is None:
+            raise ValueError("mode \"copy\" needs target, the local directory the checkpoint is copied into")
+        if self.mode == "page_cache" and self.target is not None:
+            raise ValueError("mode \"page_cache\" reads the checkpoint where it is; it takes no target")
+        return self
 
 
 class RunSpec(Frozen):
@@ -84,6 +103,8 @@ class RunSpec(Frozen):
     heldout: Heldout | None = None
     # A range of engine commits to search for a regression's culprit (h3bench.runspec.bisection, h3bench.bisect).
     bisect: Bisect | None = None
+    # The checkpoint staged before the blocks (local copy or warm page cache).
+    staging: Staging | None = None
 
     # Where the spec came from; neither is part of the id.
     _spec_dir: Path | None = PrivateAttr(default=None)
@@ -153,8 +174,9 @@ class RunSpec(Frozen):
         scrubbed copy in a bundle's manifest has the same id as the spec it was made from.
         """
         data = self.model_dump(mode="json")
-        if data.get("bisect") is None:  # a spec without the table keeps the id it had before the table existed
-            data.pop("bisect", None)
+        for table in ("bisect", "staging"):  # a spec without the table keeps the id it had before the table existed
+            if data.get(table) is None:
+                data.pop(table, None)
         return json.dumps(
             Scrubber(environ=False).record(data),
             sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,

@@ -41,6 +41,7 @@ from h3bench.server.guard import Guard
 from h3bench.server.ports import port_free, port_holder
 from h3bench.server.proctree import SERVER_ID_ENV, ProcessInfo, ProcessTree, become_subreaper, describe_exit, die_with_parent
 from h3bench.server.record import ExitReport, ServerRecord
+from h3bench.server.startup import LogWatch, StartupPhases
 
 __all__ = [
     "LOG_TAIL_LINES",
@@ -154,6 +155,7 @@ class ServerProcess:
         self._guard: Guard | None = None  # stops the server if this process dies before it does
         self._t_launch = 0.0
         self.startup_s: float | None = None
+        self.startup_phases: StartupPhases | None = None  # read from the log while it started
         self.warmup_s: float | None = None
         self.shutdown_s: float | None = None
         self.stop_budget_used_s: float | None = None
@@ -262,11 +264,20 @@ class ServerProcess:
             self.on_launch(self)
 
     def _wait_ready(self) -> None:
+        watch = LogWatch(self.log_path)  # each line stamped as it appears: the start-up by phase
+        try:
+            self._poll_ready(watch)
+        finally:
+            watch.poll(self._since_launch())
+            self.startup_phases = watch.phases(self.startup_s)
+
+    def _poll_ready(self, watch: LogWatch) -> None:
         proc, tree = self._running
         deadline = self._t_launch + self.startup_budget_s
         delay = 0.005
         with httpx.Client(trust_env=False) as http:
             while True:
+                watch.poll(self._since_launch())
                 code = proc.poll()
                 if code is not None:
                     self._fail_start(code, f"exited before it was ready, {self._since_launch():.1f} s after launch")
@@ -408,6 +419,7 @@ class ServerProcess:
             log_path=str(self.log_path),
             startup_budget_s=self.startup_budget_s,
             startup_s=self.startup_s,
+            startup_phases=self.startup_phases,
             warmup_s=self.warmup_s,
             stop_budget_s=self.stop_budget_used_s,
             shutdown_s=self.shutdown_s,

@@ -18,6 +18,7 @@ from typing import Any
 
 from h3bench.errors import CleanupError
 from h3bench.server.proctree import ProcessInfo
+from h3bench.server.startup import StartupPhases
 
 __all__ = ["ExitCheck", "ExitReport", "ServerRecord"]
 
@@ -104,6 +105,7 @@ class ServerRecord:
     log_path: str | None = None
     startup_budget_s: float | None = None
     startup_s: float | None = None  # launch → first 200 from /health
+    startup_phases: StartupPhases | None = None  # from its log as it started; None in older lines
     warmup_s: float | None = None
     stop_budget_s: float | None = None
     shutdown_s: float | None = None  # SIGTERM → no recorded process still running

@@ -11,12 +11,14 @@ selection to make and no bundle to seal, and says so by doing nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from h3bench.evidence import BundleReader, files
 from h3bench.evidence.files import now
+from h3bench.host.staging import stage_checkpoint
 from h3bench.plan.estimate import bundle_bytes, cost_of
 from h3bench.plan.preflight import preflight
 from h3bench.report.screen import campaign_summary
@@ -172,6 +174,10 @@ def start_campaign(settings: Settings, progress: Progress | None = None) -> Camp
     settings = settings.with_round(spec)
     inputs = spec.verify_inputs()
     found = preflight(spec, spec_file=settings.runspec, allow_unpinned=settings.allow_unpinned)
+    if spec.staging is not None:  # after the identity is verified, before any server starts; in the manifest
+        staged = stage_checkpoint(spec.model.path, spec.model.content_identity, spec.staging.mode,
+                                  spec.staging.target)
+        found = dataclasses.replace(found, host={**found.host, "staging": staged.to_dict()})
     if settings.baseline_evidence is None:  # a candidate-only run has its own anchored design
         found = found.with_design(spec, lossless_on=settings.lossless or spec.gates.lossless,
                                   allow_underpowered=settings.allow_underpowered)

@@ -91,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
         common: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": help_text}
         if kind is bool:
             group.add_argument(flag, action=argparse.BooleanOptionalAction, **common)
+        elif kind is typing.Literal:
+            group.add_argument(flag, choices=typing.get_args(info.annotation), **common)
         elif kind is list:
             group.add_argument(flag, type=int, nargs="*", metavar="N", **common)
         elif kind is tuple:

@@ -60,9 +60,11 @@ from h3bench.sim.worker import LOG_FORMAT, WorkerConfig
 
 # The harness names the block a server serves here (h3bench/run/launch.py); the process seed is drawn from it.
 BLOCK_ID_ENV = "H3BENCH_BLOCK_ID"
+# ... and says when it staged the checkpoint (h3bench/host/staging.py): the weight load is then shorter.
+STAGED_ENV = "H3BENCH_WEIGHTS_STAGED"
 HOST_FACTOR_ENV = "H3BENCH_SIM_HOST_FACTOR"  # this machine as another host: its speed, per arm (host_factor)
 
-__all__ = ["HOST_FACTOR_ENV", "create_app", "host_factor", "serve"]
+__all__ = ["HOST_FACTOR_ENV", "STAGED_ENV", "create_app", "host_factor", "serve"]
 
 log = logging.getLogger("h3bench.sim")
 
@@ -271,12 +273,20 @@ def serve(host: str, port: int, profile: SimProfile, *, profiler_dir: Path | Non
         return 1
     storage = Path(tempfile.mkdtemp(prefix="h3bench-sim-"))
     perturbation = profile.perturbation(process_seed)
+    load_s = profile.load_s * profile.time_scale
+    if staged := os.environ.get(STAGED_ENV):
+        log.info("weights staged (%s): loading %.3f s instead of %.3f s", staged, load_s * profile.staged_load_share,
+                 load_s)
+        load_s *= profile.staged_load_share
     last = profile.workers - 1
     pool = WorkerPool(
         [
             WorkerConfig(
                 rank=rank,
-                load_s=profile.load_s * profile.time_scale,
+                load_s=load_s,
+                compile=profile.compile,
+                compile_s=profile.compile_s * profile.time_scale,
+                weights_gib=profile.weights_gib,
                 startup_error=profile.startup_error if rank == 0 else None,
                 ignore_sigterm=profile.worker_ignores_sigterm and rank == last,
                 perturbation=perturbation,
@@ -294,7 +304,7 @@ def serve(host: str, port: int, profile: SimProfile, *, profiler_dir: Path | Non
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     exit_code = 0
     try:
-        pool.start(timeout=profile.load_s * profile.time_scale + 120.0)
+        pool.start(timeout=(profile.load_s + profile.compile_s) * profile.time_scale + 120.0)
         app = create_app(profile, pool, storage, process_seed=process_seed, sync_timeout_s=_sync_timeout(),
                          profiler_dir=profiler_dir)
         config = uvicorn.Config(

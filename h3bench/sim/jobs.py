@@ -159,9 +159,7 @@ class Engine:
             self._count += 1
             nth = self._count
             profile = self.profile
-            plan = profile.plan(
-                spec.frames, self._rng, num_inference_steps=request.form.num_inference_steps, first=nth == 1
-            )
+            plan = profile.plan(spec.frames, self._rng, num_inference_steps=request.form.num_inference_steps, nth=nth)
             job = WorkerJob(
                 request_id=request_id,
                 plan=plan,

@@ -18,9 +18,11 @@ the tokens; the table's 14.9 s → 119.33 s per step is 8x for 2.9x the frames).
 
 Each request sleeps ``modelled * time_scale`` per stage, so a client measures
 it, and every stage draws an independent log-normal factor with mean 1 and
-coefficient of variation ``jitter_cv`` (all DiT steps share one draw). The
-first request also pays ``compile_s`` in its first step (regional
-compilation, which is why campaigns warm up). The table's ref-video and
+coefficient of variation ``jitter_cv`` (all DiT steps share one draw).
+``compile`` says where ``compile_s`` is paid: nowhere (the default, as
+vLLM-Omni 0.30.0 on NPU, which compiles nothing in the diffusion path), in
+the first request's first step (regional compilation on a GPU), or in every
+worker's start-up. The table's ref-video and
 ref-audio encode columns map onto ``_encode_local_media`` and its VAE decode
 onto ``decode`` (vLLM-Omni's ``diffusion_pipeline_profiler.py`` keys); ref
 preprocessing, ``post_decode`` and the CPU MP4 have no key in request mode
@@ -29,13 +31,14 @@ and appear only in E2E.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import math
 import os
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from pydantic import (
@@ -65,8 +68,7 @@ __all__ = [
 
 _T5 = latent_frames(frame_count(5))  # 37
 _T15 = latent_frames(frame_count(15))  # 107
-# Not in the recipe table: the audio VAE's share of decode, and post_decode (the table's 0.001 s).
-_AUDIO_DECODE_SHARE = 0.05
+# Not in the recipe table: post_decode (the table's 0.001 s).
 _POST_DECODE_S = 0.001
 
 _NonNegative = Annotated[StrictFloat, Field(ge=0)]
@@ -90,10 +92,28 @@ class SimProfile(BaseModel):
     text_encode_s: _Anchors = Field((1.16, 2.54), description="encode_prompt at 5 s and 15 s")
     media_encode_s: _Anchors = Field((8.28, 22.30), description="_encode_local_media (ref video + audio)")
     decode_s: _Anchors = Field((5.12, 13.34), description="VAE decode at 5 s and 15 s")
+    # Not in the 950PR table; 2.4-2.5 % measured on 4x B300 (vLLM-Omni #5750).
+    audio_decode_share: Annotated[StrictFloat, Field(ge=0, lt=1)] = Field(
+        0.05, description="the audio VAE's share of decode")
     preprocess_s: _Anchors = Field((0.41, 0.81), description="reference preprocessing (no profiler key)")
     mux_s: _Anchors = Field((0.28, 0.70), description="CPU MP4 muxing (no profiler key)")
-    compile_s: _NonNegative = Field(30.0, description="extra seconds in the first request's first step")
+    # vLLM-Omni 0.30.0 compiles nothing in the diffusion path on NPU (platforms/npu/platform.py: no inductor).
+    compile: Literal["none", "first_request", "startup"] = Field(
+        "none", description="where compile_s is paid: nowhere, in the first request's first step, or at start-up")
+    compile_s: _NonNegative = Field(30.0, description="seconds of compilation, where compile puts them")
     load_s: _NonNegative = Field(0.0, description="model load in each worker at startup")
+    weights_gib: _NonNegative = Field(3.97, description="resident weights per device, as the load logs them")
+    # Weights on local disk or in the page cache (sglang #40230: start-up 55-65 % shorter).
+    staged_load_share: Annotated[StrictFloat, Field(gt=0, le=1)] = Field(
+        0.4, description="share of load_s a start pays when the harness staged the checkpoint")
+    # A cold card runs faster until it heats (the 950PR's first request on an idle card: denoise 9.9 % faster).
+    thermal_boost: Annotated[StrictFloat, Field(ge=0, lt=1)] = Field(
+        0.0, description="share by which a cold card's first request's DiT is faster than steady")
+    thermal_decay: Annotated[StrictFloat, Field(gt=0)] = Field(
+        1.0, description="requests over which the cold-card boost decays by a factor e")
+    handoff_share: Annotated[StrictFloat, Field(ge=0, lt=1)] = Field(
+        0.0, description="share of E2E spent handing the output from the worker to the API server "
+                         "(no profiler key; 5.3 percent on the single-card 950PR)")
     peak_memory_gb: _Anchors = Field((23.82, 32.53), description="peak device memory at 5 s and 15 s")
 
     # Quality perturbations (see h3bench.sim.content.Perturbation).
@@ -178,9 +198,13 @@ class SimProfile(BaseModel):
         )
 
     def plan(
-        self, frames: int, rng: np.random.Generator, *, num_inference_steps: int | None = None, first: bool = False
+        self, frames: int, rng: np.random.Generator, *, num_inference_steps: int | None = None, nth: int | None = None
     ) -> StagePlan:
-        """Wall seconds to sleep per stage for one request of ``frames`` frames."""
+        """Wall seconds to sleep per stage for one request of ``frames`` frames.
+
+        ``nth``: the request's number in its server process (1: the first, which pays a first-request
+        compile and runs on a card as cold as it gets); None: a steady request.
+        """
         t = latent_frames(frames)
         forwards = self.steps or (num_inference_steps - 1 if num_inference_steps else 49)
         scale = self.time_scale
@@ -188,22 +212,31 @@ class SimProfile(BaseModel):
         def jittered(seconds: float) -> float:
             return seconds * scale * _lognormal(rng, self.jitter_cv)
 
-        step = _quadratic(self.step_s, t) * scale * _lognormal(rng, self.jitter_cv)
+        step = _quadratic(self.step_s, t) * scale * _lognormal(rng, self.jitter_cv) * self.thermal_factor(nth)
         steps = [step] * max(forwards, 0)
-        if first and steps:
+        if nth == 1 and steps and self.compile == "first_request":
             steps[0] += self.compile_s * scale
         decode = jittered(_linear(self.decode_s, t))
-        return StagePlan(
+        engine = StagePlan(
             preprocess_s=jittered(_linear(self.preprocess_s, t)),
             encode_prompt_s=jittered(_linear(self.text_encode_s, t)),
             encode_media_s=jittered(_linear(self.media_encode_s, t)),
             step_s=tuple(steps),
-            video_decode_s=decode * (1 - _AUDIO_DECODE_SHARE),
-            audio_decode_s=decode * _AUDIO_DECODE_SHARE,
+            video_decode_s=decode * (1 - self.audio_decode_share),
+            audio_decode_s=decode * self.audio_decode_share,
             post_decode_s=_POST_DECODE_S * scale,
             mux_s=jittered(_linear(self.mux_s, t)),
             peak_memory_mb=_linear(self.peak_memory_gb, t) * 1024.0,
         )
+        # The handoff is a share of the whole E2E: share / (1 - share) of the rest.
+        handoff = engine.total_s * self.handoff_share / (1 - self.handoff_share)
+        return dataclasses.replace(engine, handoff_s=handoff)
+
+    def thermal_factor(self, nth: int | None) -> float:
+        """The factor on the DiT step of the ``nth`` request of a process: 1 - boost·e^(-(nth-1)/decay); 1 steady."""
+        if nth is None or not self.thermal_boost:
+            return 1.0
+        return 1.0 - self.thermal_boost * math.exp(-(nth - 1) / self.thermal_decay)
 
 
 def _lognormal(rng: np.random.Generator, cv: float) -> float:

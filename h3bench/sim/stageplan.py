@@ -26,6 +26,7 @@ class StagePlan:
     post_decode_s: float
     mux_s: float
     peak_memory_mb: float
+    handoff_s: float = 0.0  # the output from the worker to the API server, after post-processing (no profiler key)
 
     @property
     def total_s(self) -> float:
@@ -37,5 +38,6 @@ class StagePlan:
             + self.video_decode_s
             + self.audio_decode_s
             + self.post_decode_s
+            + self.handoff_s
             + self.mux_s
         )

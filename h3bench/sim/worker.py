@@ -96,6 +96,9 @@ class WorkerConfig:
 
     rank: int
     load_s: float = 0.0  # wall seconds
+    compile: str = "none"  # where the engine compiles (SimProfile.compile); "startup" sleeps compile_s here
+    compile_s: float = 0.0  # wall seconds
+    weights_gib: float = 0.0  # what "Model loading took" reports
     startup_error: str | None = None
     ignore_sigterm: bool = False
     perturbation: Perturbation = field(default_factory=Perturbation)
@@ -141,7 +144,7 @@ def worker_main(config: WorkerConfig, tasks: Connection, results: Connection) ->
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN if config.ignore_sigterm else _exit_on_sigterm)
     rank = config.rank
-    time.sleep(config.load_s)
+    _start_up(config)
     if config.startup_error:
         log.error("rank %d: startup failed: %s", rank, config.startup_error)
         results.send(("startup_error", rank, config.startup_error))
@@ -169,6 +172,30 @@ def worker_main(config: WorkerConfig, tasks: Connection, results: Connection) ->
             results.send(("error", job.request_id, rank, str(exc)))
         else:
             results.send(("done", job.request_id, rank, result))
+
+
+def _start_up(config: WorkerConfig) -> None:
+    """Device init, weight load and compile, logged as vLLM-Omni's worker, runner and loader log them.
+
+    The lines are upstream's (``diffusion/worker/diffusion_worker.py``, ``diffusion_model_runner.py``,
+    ``model_loader/diffusers_loader.py``): the harness reads the start-up's phases from them
+    (:mod:`h3bench.server.startup`).
+    """
+    rank = config.rank
+    log.info("Worker %d: Initialized device and distributed environment.", rank)
+    time.sleep(config.load_s)
+    log.info("Loading weights took %.2f seconds", config.load_s)
+    log.info("Model loading took %.4f GiB and %.6f seconds", config.weights_gib, config.load_s)
+    log.info("Model runner: Model loaded successfully.")
+    if config.compile == "none":
+        log.warning("Model runner: Platform npu:%d does not support torch inductor, skipping torch.compile.", rank)
+    elif config.compile == "first_request":
+        log.info("Model runner: transformer configured for lazy regional torch.compile with dynamic=False; "
+                 "compilation errors may surface on the first request.")
+    else:
+        time.sleep(config.compile_s)
+        log.info("torch.compile takes %.2f s in total", config.compile_s)
+    log.info("Worker %d: Initialization complete.", rank)
 
 
 def _exit_on_sigterm(signum: int, _frame: object) -> None:
@@ -294,6 +321,7 @@ def _run(job: WorkerJob, config: WorkerConfig, renders: _Renders) -> WorkerResul
         decoded = now()
         stages.sleep(None, plan.post_decode_s)
         post_decoded = now()
+        stages.sleep(None, plan.handoff_s)
         stages.sleep(None, plan.mux_s)  # the MP4 is due when this deadline passes
     except BaseException:
         if renderer is not None:

@@ -43,6 +43,7 @@ from h3bench.runspec import BASELINE, RunSpec
 from h3bench.runspec.cases import Block, CandidateWorkload
 from h3bench.runspec.design import design_text, series_of
 from h3bench.runspec.schedule import Schedule
+from h3bench.server.startup import StartupPhases, compile_differs
 from h3bench.stats import intervals, sequential
 from h3bench.stats import speed as speeds
 from h3bench.stats.sequential import LookDecision
@@ -219,6 +220,18 @@ def _telemetry_notes(records: RunRecords, candidate: str) -> tuple[str, ...]:
     return tuple(notes)
 
 
+def _compile_notes(records: RunRecords, candidate: str) -> tuple[str, ...]:
+    """Durations whose arms' servers compiled in different places (none, first request, start-up)."""
+    notes = []
+    for duration in records.spec.workload.durations:
+        by_arm: dict[str, list[StartupPhases | None]] = {}
+        for result in records.series(duration, candidate):
+            by_arm.setdefault(result.block.arm, []).append(result.lifecycle.startup_phases)
+        if note := compile_differs(by_arm):
+            notes.append(f"{duration:g} s: {note}")
+    return tuple(notes)
+
+
 def candidate_verdicts(records: RunRecords) -> dict[str, CandidateVerdict]:
     """Per candidate: speed, quality and lossless at each selected duration, and the stop rule that fired."""
     spec, judge, schedule = records.spec, records.judge, records.schedule
@@ -243,7 +256,8 @@ def candidate_verdicts(records: RunRecords) -> dict[str, CandidateVerdict]:
                 None if schedule.anchored else look_record(spec, d, schedule.series(d, candidate), records.ran, found),
                 _stage_effects(records, d, candidate), attribution.recipe_steps(spec, d, series.control, candidate),
                 attribution.tolerance_for(spec).describe())
-        out[candidate] = CandidateVerdict(durations, records.stopped(candidate), _telemetry_notes(records, candidate))
+        out[candidate] = CandidateVerdict(durations, records.stopped(candidate),
+                                          _telemetry_notes(records, candidate) + _compile_notes(records, candidate))
     return out
 
 

@@ -26,6 +26,7 @@ from h3bench.server.process import (
     ServerProcess,
     ServerState,
 )
+from h3bench.server.startup import CompileWhere
 
 FAKE_SERVER = Path(__file__).parents[1] / "fakes" / "fake_server.py"
 
@@ -451,3 +452,7 @@ def test_fake_vllm_serves_the_simulator(tmp_path: Path) -> None:
     assert srv.graceful is True and srv.exit_code == 0
     srv.verify_exited().check()
     assert "starting 2 diffusion workers" in srv.log_path.read_text()
+    # The start-up by phase, from the lines the fake's workers and the simulator log as vLLM-Omni's do.
+    phases = srv.startup_phases
+    assert phases is not None and phases.device_init_s is not None and phases.weight_load_s is not None
+    assert phases.compile is CompileWhere.NONE  # 0.30.0 on NPU: no inductor, no torch.compile

@@ -264,8 +264,8 @@ def test_latency_model_reproduces_the_950pr_table() -> None:
     # The lossy row, copied into a candidate's anchors, is about twice as fast.
     lossy = SimProfile(time_scale=1.0, jitter_cv=0.0, step_s=(7.91, 61.24), compile_s=0.0)
     assert sum(lossy.plan(124, rng).step_s) == pytest.approx(387.6, abs=0.5)
-    assert profile.plan(124, rng, first=True).total_s == pytest.approx(745.43, abs=0.1)
-    compiled = SimProfile(time_scale=1.0, jitter_cv=0.0).plan(124, rng, first=True)
+    assert profile.plan(124, rng, nth=1).total_s == pytest.approx(745.43, abs=0.1)
+    compiled = SimProfile(time_scale=1.0, jitter_cv=0.0, compile="first_request").plan(124, rng, nth=1)
     assert compiled.total_s == pytest.approx(745.43 + 30.0, abs=0.1)  # compile_s in the first request
 
 
