@@ -46,6 +46,7 @@ import numpy as np
 from h3bench import quality
 from h3bench.errors import UsageError
 from h3bench.evidence import SAMPLES, Bundle, BundleReader
+from h3bench.evidence.codec import to_json
 from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
 from h3bench.outcome import Outcome
@@ -288,25 +289,22 @@ def pool_bundles(paths: Sequence[str | Path], out: str | Path, *,
     first = shards.first.stored
     spec = first.runspec()
     manifest = first.manifest
-    records = [ShardRecord(s.index, s.count, s.round, s.host_name, s.path.name, s.stored.final_sha256, 0)
-               for s in shards.bundles]
     bundle = Bundle.create(
         Path(out), spec_id=first.spec_id, spec=manifest["spec"], inputs=manifest.get("inputs") or {},
         source=manifest.get("source") or {}, model=manifest.get("model") or {}, name=f"{spec.name}-pooled",
         extra={"run": _run_record(shards), "host": manifest.get("host"),
-               "pool": {"shards": [{**vars(r), "path": str(s.path), "host": s.host}
-                                   for r, s in zip(records, shards.bundles, strict=True)],
-                        "missing": list(shards.missing)}},
+               "pool": {"shards": [to_json(s.pooled()) for s in shards.bundles], "missing": list(shards.missing)}},
         arms=manifest.get("arms"), lpips_weights=manifest.get("lpips_weights"), environment=environment())
     try:
         seen: dict[str, str] = {}
         stored: set[str] = set()
         hosts: dict[str, str] = {}
-        for i, shard in enumerate(shards.bundles):
+        records: list[ShardRecord] = []
+        for shard in shards.bundles:
             before = set(seen)
-            records[i] = dataclasses.replace(records[i], blocks=_copy_blocks(shard, bundle, seen, stored))
+            records.append(shard.pooled(_copy_blocks(shard, bundle, seen, stored)).record())
             hosts.update({block: shard.host_name for block in set(seen) - before})
-            progress(f"h3bench pool: {shard.label} from host {shard.host_name}: {records[i].blocks} blocks "
+            progress(f"h3bench pool: {shard.label} from host {shard.host_name}: {records[-1].blocks} blocks "
                      f"({shard.path.name}, seal {shard.stored.final_sha256[:16]}…)")
         merged, lossless_by_case = _quality(shards)
         if merged is not None:

@@ -43,6 +43,7 @@ from h3bench.runspec import BASELINE, RunSpec
 from h3bench.runspec.cases import Block, CandidateWorkload
 from h3bench.runspec.design import design_text, series_of
 from h3bench.runspec.schedule import Schedule
+from h3bench.runspec.shards import ShardRun
 from h3bench.stats import intervals, sequential
 from h3bench.stats import speed as speeds
 from h3bench.stats.sequential import LookDecision
@@ -254,10 +255,9 @@ def run_notes(records: RunRecords) -> tuple[str, ...]:
     lines = [f"DIAGNOSTIC run: not a campaign result; {reason}" for reason in diagnostic_reasons(manifest)]
     lines += [f"  underpowered: {problem}" for problem in run.get("underpowered", ())]
     lines += [f"design: {warning}" for warning in design_warnings(records.spec)]
-    if shard := manifest.get("shard"):
-        lines.append(f"shard {shard['index']}/{shard['count']}, round {shard['round']}, on host "
-                     f"{shard['host']['name']}: this verdict covers this host's pairs only; the campaign's "
-                     "verdict is h3bench pool's over every shard")
+    if shard := ShardRun.of(manifest, where=f"{records.bundle.path}/manifest.json"):
+        lines.append(f"shard {shard.index}/{shard.count}, round {shard.round}, on host {shard.host.name}: this "
+                     "verdict covers this host's pairs only; the campaign's verdict is h3bench pool's over every shard")
     return tuple(lines + [f"not verified: {item}" for item in run.get("unverified", ())])
 
 
