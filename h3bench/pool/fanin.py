@@ -23,6 +23,8 @@ matched pair), then, per candidate and duration:
 - a host whose **baseline** stands out against the others is named
   (:func:`h3bench.stats.hosts.baseline_outliers`);
 - **missing shards** make every outcome INCONCLUSIVE, and are named;
+- a pool that fails (blocks two shards both hold, pairs that are not AB or
+  BA) writes nothing: its half-written bundle is removed;
 - a shard whose engine's **contract** (:mod:`h3bench.run.contract`) differs
   from the first shard's is named in the run's notes: its hosts ran another
   engine under the same spec.
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -312,8 +315,12 @@ def pool_bundles(paths: Sequence[str | Path], out: str | Path, *,
         document = _judge(spec, bundle, shards, records, hosts, lossless_by_case)
         bundle.write_verdict(document.to_dict())
         bundle.close()
-    except BaseException as exc:
-        bundle.close(error=f"h3bench pool failed: {exc}")
+    except BaseException:
+        # A pooled bundle is built from the shards, which stay as they are: a pool that failed leaves nothing that
+        # the ledger or the history could take for the campaign's account.
+        bundle.close(error="h3bench pool failed")
+        shutil.rmtree(bundle.path, ignore_errors=True)
+        progress(f"h3bench pool: failed; nothing was written ({bundle.path.name} removed)")
         raise
     anchor = final_sha256(bundle.path)
     assert anchor is not None

@@ -19,10 +19,13 @@ from pathlib import Path
 
 import pytest
 
+from h3bench.cli import main
 from h3bench.evidence import BundleReader, verify
+from h3bench.ledger.history import read_history
 from h3bench.pool import pool_bundles
-from h3bench.runspec.shards import ShardRun
+from h3bench.runspec.shards import ShardHost, ShardRun
 from h3bench.verdict.verdicts import VerdictDocument
+from tests_unit.bundlesim import npu_spec, write_bundle
 from tests_unit.campaign_project import NO_REPORT, UNUSED_PLUGINS, bundles_in, write_campaign
 from tests_unit.pool.test_pool import SHARD_COMMAND, _env, command
 
@@ -127,3 +130,27 @@ def test_the_resumed_shard_pools_with_the_other_into_the_whole_campaign(campaign
                                                                                                   (2, "host-2")]
     assert sum(s.blocks for s in document.pool.shards) == 8
 
+
+# -- a pool that fails leaves nothing sealed -----------------------------------------------------------------------
+
+
+def test_a_pool_that_fails_writes_nothing_the_ledger_or_the_history_could_take(tmp_path, capsys):
+    """Issue 43: a failed ``h3bench pool`` left a sealed bundle with no verdict; ``ledger add`` took it as
+    "inconclusive", the real pool was then refused ("two accounts of one campaign") and ``history`` dropped it.
+
+    Two bundles that both claim every block of the campaign (each a whole run, marked as shard 1/2 and 2/2 on two
+    hosts) pass the pool's checks of their records, and fail as their blocks are copied: shards never share a block.
+    """
+    spec = npu_spec(clean={})
+    both = [write_bundle(tmp_path / f"h{i}", spec, lambda block, index: 1.0, started_at="2026-11-20T10:00:00.000Z",
+                         manifest_extra={"shard": ShardRun(i, 2, ShardHost(f"host-{i}")).to_dict()}) for i in (1, 2)]
+    out = tmp_path / "pool"
+
+    code = main(["pool", *map(str, both), "--out", str(out)])
+
+    captured = capsys.readouterr()
+    assert code == 2 and "shards never share a block" in captured.err, captured.err
+    assert "h3bench pool: failed; nothing was written" in captured.out
+    assert not out.exists() or bundles_in(out) == []
+    history = read_history([tmp_path])
+    assert history.series == () and {Path(p).parent.name for p, _ in history.skipped} == {"h1", "h2"}
