@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from h3bench.evidence.codec import to_json
-from h3bench.verdict.verdicts import DurationVerdict, GateValue, VerdictDocument, key_marker
+from h3bench.verdict.verdicts import CandidateVerdict, GateValue, VerdictDocument, key_marker
 
 __all__ = ["FORMATS", "FORMAT_VERSION", "ArmRecord", "Export", "ExportRecord", "Provenance", "export_of", "write"]
 
@@ -75,7 +75,7 @@ class ExportRecord:
     duration: str  # "5s"
     workload: str  # "ref2va_5s": the marker that selects it
     control: str
-    verdict: str  # the duration's combined outcome: PASS, FAIL or INCONCLUSIVE
+    verdict: str  # the candidate's verdict at the duration (CandidateVerdict.outcome_at): PASS, FAIL or INCONCLUSIVE
     speed: str
     ratio: float | None
     ratio_lower: float | None  # one-sided, at lower_level
@@ -104,11 +104,13 @@ class Export:
     records: tuple[ExportRecord, ...]
 
 
-def _record(provenance: Provenance, candidate: str, key: str, d: DurationVerdict) -> ExportRecord:
+def _record(provenance: Provenance, candidate: str, key: str, verdict: CandidateVerdict) -> ExportRecord:
+    d = verdict.durations[key]
     est, look, lossless = d.estimate, d.looks, d.lossless
     bounded = est is not None and est.ci_low is not None
     return ExportRecord(
-        provenance.final_sha256, provenance.spec_id, candidate, key, key_marker(key), d.control, str(d.outcome),
+        provenance.final_sha256, provenance.spec_id, candidate, key, key_marker(key), d.control,
+        str(verdict.outcome_at(key)),
         str(d.speed), est.geomean if est else None, est.ci_low if est else None, est.ci_high if est else None,
         est.levels.fail_level if est and bounded else None, est.levels.pass_level if est and bounded else None,
         est.k if est else 0, d.quality_label, d.quality_pairs, d.worst, d.lossless_label,
@@ -121,8 +123,8 @@ def _record(provenance: Provenance, candidate: str, key: str, d: DurationVerdict
 
 def export_of(document: VerdictDocument, provenance: Provenance) -> Export:
     """Every candidate at every duration the run judged, in the document's order."""
-    records = tuple(_record(provenance, candidate, key, d)
-                    for candidate, verdict in document.candidates.items() for key, d in verdict.durations.items())
+    records = tuple(_record(provenance, candidate, key, verdict)
+                    for candidate, verdict in document.candidates.items() for key in verdict.durations)
     return Export(FORMAT_VERSION, provenance, records)
 
 
