@@ -41,6 +41,7 @@ class ShardMark:
     round: int
     host: str
     final_sha256: str
+    seals: tuple[str, ...] = ()  # a pooled shard's earlier states' seals too (empty: a pool written before them)
 
     @property
     def label(self) -> str:
@@ -62,7 +63,7 @@ def pooled_shards(manifest: Mapping[str, Any], *, where: str = "manifest.json") 
 
     EvidenceError naming the field when the record is malformed (:meth:`~h3bench.pool.shards.PooledShard.of`).
     """
-    return tuple(ShardMark(s.index, s.count, s.round, s.host.name, s.final_sha256)
+    return tuple(ShardMark(s.index, s.count, s.round, s.host.name, s.final_sha256, s.seals)
                  for s in PooledShard.of(manifest, where=where))
 
 
@@ -81,8 +82,8 @@ class CampaignKey:
     def of(cls, spec_id: str, shard: ShardMark | None, pooled: tuple[ShardMark, ...],
            own_seals: tuple[str, ...] = ()) -> CampaignKey | None:
         """The key of a shard (``shard``, with the seals of its states) or a pool (``pooled``); None otherwise."""
-        if pooled:
-            return cls(spec_id, frozenset(s.final_sha256 for s in pooled), True)
+        if pooled:  # every state of each shard it pooled: an earlier state of a resumed shard is its campaign too
+            return cls(spec_id, frozenset(seal for s in pooled for seal in (*s.seals, s.final_sha256)), True)
         if shard is not None:
             return cls(spec_id, frozenset((*own_seals, shard.final_sha256)), False)
         return None

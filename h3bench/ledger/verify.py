@@ -85,7 +85,12 @@ def _derived_problems(line: str, entry: dict[str, Any], derived: list[dict[str, 
         return [f"{line}: its bundle has no candidate {entry.get('candidate')!r} at {entry.get('duration')} s"]
     differ = _differ(same[0], entry, (*_NOT_DERIVED, "bundle"))
     # The bundle's identity too (its seals, its shard or pooled shards), not where it was when it was entered.
-    differ += [f"bundle.{k}" for k in _differ(same[0]["bundle"], entry["bundle"], ("path", "name"))]
+    expected, found = dict(same[0]["bundle"]), entry["bundle"]
+    pooled = found.get("pooled") if isinstance(found, dict) else None
+    if isinstance(pooled, list) and len(pooled) == len(expected.get("pooled") or ()):  # each on the fields it has
+        expected["pooled"] = [{k: v for k, v in want.items() if k in have} if isinstance(have, dict) else want
+                              for want, have in zip(expected["pooled"], pooled, strict=True)]
+    differ += [f"bundle.{k}" for k in _differ(expected, found, ("path", "name"))]
     return [f"{line}: differs from what its bundle says: {', '.join(differ)}"] if differ else []
 
 

@@ -69,8 +69,11 @@ class ShardBundle:
 
     def pooled(self, blocks: int = 0) -> PooledShard:
         """What the pool's manifest (and its verdict) records of this shard."""
-        return PooledShard(self.index, self.count, self.round, self.run.host, self.path.name,
-                           self.stored.final_sha256, blocks, str(self.path))
+        stored = self.stored
+        seals = stored.seals[: stored.seals.index(stored.final_sha256) + 1] if stored.final_sha256 in stored.seals \
+            else (stored.final_sha256,)
+        return PooledShard(self.index, self.count, self.round, self.run.host, self.path.name, stored.final_sha256,
+                           blocks, str(self.path), seals)
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class PooledShard:
     final_sha256: str
     blocks: int = 0  # blocks it ran (0 in a pool's manifest: counted as they are copied)
     path: str = ""
+    seals: tuple[str, ...] = ()  # every state's seal, the pooled one last (a resumed shard's earlier states first)
 
     def record(self) -> ShardRecord:
         """The verdict's record of the shard (verdict.json's ``pool.shards``)."""

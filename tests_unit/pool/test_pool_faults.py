@@ -10,6 +10,7 @@ another shard (``h3bench run`` and ``pytest``), which must be refused and change
 
 from __future__ import annotations
 
+import json
 import shutil
 import signal
 import subprocess
@@ -21,7 +22,9 @@ import pytest
 
 from h3bench.cli import main
 from h3bench.evidence import BundleReader, verify
+from h3bench.ledger.chain import read_ledger
 from h3bench.ledger.history import read_history
+from h3bench.ledger.verify import verify_ledger
 from h3bench.pool import pool_bundles
 from h3bench.runspec.shards import ShardHost, ShardRun
 from h3bench.verdict.verdicts import VerdictDocument
@@ -154,3 +157,53 @@ def test_a_pool_that_fails_writes_nothing_the_ledger_or_the_history_could_take(t
     assert not out.exists() or bundles_in(out) == []
     history = read_history([tmp_path])
     assert history.series == () and {Path(p).parent.name for p, _ in history.skipped} == {"h1", "h2"}
+
+
+# -- the ledger and the history count campaigns ----------------------------------------------------------------------
+
+
+def test_an_earlier_state_of_a_pooled_shard_is_the_pool_s_campaign_in_the_ledger(campaign, tmp_path, capsys):
+    """Issue 43: the interrupted state of shard 1, entered after the pool of its resumed state, stood as a second
+    live account (the pool named each shard by its last seal only). Entered before the pool, the pool supersedes it;
+    after it, it is refused as every shard of a pooled campaign is."""
+    first, second = tmp_path / "first.jsonl", tmp_path / "second.jsonl"
+    for name in ("early", "pool"):
+        assert main(["ledger", "add", str(campaign[name]), "--ledger", str(first)]) == 0
+    assert main(["ledger", "add", str(campaign["pool"]), "--ledger", str(second)]) == 0
+    capsys.readouterr()
+
+    code = main(["ledger", "add", str(campaign["early"]), "--ledger", str(second)])
+
+    assert code == 2 and "shard 1/2 of a campaign whose pool is in the ledger" in capsys.readouterr().err
+    found = read_ledger(first)
+    assert found.superseded_by == {0: 1} and not found.problems
+    assert main(["ledger", "show", "--json", "--ledger", str(first)]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert [(e["show"]["superseded_by"], e["show"]["superseded_as"]) for e in shown] == [
+        (1, "the pool of its shards"), (None, None)]
+    assert [e["show"]["unverified"] for e in shown] == [None, None] and verify_ledger(first).ok
+
+
+def test_ledger_show_json_marks_an_entry_whose_bundle_is_gone(campaign, tmp_path, capsys):
+    moved = Path(shutil.copytree(campaign["pool"], tmp_path / "moved" / campaign["pool"].name))
+    ledger = tmp_path / "ledger.jsonl"
+    assert main(["ledger", "add", str(moved), "--ledger", str(ledger)]) == 0
+    shutil.rmtree(moved)
+    capsys.readouterr()
+
+    code = main(["ledger", "show", "--json", "--ledger", str(ledger)])
+
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert code == 0 and entry["show"]["unverified"] and entry["show"]["line"] == 1
+    assert entry["show"]["superseded_by"] is None and entry["show"]["broken"] == []
+    assert {k: v for k, v in entry.items() if k != "show"} == read_ledger(ledger).entries[0]
+
+
+def test_the_history_counts_the_pool_once_whatever_states_of_its_shards_are_beside_it(campaign):
+    dirs = [campaign["early"].parent, campaign["s1"].parent, campaign["s2"].parent, campaign["pool"].parent]
+
+    (series,) = read_history(dirs).series
+
+    (point,) = series.campaigns
+    assert point.bundle == str(campaign["pool"]) and len(point.folded) == 2
+

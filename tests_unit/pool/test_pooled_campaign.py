@@ -5,7 +5,7 @@ them: ``h3bench run --shard 1/2`` on host-1 and ``--shard 2/2`` on host-2 at
 once (real simulator servers, a 64x64 canvas, two requests and an audit a
 block, one AB/BA unit per host), then pooled by the fan-in itself
 (:func:`h3bench.pool.pool_bundles`): the complete pool, a pool of shard 1
-alone (shard 2 missing) and a second pool of both shards.
+alone (shard 2 missing), a second pool of both shards and a pool of shard 2 alone.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import json
 import shutil
 from pathlib import Path
 
+import jsonschema
 import pytest
 
 from h3bench.cli import main
@@ -26,6 +27,7 @@ from h3bench.ledger.verify import verify_ledger
 from h3bench.pool import pool_bundles
 from tests_unit.campaign_project import write_campaign
 from tests_unit.pool.test_pool import run_shards
+from tests_unit.report.test_export import BMF_SCHEMA
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pooled-campaign")]
 
@@ -35,7 +37,7 @@ ALONE = "not judged alone: shard 1 of 2; pool the shards with h3bench pool"
 
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | str]:
-    """The two shards, what shard 1 printed, and three pools: both shards, shard 1 alone, and both again."""
+    """The two shards, what shard 1 printed, and four pools: both shards, shard 1 alone, both again, shard 2 alone."""
     project = tmp_path_factory.mktemp("pooled")
     spec = write_campaign(project, baseline={"time_scale": SCALE}, candidates={"clean": {"time_scale": SCALE * 0.9}},
                           protocol={"order": "ABBAABBA", "requests_per_block": 2, "audit_counts": True})
@@ -44,7 +46,7 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path | str]:
                         outputs=printed)
     pools = {name: pool_bundles(paths, project / name).path
              for name, paths in (("pool", [shards["s1"], shards["s2"]]), ("part", [shards["s1"]]),
-                                 ("again", [shards["s1"], shards["s2"]]))}
+                                 ("again", [shards["s1"], shards["s2"]]), ("other", [shards["s2"]]))}
     return {**shards, **pools, "project": project, "printed": printed["s1"]}
 
 
@@ -84,7 +86,7 @@ def test_a_shard_entry_is_marked_and_never_a_claim(campaign, tmp_path, capsys):
     assert code == 0 and out.endswith("line 1: clean 5 s shard 1/2 (a shard: not judged alone)\n"), out
     (entry,) = read_ledger(ledger).entries
     assert entry["bundle"]["shard"] == {"index": 1, "count": 2, "round": 1, "host": "host-1",
-                                        "final_sha256": entry["bundle"]["final_sha256"]}
+                                        "final_sha256": entry["bundle"]["final_sha256"], "seals": []}
     assert entry["verdict"] == "INCONCLUSIVE" and entry["reasons"][0] == ALONE
     assert entry["effect"]["k"] == 2  # the host's own pairs stay in the entry
     code, out, _ = cli(capsys, "ledger", "show", "--ledger", str(ledger))
@@ -117,6 +119,34 @@ def test_history_of_a_re_pool_and_a_pool_with_a_shard_missing_is_still_one_campa
     assert point.bundle == str(campaign["pool"])  # the first pool of both shards
     assert f"{campaign['again']} (a re-pool of the same shards)" in point.folded
     assert f"{campaign['part']} (a pool of 1 of its 2 shards)" in point.folded and len(point.folded) == 4
+
+
+def test_history_never_counts_two_pools_of_complementary_shards_as_two_campaigns(campaign):
+    """Issue 43: a pool of shard 1 and a pool of shard 2 of one campaign counted as two campaigns. Nothing in the
+    shards' records tells one campaign's shares from two campaigns' (each host starts its own run), so neither counts,
+    each named with the other; the complete pool beside them folds both."""
+    dirs = [campaign["part"].parent, campaign["other"].parent]
+
+    history = read_history(dirs)
+
+    assert history.series == ()
+    why = dict(history.skipped)
+    assert why[str(campaign["part"])].startswith(f"a pool of shard 1/2 only, and {campaign['other']} (shard 2/2) "
+                                                 "holds the shards it misses")
+    assert why[str(campaign["other"])].startswith(f"a pool of shard 2/2 only, and {campaign['part']} (shard 1/2)")
+    (series,) = read_history([*dirs, campaign["pool"].parent]).series
+    (point,) = series.campaigns
+    assert point.bundle == str(campaign["pool"]) and len(point.folded) == 2
+
+
+def test_an_incomplete_pool_s_bmf_export_is_valid_bencher_metric_format(campaign, capsys):
+    """Issue 43: the export of a pool with a shard missing wrote ``"upper_value": "inf"``."""
+    assert main(["export", str(campaign["part"]), "--format", "bmf"]) == 0
+
+    bmf = json.loads(capsys.readouterr().out)
+
+    jsonschema.Draft7Validator(BMF_SCHEMA).validate(bmf)
+    assert bmf and not any("shard" in name for name in bmf)  # a pool is the campaign's, however incomplete
 
 
 def test_history_does_not_count_a_shard_without_its_pool(campaign):
