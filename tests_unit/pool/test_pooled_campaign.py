@@ -249,3 +249,27 @@ def test_a_forged_pool_record_in_an_entry_is_caught_by_verify(campaign, tmp_path
     ledger.write_text(json.dumps(entry) + "\n")
 
     assert verify_ledger(ledger).problems == ("line 1: differs from what its bundle says: bundle.pooled",)
+
+
+@pytest.mark.parametrize("name", ["pool", "s1"])
+def test_a_line_written_before_shard_marks_named_every_seal_still_verifies_and_a_changed_seal_does_not(
+        campaign, tmp_path, name):
+    """Issue 43 added ``seals`` to the shard marks of an entry: a line written before it is checked on the fields it
+    has, and a seal changed in it is still caught."""
+    from h3bench.ledger.chain import entry_hash
+
+    ledger = tmp_path / "ledger.jsonl"
+    add_bundle(campaign[name], ledger)
+    (entry,) = [json.loads(line) for line in ledger.read_text().splitlines()]
+    marks = entry["bundle"]["pooled"] or [entry["bundle"]["shard"]]
+    for mark in marks:
+        del mark["seals"]
+    entry["hash"] = entry_hash(entry)
+    ledger.write_text(json.dumps(entry) + "\n")
+    assert verify_ledger(ledger).ok, verify_ledger(ledger).problems
+
+    marks[0]["final_sha256"] = "0" * 64
+    entry["hash"] = entry_hash(entry)
+    ledger.write_text(json.dumps(entry) + "\n")
+    field = "pooled" if name == "pool" else "shard"
+    assert verify_ledger(ledger).problems == (f"line 1: differs from what its bundle says: bundle.{field}",)
