@@ -241,7 +241,9 @@ def candidate_verdicts(records: RunRecords) -> dict[str, CandidateVerdict]:
                 _lossless(judge, candidate, d) if judge.lossless_enabled else None,
                 tuple(block_records(records, d, candidate)), arm_stats(records.series(d, candidate)),
                 judge.worst_values(pairs),
-                None if schedule.anchored else look_record(spec, d, schedule.series(d, candidate), records.ran, found),
+                None if schedule.anchored else look_record(spec, d, schedule.series(d, candidate), records.ran, found,
+                                                           shard=schedule.shard,
+                                                           stopped=records.stopped(candidate) is not None),
                 _stage_effects(records, d, candidate), attribution.recipe_steps(spec, d, series.control, candidate),
                 attribution.tolerance_for(spec).describe())
         out[candidate] = CandidateVerdict(durations, records.stopped(candidate), _telemetry_notes(records, candidate))
@@ -276,4 +278,6 @@ def document(records: RunRecords, *, interrupted: str | None = None,
         baseline_evidence=str(baseline_evidence) if baseline_evidence is not None else None,
         lpips_required=spec.gates.lpips_required, baseline=baseline_levels(records),
         design=design_text(spec, anchored=records.schedule.anchored),
-        device=device_time(spec, records.schedule.blocks, records.ran), not_selected=dict(records.not_selected))
+        device=device_time(spec, records.schedule.blocks, records.ran, shard=records.schedule.shard,
+                           stopped={c for c in spec.candidates if records.stopped(c) is not None}),
+        not_selected=dict(records.not_selected))

@@ -55,3 +55,15 @@ def test_the_screen_verdict_json_the_ledger_and_every_export_say_fail(crashed, t
     (entry,) = read_ledger(ledger).entries
     assert entry["verdict"] == "FAIL" and any(r.startswith("stopped: ") for r in entry["reasons"])
     assert "broken 5 s rejected" in out, out
+
+
+def test_a_crashed_candidate_claims_no_device_time_saved_against_the_fixed_design(crashed):
+    """Issue 43: the crashed run said "50% saved against the fixed design's": the fixed design stops at the same
+    failure, so the two blocks that ran are compared with nothing."""
+    bundle, printed = crashed
+    stored = json.loads((bundle / "verdict.json").read_text())
+
+    (line,) = [line for line in printed.splitlines() if line.strip().startswith("fixed design ran to")]
+    assert line.rstrip().endswith("device-h") and "against the fixed design" not in printed, line
+    assert stored["candidates"]["broken"]["durations"]["5s"]["looks"]["fixed_device_s"] is None
+    assert stored["device"]["5s"]["fixed_device_s"] is None and stored["device"]["5s"]["device_s"] > 0

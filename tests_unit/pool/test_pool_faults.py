@@ -11,6 +11,7 @@ another shard (``h3bench run`` and ``pytest``), which must be refused and change
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import signal
 import subprocess
@@ -26,6 +27,7 @@ from h3bench.ledger.chain import read_ledger
 from h3bench.ledger.history import read_history
 from h3bench.ledger.verify import verify_ledger
 from h3bench.pool import pool_bundles
+from h3bench.report import write_report
 from h3bench.runspec.shards import ShardHost, ShardRun
 from h3bench.verdict.verdicts import VerdictDocument
 from tests_unit.bundlesim import npu_spec, write_bundle
@@ -207,3 +209,29 @@ def test_the_history_counts_the_pool_once_whatever_states_of_its_shards_are_besi
     (point,) = series.campaigns
     assert point.bundle == str(campaign["pool"]) and len(point.folded) == 2
 
+
+# -- one shard alone says so, and prices itself against its own share ------------------------------------------------
+
+
+def test_a_lone_shard_s_summary_says_it_is_a_shard_and_not_the_campaign_s_verdict(campaign, tmp_path):
+    """Issue 43: one shard's summary.md read "h3bench: PASS for ..." like a whole campaign's."""
+    written = write_report(campaign["s2"], tmp_path)
+
+    summary = Path(written.summary).read_text().splitlines()
+    assert summary[0].startswith("## h3bench: shard 2/2, not judged alone for `plugin-test`"), summary[:3]
+    assert summary[2].startswith("> **SHARD 2/2** of a campaign over 2 hosts, run on host `host-2`: this host's pairs")
+    assert any(line.startswith("- **clean: not judged alone: shard 2 of 2; pool the shards with h3bench pool** "
+                               "(this host's pairs alone: ") for line in summary), summary
+
+
+def test_a_shard_s_device_time_is_compared_with_its_own_share_of_the_fixed_design(campaign):
+    """Issue 43: a shard that ran every block of its share said "50% saved against the fixed design" (the whole
+    campaign's): the resumed shard 1, like shard 2, ran all of its share of the fixed design, so nothing was saved."""
+    printed = campaign["resumed"].stdout
+    assert re.search(r"fixed design ran to .*; [\d.]+ device-h, 0% (saved|more) against the fixed design's", printed), \
+        printed[-3000:]
+    for name in ("s1", "s2"):
+        document = VerdictDocument.read(BundleReader.open(campaign[name]))
+        assert document is not None
+        (device,) = document.device.values()
+        assert device.fixed_device_s == pytest.approx(device.device_s, rel=0.02)
