@@ -161,13 +161,14 @@ def _shard_first(stored: StoredBundle) -> tuple[int, int, int, str]:
     return (0, mark.round, mark.index, "") if mark is not None else (1, 0, 0, stored.started_at)
 
 
-def _what(stored: StoredBundle, key: CampaignKey, pool: CampaignKey) -> str:
+def _what(stored: StoredBundle, key: CampaignKey, pool: StoredBundle, pool_key: CampaignKey) -> str:
     """What a bundle folded into a pool is: one of its shards, an earlier pool of fewer shards, or a re-pool."""
     mark = shard_mark(stored.manifest, stored.final_sha256)
     if mark is not None:
         return f"{mark.label}, host {mark.host}"
-    return "a re-pool of the same shards" if key.seals == pool.seals else \
-        f"a pool of {len(key.seals)} of its {len(pool.seals)} shards"
+    # Shards counted by their marks: a key's seals hold every state of a resumed shard.
+    return "a re-pool of the same shards" if key.seals == pool_key.seals else \
+        f"a pool of {len(pooled_shards(stored.manifest))} of its {len(pooled_shards(pool.manifest))} shards"
 
 
 def _held(stored: StoredBundle) -> str:
@@ -229,7 +230,7 @@ def _one_per_pool(bundles: list[StoredBundle]) -> tuple[list[tuple[StoredBundle,
         elif place in counted:
             folded = sorted(((other, k) for at, (other, k) in enumerate(keyed)
                              if at != place and k is not None and own.folds(k)), key=lambda pair: _shard_first(pair[0]))
-            kept.append((stored, tuple(f"{other.path} ({_what(other, k, own)})" for other, k in folded)))
+            kept.append((stored, tuple(f"{other.path} ({_what(other, k, stored, own)})" for other, k in folded)))
         elif any(pool.folds(own) for pool in counted.values()):
             continue  # named by the pool that counts it
         elif own.pooled or any(k.folds(own) for _, k in pools):
