@@ -31,6 +31,7 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
 def run_export(args: argparse.Namespace) -> int:
     from h3bench.evidence.files import replace_atomic
     from h3bench.report.export import Provenance, export_of, write
+    from h3bench.runspec.shards import ShardRun
     from h3bench.session.stored import open_verified
 
     stored = open_verified(args.bundle)
@@ -38,9 +39,10 @@ def run_export(args: argparse.Namespace) -> int:
     if document is None:
         raise UsageError(f"{args.bundle}: the bundle holds no verdict.json (the run ended before its verdict): "
                          "nothing to export")
+    shard = ShardRun.of(stored.manifest, where=f"{stored.path}/manifest.json")
     provenance = Provenance(stored.path.name, stored.final_sha256, stored.spec_id, document.spec_name,
                             stored.hardware_kind, stored.started_at, str(stored.manifest.get("h3bench_version", "")),
-                            document.run, document.interrupted)
+                            document.run, document.interrupted, shard.label if shard is not None else None)
     exported = export_of(document, provenance)
     text = write(exported, args.fmt)
     if args.out is None:

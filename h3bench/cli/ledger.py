@@ -167,18 +167,25 @@ def _show(path: Path, *, as_json: bool, bundle_dirs: Sequence[str] = ()) -> int:
     found = read_ledger(path)
     unverified = unverified_entries(found, bundle_dirs)
     marks: dict[int, list[str]] = {}
+    states: dict[int, dict[str, Any]] = {}  # the same marks for --json, beside each record
     for line in found.lines:
         marks.setdefault(line.seq, []).extend(f"BROKEN: line {line.number}: {p}" for p in line.problems)
+        state: dict[str, Any] = {"line": line.number, "broken": list(line.problems), "unverified": None,
+                                 "superseded_by": None, "superseded_as": None}
         if line.seq in unverified:
+            state["unverified"] = unverified[line.seq]
             marks[line.seq].append(f"UNVERIFIED: {unverified[line.seq]}: nothing on this row was checked against "
                                    "evidence (h3bench ledger verify --bundles DIR finds a bundle that moved)")
         if line.seq in found.superseded_by:
             newer = found.lines[found.superseded_by[line.seq]].entry
             why = replaces(newer, line.entry) if newer is not None and line.entry is not None else None
+            state.update(superseded_by=found.superseded_by[line.seq], superseded_as=why)
             marks[line.seq].append(f"superseded by #{found.superseded_by[line.seq]} ({why})")
+        states[line.seq] = state
     typed = [(line.seq, line.entry) for line in found.lines if line.entry is not None]
-    if as_json:
-        print(json.dumps([line.record for line in found.lines if line.record is not None], indent=2))
+    if as_json:  # each record as written, and under "show" what the table marks: one account, whichever is read
+        print(json.dumps([{**line.record, "show": states[line.seq]} for line in found.lines
+                          if line.record is not None], indent=2))
     else:
         table = ledger_table(typed, {seq: found for seq, found in marks.items() if found})
         untyped = [f"#{line.seq}! BROKEN, not an entry: line {line.number}: {'; '.join(line.problems)}"

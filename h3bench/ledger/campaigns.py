@@ -26,7 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from h3bench.errors import EvidenceError
+from h3bench.pool.shards import PooledShard
+from h3bench.runspec.shards import ShardRun
 
 __all__ = ["CampaignKey", "ShardMark", "pooled_shards", "shard_mark"]
 
@@ -40,6 +41,7 @@ class ShardMark:
     round: int
     host: str
     final_sha256: str
+    seals: tuple[str, ...] = ()  # a pooled shard's earlier states' seals too (empty: a pool written before them)
 
     @property
     def label(self) -> str:
@@ -47,40 +49,22 @@ class ShardMark:
         return f"shard {self.index}/{self.count}" + (f" of round {self.round}" if self.round != 1 else "")
 
 
-def _host_name(host: Any) -> str:
-    found = host.get("name") if isinstance(host, Mapping) else host
-    return str(found or "unknown")
-
-
-def _mark(record: Any, seal: Any, what: str, where: str) -> ShardMark:
-    try:
-        return ShardMark(int(record["index"]), int(record["count"]), int(record.get("round") or 1),
-                         _host_name(record.get("host")), str(seal if seal is not None else record["final_sha256"]))
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise EvidenceError(f"{where}: {what} is malformed ({type(exc).__name__}: {exc})", path=where) from None
-
-
 def shard_mark(manifest: Mapping[str, Any], seal: str, *, where: str = "manifest.json") -> ShardMark | None:
     """The manifest's shard record (a bundle of ``--shard I/N``) with the bundle's seal; None for any other bundle.
 
-    EvidenceError when the record is malformed.
+    EvidenceError naming the field when the record is malformed (:meth:`~h3bench.runspec.shards.ShardRun.of`).
     """
-    found = manifest.get("shard")
-    return None if found is None else _mark(found, seal, "its shard record", where)
+    found = ShardRun.of(manifest, where=where)
+    return None if found is None else ShardMark(found.index, found.count, found.round, found.host.name, seal)
 
 
 def pooled_shards(manifest: Mapping[str, Any], *, where: str = "manifest.json") -> tuple[ShardMark, ...]:
     """The shards a pooled bundle's manifest names, each by its seal; empty for any other bundle.
 
-    EvidenceError when the record is malformed.
+    EvidenceError naming the field when the record is malformed (:meth:`~h3bench.pool.shards.PooledShard.of`).
     """
-    found = manifest.get("pool")
-    if found is None:
-        return ()
-    shards = found.get("shards") if isinstance(found, Mapping) else None
-    if not isinstance(shards, list):
-        raise EvidenceError(f"{where}: its pool record names no list of shards", path=where)
-    return tuple(_mark(s, None, f"its pool record's shard {i + 1}", where) for i, s in enumerate(shards))
+    return tuple(ShardMark(s.index, s.count, s.round, s.host.name, s.final_sha256, s.seals)
+                 for s in PooledShard.of(manifest, where=where))
 
 
 @dataclass(frozen=True)
@@ -98,8 +82,8 @@ class CampaignKey:
     def of(cls, spec_id: str, shard: ShardMark | None, pooled: tuple[ShardMark, ...],
            own_seals: tuple[str, ...] = ()) -> CampaignKey | None:
         """The key of a shard (``shard``, with the seals of its states) or a pool (``pooled``); None otherwise."""
-        if pooled:
-            return cls(spec_id, frozenset(s.final_sha256 for s in pooled), True)
+        if pooled:  # every state of each shard it pooled: an earlier state of a resumed shard is its campaign too
+            return cls(spec_id, frozenset(seal for s in pooled for seal in (*s.seals, s.final_sha256)), True)
         if shard is not None:
             return cls(spec_id, frozenset((*own_seals, shard.final_sha256)), False)
         return None

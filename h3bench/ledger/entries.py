@@ -43,6 +43,7 @@ from h3bench.verdict.acceptance import shard_alone
 from h3bench.verdict.stage_effects import StageEffects
 from h3bench.verdict.verdicts import (
     Acceptance,
+    CandidateVerdict,
     DurationVerdict,
     HeldoutVerdict,
     LookRecord,
@@ -170,9 +171,10 @@ def _effect(d: DurationVerdict | None) -> Effect:
                   None if estimate.ci_low is not None else "; ".join(estimate.notes))
 
 
-def _verdict(d: DurationVerdict | None, heldout: HeldoutVerdict | None, accepted: bool | None,
-             not_accepted: tuple[str, ...], stopped: str | None) -> tuple[Outcome, list[str]]:
-    if d is None:
+def _verdict(verdict: CandidateVerdict | None, key: str, heldout: HeldoutVerdict | None, accepted: bool | None,
+             not_accepted: tuple[str, ...]) -> tuple[Outcome, list[str]]:
+    d = verdict.durations.get(key) if verdict is not None else None
+    if verdict is None or d is None:
         return Outcome.INCONCLUSIVE, ["no verdict for this duration in the bundle (verdict.json absent or incomplete)"]
     reasons: list[str] = []
     parts = [("speed", d.speed, d.speed_reasons[:1]), ("quality", d.quality or Outcome.INCONCLUSIVE, ())]
@@ -185,13 +187,14 @@ def _verdict(d: DurationVerdict | None, heldout: HeldoutVerdict | None, accepted
         if outcome is not Outcome.PASS:
             reasons.append(f"{name}: {outcome}")
             reasons.extend(why)
-    if stopped:
-        reasons.append(f"stopped: {stopped}")
-    verdict = combine(outcome for _, outcome, _ in parts)
+    if verdict.stopped:
+        reasons.append(f"stopped: {verdict.stopped.reason}")
+    # The stored verdict at this duration (its stop rule included), then the held-out phase that verdict.json keeps.
+    decided = combine([verdict.outcome_at(key), *([heldout.outcome] if heldout is not None else [])])
     if accepted is False:
         reasons.extend(f"not accepted: {r}" for r in not_accepted or ("(no reason given)",))
-        verdict = Outcome.FAIL if verdict is Outcome.PASS else verdict
-    return verdict, reasons
+        decided = Outcome.FAIL if decided is Outcome.PASS else decided
+    return decided, reasons
 
 
 def entries_of(bundle: StoredBundle) -> list[LedgerEntry]:
@@ -216,9 +219,8 @@ def entries_of(bundle: StoredBundle) -> list[LedgerEntry]:
             key = duration_key(duration)
             d = verdict.durations.get(key) if verdict is not None else None
             heldout = document.heldout.get(candidate, {}).get(key)
-            decided, reasons = _verdict(d, heldout, acceptance.accepted if acceptance else None,
-                                        acceptance.reasons if acceptance else (),
-                                        verdict.stopped.reason if verdict is not None and verdict.stopped else None)
+            decided, reasons = _verdict(verdict, key, heldout, acceptance.accepted if acceptance else None,
+                                        acceptance.reasons if acceptance else ())
             if shard is not None:  # one host's pairs: never a claim; its own figures stay in the entry
                 decided = Outcome.INCONCLUSIVE
                 reasons = [shard_alone(shard.index, shard.count),

@@ -13,7 +13,9 @@ several hosts is one campaign too (:mod:`~h3bench.ledger.campaigns`): its
 pooled bundle is its point, and the point names the bundles it folds (the
 shards it pooled, an earlier pool of fewer of them, a re-pool of the same
 shards); a shard whose pool is not among the bundles is not counted (one
-host's pairs are not the campaign), and is named with why. The rest are grouped
+host's pairs are not the campaign), and is named with why; nor are pools
+of complementary shards (one holds shard 1/2, another shard 2/2 of the same
+spec), which may be one campaign's shares or two campaigns'. The rest are grouped
 into series by
 
 - the hardware kind (``8x910b1`` and ``4x910c`` are never mixed),
@@ -42,7 +44,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,13 +161,42 @@ def _shard_first(stored: StoredBundle) -> tuple[int, int, int, str]:
     return (0, mark.round, mark.index, "") if mark is not None else (1, 0, 0, stored.started_at)
 
 
-def _what(stored: StoredBundle, key: CampaignKey, pool: CampaignKey) -> str:
+def _what(stored: StoredBundle, key: CampaignKey, pool: StoredBundle, pool_key: CampaignKey) -> str:
     """What a bundle folded into a pool is: one of its shards, an earlier pool of fewer shards, or a re-pool."""
     mark = shard_mark(stored.manifest, stored.final_sha256)
     if mark is not None:
         return f"{mark.label}, host {mark.host}"
-    return "a re-pool of the same shards" if key.seals == pool.seals else \
-        f"a pool of {len(key.seals)} of its {len(pool.seals)} shards"
+    # Shards counted by their marks: a key's seals hold every state of a resumed shard.
+    return "a re-pool of the same shards" if key.seals == pool_key.seals else \
+        f"a pool of {len(pooled_shards(stored.manifest))} of its {len(pooled_shards(pool.manifest))} shards"
+
+
+def _held(stored: StoredBundle) -> str:
+    """``shard 1/2`` (``shard 1/2, shard 2/2 of round 2``): the shards a pool holds."""
+    return ", ".join(m.label for m in pooled_shards(stored.manifest))
+
+
+def _complementary(keyed: Sequence[tuple[StoredBundle, CampaignKey | None]],
+                   counted: Mapping[int, CampaignKey]) -> dict[int, str]:
+    """Counted pools that miss shards which another counted pool of the same spec and shard count holds.
+
+    Shards of one round carry no campaign id (each host starts its own run),
+    so two pools of different shards may be one campaign or two: counting
+    both would count one campaign twice. Each is named with the other.
+    """
+    shares = {}
+    for place in counted:
+        marks = pooled_shards(keyed[place][0].manifest)
+        places = {(m.round, m.index) for m in marks}
+        count = marks[0].count
+        if any((r, i) not in places for r, _ in places for i in range(1, count + 1)):  # shards missing
+            shares[place] = (counted[place].spec_id, count, places)
+    found: dict[int, str] = {}
+    for place, (spec_id, count, places) in shares.items():
+        for other, (other_id, other_count, other_places) in shares.items():
+            if other != place and (other_id, other_count) == (spec_id, count) and not places & other_places:
+                found[place] = f"{keyed[other][0].path} ({_held(keyed[other][0])})"
+    return found
 
 
 def _one_per_pool(bundles: list[StoredBundle]) -> tuple[list[tuple[StoredBundle, tuple[str, ...]]],
@@ -185,13 +216,21 @@ def _one_per_pool(bundles: list[StoredBundle]) -> tuple[list[tuple[StoredBundle,
             counted[place] = key
     kept: list[tuple[StoredBundle, tuple[str, ...]]] = []
     skipped: list[tuple[str, str]] = []
+    complementary = _complementary(keyed, counted)
+    for place in complementary:
+        del counted[place]
     for place, (stored, own) in enumerate(keyed):
         if own is None:
             kept.append((stored, ()))
+        elif place in complementary:
+            skipped.append((str(stored.path), f"a pool of {_held(stored)} only, and {complementary[place]} holds "
+                            "the shards it misses: they may be one campaign's shares or two campaigns', which their "
+                            "records cannot tell apart, so neither is counted; pool the shards together with "
+                            "h3bench pool"))
         elif place in counted:
             folded = sorted(((other, k) for at, (other, k) in enumerate(keyed)
                              if at != place and k is not None and own.folds(k)), key=lambda pair: _shard_first(pair[0]))
-            kept.append((stored, tuple(f"{other.path} ({_what(other, k, own)})" for other, k in folded)))
+            kept.append((stored, tuple(f"{other.path} ({_what(other, k, stored, own)})" for other, k in folded)))
         elif any(pool.folds(own) for pool in counted.values()):
             continue  # named by the pool that counts it
         elif own.pooled or any(k.folds(own) for _, k in pools):

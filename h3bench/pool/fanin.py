@@ -23,6 +23,8 @@ matched pair), then, per candidate and duration:
 - a host whose **baseline** stands out against the others is named
   (:func:`h3bench.stats.hosts.baseline_outliers`);
 - **missing shards** make every outcome INCONCLUSIVE, and are named;
+- a pool that fails (blocks two shards both hold, pairs that are not AB or
+  BA) writes nothing: its half-written bundle is removed;
 - a shard whose engine's **contract** (:mod:`h3bench.run.contract`) differs
   from the first shard's is named in the run's notes: its hosts ran another
   engine under the same spec.
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +49,7 @@ import numpy as np
 from h3bench import quality
 from h3bench.errors import UsageError
 from h3bench.evidence import SAMPLES, Bundle, BundleReader
+from h3bench.evidence.codec import to_json
 from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
 from h3bench.outcome import Outcome
@@ -288,25 +292,22 @@ def pool_bundles(paths: Sequence[str | Path], out: str | Path, *,
     first = shards.first.stored
     spec = first.runspec()
     manifest = first.manifest
-    records = [ShardRecord(s.index, s.count, s.round, s.host_name, s.path.name, s.stored.final_sha256, 0)
-               for s in shards.bundles]
     bundle = Bundle.create(
         Path(out), spec_id=first.spec_id, spec=manifest["spec"], inputs=manifest.get("inputs") or {},
         source=manifest.get("source") or {}, model=manifest.get("model") or {}, name=f"{spec.name}-pooled",
         extra={"run": _run_record(shards), "host": manifest.get("host"),
-               "pool": {"shards": [{**vars(r), "path": str(s.path), "host": s.host}
-                                   for r, s in zip(records, shards.bundles, strict=True)],
-                        "missing": list(shards.missing)}},
+               "pool": {"shards": [to_json(s.pooled()) for s in shards.bundles], "missing": list(shards.missing)}},
         arms=manifest.get("arms"), lpips_weights=manifest.get("lpips_weights"), environment=environment())
     try:
         seen: dict[str, str] = {}
         stored: set[str] = set()
         hosts: dict[str, str] = {}
-        for i, shard in enumerate(shards.bundles):
+        records: list[ShardRecord] = []
+        for shard in shards.bundles:
             before = set(seen)
-            records[i] = dataclasses.replace(records[i], blocks=_copy_blocks(shard, bundle, seen, stored))
+            records.append(shard.pooled(_copy_blocks(shard, bundle, seen, stored)).record())
             hosts.update({block: shard.host_name for block in set(seen) - before})
-            progress(f"h3bench pool: {shard.label} from host {shard.host_name}: {records[i].blocks} blocks "
+            progress(f"h3bench pool: {shard.label} from host {shard.host_name}: {records[-1].blocks} blocks "
                      f"({shard.path.name}, seal {shard.stored.final_sha256[:16]}…)")
         merged, lossless_by_case = _quality(shards)
         if merged is not None:
@@ -314,8 +315,12 @@ def pool_bundles(paths: Sequence[str | Path], out: str | Path, *,
         document = _judge(spec, bundle, shards, records, hosts, lossless_by_case)
         bundle.write_verdict(document.to_dict())
         bundle.close()
-    except BaseException as exc:
-        bundle.close(error=f"h3bench pool failed: {exc}")
+    except BaseException:
+        # A pooled bundle is built from the shards, which stay as they are: a pool that failed leaves nothing that
+        # the ledger or the history could take for the campaign's account.
+        bundle.close(error="h3bench pool failed")
+        shutil.rmtree(bundle.path, ignore_errors=True)
+        progress(f"h3bench pool: failed; nothing was written ({bundle.path.name} removed)")
         raise
     anchor = final_sha256(bundle.path)
     assert anchor is not None

@@ -18,34 +18,46 @@ Shards absent from a round that is present are not refused: they are
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from h3bench.errors import UsageError
+from h3bench.errors import EvidenceError, UsageError
+from h3bench.evidence.codec import from_json
+from h3bench.runspec.shards import ShardHost, ShardRun
 from h3bench.session.stored import StoredBundle, open_verified
+from h3bench.verdict.verdicts import ShardRecord
 
-__all__ = ["ShardBundle", "Shards", "read_shards"]
+__all__ = ["PooledShard", "ShardBundle", "Shards", "read_shards"]
 
 
 @dataclass(frozen=True)
 class ShardBundle:
-    """One verified shard bundle: where it is, its seal, which shard and round, and the host that ran it."""
+    """One verified shard bundle: where it is, its seal, and its manifest's shard record."""
 
     stored: StoredBundle
-    index: int
-    count: int
-    round: int
-    host: dict[str, Any]
+    run: ShardRun
 
     @property
     def path(self) -> Path:
         return self.stored.path
 
     @property
+    def index(self) -> int:
+        return self.run.index
+
+    @property
+    def count(self) -> int:
+        return self.run.count
+
+    @property
+    def round(self) -> int:
+        return self.run.round
+
+    @property
     def host_name(self) -> str:
-        return str(self.host.get("name") or "unknown")
+        return self.run.host.name
 
     @property
     def label(self) -> str:
@@ -53,7 +65,51 @@ class ShardBundle:
 
     @property
     def serials(self) -> set[str]:
-        return {str(s) for s in self.host.get("device_serials") or () if s}
+        return {s for s in self.run.host.device_serials if s}
+
+    def pooled(self, blocks: int = 0) -> PooledShard:
+        """What the pool's manifest (and its verdict) records of this shard."""
+        stored = self.stored
+        seals = stored.seals[: stored.seals.index(stored.final_sha256) + 1] if stored.final_sha256 in stored.seals \
+            else (stored.final_sha256,)
+        return PooledShard(self.index, self.count, self.round, self.run.host, self.path.name, stored.final_sha256,
+                           blocks, str(self.path), seals)
+
+
+@dataclass(frozen=True)
+class PooledShard:
+    """One shard as a pool's manifest names it (``pool.shards``): its shard record's place and host, and its seal.
+
+    Written by :func:`h3bench.pool.fanin.pool_bundles` and read back through
+    :mod:`h3bench.evidence.codec` by the ledger (:mod:`h3bench.ledger.campaigns`).
+    """
+
+    index: int
+    count: int
+    round: int
+    host: ShardHost
+    bundle: str  # its directory name
+    final_sha256: str
+    blocks: int = 0  # blocks it ran (0 in a pool's manifest: counted as they are copied)
+    path: str = ""
+    seals: tuple[str, ...] = ()  # every state's seal, the pooled one last (a resumed shard's earlier states first)
+
+    def record(self) -> ShardRecord:
+        """The verdict's record of the shard (verdict.json's ``pool.shards``)."""
+        return ShardRecord(self.index, self.count, self.round, self.host.name, self.bundle, self.final_sha256,
+                           self.blocks)
+
+    @classmethod
+    def of(cls, manifest: Mapping[str, Any], *, where: str = "manifest.json") -> tuple[PooledShard, ...]:
+        """The shards a pool's manifest names; empty for any other bundle; EvidenceError naming a malformed field."""
+        found = manifest.get("pool")
+        if found is None:
+            return ()
+        try:
+            shards = found.get("shards") if isinstance(found, Mapping) else None
+            return from_json(tuple[PooledShard, ...], shards, where="pool.shards")
+        except EvidenceError as exc:
+            raise EvidenceError(f"{where}: {exc}", path=where) from None
 
 
 @dataclass(frozen=True)
@@ -77,15 +133,11 @@ class Shards:
 
 
 def _shard(stored: StoredBundle) -> ShardBundle:
-    found = stored.manifest.get("shard")
-    if not isinstance(found, dict):
+    found = ShardRun.of(stored.manifest, where=f"{stored.path}/manifest.json")
+    if found is None:
         raise UsageError(f"{stored.path}: not a shard of a campaign over several hosts (it ran without --shard I/N); "
                          "only shard bundles are pooled")
-    try:
-        return ShardBundle(stored, int(found["index"]), int(found["count"]), int(found.get("round") or 1),
-                           dict(found.get("host") or {}))
-    except (KeyError, TypeError, ValueError) as exc:
-        raise UsageError(f"{stored.path}: its manifest's shard record is malformed ({exc})") from None
+    return ShardBundle(stored, found)
 
 
 def _refuse_mixed(bundles: list[ShardBundle]) -> None:

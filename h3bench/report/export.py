@@ -17,7 +17,11 @@ evidence that ``h3bench verify BUNDLE --expect SEAL`` checks. The writers:
   ``latency``: each arm's median E2E in nanoseconds (Bencher's built-in
   measure) over the series' blocks. Each metric also carries ``h3bench_final_sha256`` and
   ``h3bench_spec_id``: Bencher's schema allows further keys and its reader
-  (``JsonNewMetric``: value, lower_value, upper_value) ignores them;
+  (``JsonNewMetric``: value, lower_value, upper_value) ignores them. Its
+  schema (https://bencher.dev/bmf.json) takes numbers only, so a bound the
+  verdict left unbounded is left out and named in ``h3bench_unbounded``. A
+  shard's benchmarks carry the shard (``<spec>@<id>/shard-1-of-2/...``): one
+  host's share is never charted as the campaign;
 - ``github-benchmark``: github-action-benchmark's ``customSmallerIsBetter``,
   a list of ``{name, unit, value, range, extra}``; only figures where smaller
   is better (the ratio, E2E, device-hours, LPIPS), ``extra`` naming the
@@ -27,12 +31,13 @@ evidence that ``h3bench verify BUNDLE --expect SEAL`` checks. The writers:
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from h3bench.evidence.codec import to_json
-from h3bench.verdict.verdicts import DurationVerdict, GateValue, VerdictDocument, key_marker
+from h3bench.verdict.verdicts import CandidateVerdict, GateValue, VerdictDocument, key_marker
 
 __all__ = ["FORMATS", "FORMAT_VERSION", "ArmRecord", "Export", "ExportRecord", "Provenance", "export_of", "write"]
 
@@ -53,6 +58,7 @@ class Provenance:
     h3bench: str  # the version that wrote the bundle
     run: str  # FORMAL or DIAGNOSTIC
     interrupted: str | None
+    shard: str | None = None  # "shard 1/2": one host's share of a campaign over several hosts, not its verdict
 
 
 @dataclass(frozen=True)
@@ -75,7 +81,7 @@ class ExportRecord:
     duration: str  # "5s"
     workload: str  # "ref2va_5s": the marker that selects it
     control: str
-    verdict: str  # the duration's combined outcome: PASS, FAIL or INCONCLUSIVE
+    verdict: str  # the candidate's verdict at the duration (CandidateVerdict.outcome_at): PASS, FAIL or INCONCLUSIVE
     speed: str
     ratio: float | None
     ratio_lower: float | None  # one-sided, at lower_level
@@ -104,11 +110,13 @@ class Export:
     records: tuple[ExportRecord, ...]
 
 
-def _record(provenance: Provenance, candidate: str, key: str, d: DurationVerdict) -> ExportRecord:
+def _record(provenance: Provenance, candidate: str, key: str, verdict: CandidateVerdict) -> ExportRecord:
+    d = verdict.durations[key]
     est, look, lossless = d.estimate, d.looks, d.lossless
     bounded = est is not None and est.ci_low is not None
     return ExportRecord(
-        provenance.final_sha256, provenance.spec_id, candidate, key, key_marker(key), d.control, str(d.outcome),
+        provenance.final_sha256, provenance.spec_id, candidate, key, key_marker(key), d.control,
+        str(verdict.outcome_at(key)),
         str(d.speed), est.geomean if est else None, est.ci_low if est else None, est.ci_high if est else None,
         est.levels.fail_level if est and bounded else None, est.levels.pass_level if est and bounded else None,
         est.k if est else 0, d.quality_label, d.quality_pairs, d.worst, d.lossless_label,
@@ -121,13 +129,19 @@ def _record(provenance: Provenance, candidate: str, key: str, d: DurationVerdict
 
 def export_of(document: VerdictDocument, provenance: Provenance) -> Export:
     """Every candidate at every duration the run judged, in the document's order."""
-    records = tuple(_record(provenance, candidate, key, d)
-                    for candidate, verdict in document.candidates.items() for key, d in verdict.durations.items())
+    records = tuple(_record(provenance, candidate, key, verdict)
+                    for candidate, verdict in document.candidates.items() for key in verdict.durations)
     return Export(FORMAT_VERSION, provenance, records)
 
 
 def _benchmark(provenance: Provenance, record: ExportRecord, who: str) -> str:
-    return f"{provenance.spec_name}@{provenance.spec_id[:12]}/{record.workload}/{who}"
+    """``<spec>@<id>/<workload>/<who>``; a shard's carries its shard (``.../shard-1-of-2/...``), never the pool's name."""
+    shard = f"/{provenance.shard.replace(' ', '-').replace('/', '-of-')}" if provenance.shard else ""
+    return f"{provenance.spec_name}@{provenance.spec_id[:12]}{shard}/{record.workload}/{who}"
+
+
+def _finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
 
 
 def _bmf(export: Export) -> dict[str, Any]:
@@ -137,12 +151,16 @@ def _bmf(export: Export) -> dict[str, Any]:
     out: dict[str, dict[str, dict[str, Any]]] = {}
 
     def metric(value: float, lower: float | None = None, upper: float | None = None) -> dict[str, Any]:
-        bounds = {"lower_value": lower, "upper_value": upper} if lower is not None and upper is not None else {}
-        return {"value": value, **bounds, **carried}
+        # Bencher's schema takes numbers only: a side the verdict left unbounded (few pairs, a stopped candidate)
+        # is left out and named, never written as "inf".
+        bounds = {key: bound for key, bound in (("lower_value", lower), ("upper_value", upper)) if _finite(bound)}
+        open_sides = [key for key, bound in (("lower_value", lower), ("upper_value", upper))
+                      if bound is not None and not _finite(bound)]
+        return {"value": value, **bounds, **({"h3bench_unbounded": open_sides} if open_sides else {}), **carried}
 
     for record in export.records:
         measures = out.setdefault(_benchmark(provenance, record, record.candidate), {})
-        if record.ratio is not None:
+        if record.ratio is not None and math.isfinite(record.ratio):
             measures["ratio"] = metric(record.ratio, record.ratio_lower, record.ratio_upper)
         if record.device_s is not None:
             measures["device-hours"] = metric(record.device_s / 3600)
@@ -165,14 +183,15 @@ def _github_benchmark(export: Export) -> list[dict[str, Any]]:
         if name in seen:
             return
         seen.add(name)
-        extra = (f"verdict {record.verdict} ({record.candidate} vs {record.control}); spec {provenance.spec_id}; "
+        alone = f"{provenance.shard} of a campaign over several hosts, not its verdict; " if provenance.shard else ""
+        extra = (f"{alone}verdict {record.verdict} ({record.candidate} vs {record.control}); spec {provenance.spec_id}; "
                  f"final.json sha256 {provenance.final_sha256}; bundle {provenance.bundle}")
         out.append({"name": name, "unit": unit, "value": value, **({"range": range_} if range_ else {}),
                     "extra": extra})
 
     for record in export.records:
         base = _benchmark(provenance, record, record.candidate)
-        if record.ratio is not None:
+        if record.ratio is not None and math.isfinite(record.ratio):
             bounds = (f"[{record.ratio_lower:.4f}, {record.ratio_upper:.4f}]"
                       if record.ratio_lower is not None and record.ratio_upper is not None else None)
             bench(f"{base} ratio", "candidate/control", record.ratio, record, bounds)

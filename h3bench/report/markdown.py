@@ -2,7 +2,8 @@
 
 A run that did not end normally says so on the line after the heading, as
 ``report.html`` does: the pull-request comment never reads as a complete
-campaign when it was interrupted.
+campaign when it was interrupted, and one shard of a campaign over several
+hosts says so in its heading and on each candidate's line.
 Per duration, one row per candidate: n and median E2E of each arm, the
 paired ratio and its interval, and the speed, quality and lossless outcomes;
 below it, each gate's worst candidate value against its threshold, and
@@ -18,6 +19,8 @@ from pathlib import Path
 from h3bench.report.contents import Contents, Series, gate_rows
 from h3bench.report.page import overall_outcome
 from h3bench.report.terminal import part_ratio_text
+from h3bench.runspec.shards import ShardRun
+from h3bench.verdict.acceptance import shard_alone
 from h3bench.verdict.stage_effects import DIT_PER_FORWARD, E2E
 from h3bench.verdict.verdicts import key_marker
 
@@ -98,7 +101,13 @@ def render_summary(contents: Contents, report: Path) -> str:
     """The Markdown summary, at most :data:`MAX_LINES` lines."""
     spec = contents.spec
     overall = overall_outcome(contents)
-    lines = [f"## h3bench: {overall or 'no verdict'} for `{spec.name}` (spec id `{spec.spec_id[:16]}`)", ""]
+    shard = ShardRun.of(contents.manifest, where=f"{contents.path}/manifest.json")
+    head = f"{shard.label}, not judged alone" if shard is not None else overall or "no verdict"
+    lines = [f"## h3bench: {head} for `{spec.name}` (spec id `{spec.spec_id[:16]}`)", ""]
+    if shard is not None:  # one host's share of a campaign over several hosts: never read as the campaign's verdict
+        lines += [f"> **{shard.label.upper()}** of a campaign over {shard.count} hosts, run on host "
+                  f"`{_cell(shard.host.name)}`: this host's pairs only; the campaign's verdict is `h3bench pool`'s "
+                  "over every shard.", ""]
     interrupted = contents.document.interrupted if contents.document is not None else None
     if interrupted:
         lines += [f"> **INTERRUPTED**: {_cell(interrupted)[:_STOP_CHARS]}. Blocks that did not run are missing from "
@@ -108,7 +117,9 @@ def render_summary(contents: Contents, report: Path) -> str:
         why = f" (stopped: {_cell(verdict.stopped.reason)[:_STOP_CHARS]})" if verdict.stopped else ""
         ratios = "; ".join(f"{key} {d.estimate.headline()}" for key, d in verdict.durations.items()
                            if d.estimate is not None)
-        lines.append(f"- **{candidate}: {verdict.outcome}**{why}" + (f": {ratios}" if ratios else ""))
+        said = (f"{shard_alone(shard.index, shard.count)}** (this host's pairs alone: {verdict.outcome})"
+                if shard is not None else f"{verdict.outcome}**")
+        lines.append(f"- **{candidate}: {said}{why}" + (f": {ratios}" if ratios else ""))
     if contents.document is not None:
         lines += [f"- {_selection(c, keys)}" for c, keys in contents.document.not_selected.items()]
     if not candidates:

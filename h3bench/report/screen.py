@@ -130,7 +130,7 @@ def screen_lines(spec: RunSpec, document: VerdictDocument, *, bundle: Path | Non
                 continue
             ratio = ratio_text(d.estimate)
             over = f" over {d.estimate.k} {d.estimate.design}" if d.estimate is not None and ratio else ""
-            lines.append(f"{candidate} {key} vs {d.control}: {document.label(d.outcome)}; "
+            lines.append(f"{candidate} {key} vs {d.control}: {document.label(verdict.outcome_at(key))}; "
                          f"ratio {ratio or 'not measured'}{over}; speed {d.speed}, {_speed_why(d)}")
             lines += [line for line in (_design_screen(d, document.device.get(key)),) if line]
             worst = f"; worst {worst_text(d.worst)}" if d.worst else ""

@@ -237,12 +237,12 @@ def _effect_lines(spec: RunSpec, document: VerdictDocument) -> list[str]:
         for series in series_of(spec):
             verdict = document.candidates.get(series.name)
             d = verdict.durations.get(key) if verdict is not None else None
-            if d is None:  # not judged in this run
+            if verdict is None or d is None:  # not judged in this run
                 continue
             role = " (final)" if series.arm == spec.final and series.control == spec.final_control else ""
             held = document.heldout.get(series.name, {}).get(key) if series.name == series.arm else None
             lines.append(f"  {key:>4} {series.arm + role:<22} vs {series.control:<12} "
-                         f"ratio {ratio_text(d.estimate) or 'not measured':<28} formal {d.outcome}"
+                         f"ratio {ratio_text(d.estimate) or 'not measured':<28} formal {verdict.outcome_at(key)}"
                          + (f", held-out {held.outcome}" if held else ""))
         for name, arm in spec.arms.items():
             parts = [ratio(part, duration) for part in arm.combination_of]

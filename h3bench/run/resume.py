@@ -22,7 +22,11 @@ run that Ctrl-C, a signal, SIGKILL, an OOM kill, a full disk or a host reboot en
    run) is sealed with the hashes its files have now, and the resume writes a
    new segment ``resume-<n>/`` (:meth:`h3bench.evidence.Bundle.resume`), whose
    ``resume.json`` names what was stopped and every incomplete attempt.
-4. Blocks that finished are kept and not run again; a block that was
+4. A shard of a campaign over several hosts stays that shard: the shard and
+   round come from the bundle's shard record (:func:`resumed_shard`), and a
+   ``--shard`` or ``--looks`` that is not the bundle's is refused before
+   anything runs, so the resumed bundle still pools with the other shards.
+5. Blocks that finished are kept and not run again; a block that was
    interrupted runs again in full (a block needs a fresh server). The partial
    samples of its interrupted attempt stay in the bundle, marked incomplete
    in ``resume.json``, and no statistic uses them
@@ -31,23 +35,25 @@ run that Ctrl-C, a signal, SIGKILL, an OOM kill, a full disk or a host reboot en
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import psutil
 
-from h3bench.errors import EvidenceError, NothingToResume, RunSpecError
-from h3bench.evidence import Bundle
+from h3bench.errors import EvidenceError, NothingToResume, RunSpecError, UsageError
+from h3bench.evidence import Bundle, BundleReader
 from h3bench.evidence.lock import WriterLock
 from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
 from h3bench.run.records import incomplete_attempts
 from h3bench.runspec import RunSpec
+from h3bench.runspec.shards import Shard, ShardRun
 from h3bench.server.ports import port_holder
 from h3bench.server.proctree import CAMPAIGN_ID_ENV, SERVER_ID_ENV, marked_processes, stop_processes
 
-__all__ = ["Resumed", "resume_bundle"]
+__all__ = ["Resumed", "resume_bundle", "resumed_shard"]
 
 _SWEEP_BUDGET_S = 10.0
 
@@ -81,6 +87,44 @@ def _refuse_other_spec(bundle: Bundle, spec: RunSpec) -> None:
         why = f"the bundle was written under another RunSpec ({stored.get('name')!r}, id {bundle.spec_id[:12]}…)"
     raise RunSpecError(f"cannot resume {bundle.path}: {why}; a resume runs under the same frozen spec",
                        field_path="spec_id")
+
+
+def resumed_shard(path: Path, shard: Shard | None, looks: Path | None) -> Shard | None:
+    """The shard the bundle at ``path`` ran, from its shard record; None for a bundle run without ``--shard``.
+
+    Raises UsageError, before anything runs, for a ``--shard`` that is not
+    the bundle's, and for a ``--looks`` that is not the look file its round
+    ran (a round after the first needs it: the record keeps its SHA-256, and
+    the next blocks are read from it); EvidenceError for a malformed record.
+    """
+    manifest = Path(path, "manifest.json")
+    if not manifest.is_file():
+        return shard  # resume_bundle names what is wrong with it
+    where = str(manifest)
+    record = ShardRun.of(BundleReader.open(path).manifest, where=where)
+    if record is None:
+        if shard is not None:
+            raise UsageError(f"--shard {shard.label}: {path} ran without --shard, so its resume is not a shard; "
+                             "resume it without --shard")
+        return None
+    if shard is not None and shard != record.shard:
+        raise UsageError(f"--shard {shard.label}: {path} is {record.label} of a campaign over several hosts, and "
+                         f"a resume runs that shard's blocks only; resume it without --shard (or with --shard "
+                         f"{record.shard.label})")
+    ran_with = record.looks_sha256
+    if looks is None and record.round > 1:
+        raise UsageError(f"--resume {path}: it is {record.label}, which ran the look file with SHA-256 "
+                         f"{ran_with}; give that file with --looks FILE")
+    if looks is not None:
+        try:
+            given = hashlib.sha256(looks.read_bytes()).hexdigest()
+        except OSError as exc:
+            raise UsageError(f"--looks {looks}: cannot be read ({exc.strerror or exc})") from None
+        if given != ran_with:
+            ran = f"ran the look file with SHA-256 {ran_with}" if ran_with else "is round 1 and ran no look file"
+            raise UsageError(f"--looks {looks}: its SHA-256 is {given}, but {path} ({record.label}) {ran}; a "
+                             "resume runs the round the bundle began")
+    return record.shard
 
 
 def _sweep(bundle: Bundle) -> tuple[list[str], list[str]]:

@@ -42,11 +42,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from h3bench.errors import UsageError
+from h3bench.errors import EvidenceError, UsageError
+from h3bench.evidence.codec import from_json, to_json
 from h3bench.runspec.design import looks_of, run_order
 from h3bench.runspec.spec import RunSpec
 
-__all__ = ["LOOKS_FORMAT", "SeriesWindow", "Shard", "Window", "check_shards", "read_window", "round_up", "unit_shard"]
+__all__ = ["LOOKS_FORMAT", "SeriesWindow", "Shard", "ShardHost", "ShardRun", "Window", "check_shards", "read_window",
+           "round_up", "unit_shard"]
 
 LOOKS_FORMAT = "h3bench-looks/1"
 _SHARD = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
@@ -78,6 +80,61 @@ class Shard:
     def runs_pair(self, pair: int) -> bool:
         """Whether this shard runs global pair ``pair`` (0-based)."""
         return unit_shard(pair, self.count) == self.index
+
+
+@dataclass(frozen=True)
+class ShardHost:
+    """The host that ran a shard (:func:`h3bench.host.inventory.host_identity`): the pool tells hosts apart by it."""
+
+    name: str
+    hostname: str | None = None
+    machine_id: str | None = None
+    device_serials: tuple[str, ...] = ()
+    bus_ids: tuple[str, ...] = ()
+    driver: dict[str, str] | None = None
+    cann: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class ShardRun:
+    """The manifest's ``shard`` record: which shard of which round a bundle ran, its blocks, and its host.
+
+    The runner writes it and the resume, the pool, the ledger and the verdict
+    read it back through :mod:`h3bench.evidence.codec`, so a missing or
+    malformed field is one :class:`~h3bench.errors.EvidenceError` naming it
+    wherever it is read. ``round`` is 1 where a record predates the rounds.
+    """
+
+    index: int
+    count: int
+    host: ShardHost
+    round: int = 1
+    looks_sha256: str | None = None  # of the look file the round ran (None: round 1)
+    blocks: tuple[str, ...] = ()  # the ids of the blocks the shard's round runs
+
+    @property
+    def shard(self) -> Shard:
+        return Shard(self.index, self.count)
+
+    @property
+    def label(self) -> str:
+        """``shard 1/2`` (``shard 1/2 of round 2`` after the first round)."""
+        return f"shard {self.index}/{self.count}" + (f" of round {self.round}" if self.round != 1 else "")
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = to_json(self)
+        return data
+
+    @classmethod
+    def of(cls, manifest: Mapping[str, Any], *, where: str = "manifest.json") -> ShardRun | None:
+        """The manifest's shard record; None for a bundle run without ``--shard``; EvidenceError when malformed."""
+        found = manifest.get("shard")
+        if found is None:
+            return None
+        try:
+            return from_json(cls, found, where="shard")
+        except EvidenceError as exc:
+            raise EvidenceError(f"{where}: {exc}", path=where) from None
 
 
 def unit_shard(pair: int, count: int) -> int:

@@ -36,6 +36,7 @@ from typing import Any
 
 from h3bench.errors import DiskFullError
 from h3bench.evidence import Bundle
+from h3bench.evidence.codec import from_json
 from h3bench.evidence.layout import planned_path
 from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
@@ -52,6 +53,7 @@ from h3bench.run.resume import Resumed
 from h3bench.runspec import Arm, RunSpec, VllmArm
 from h3bench.runspec.cases import Block, Case
 from h3bench.runspec.schedule import Schedule
+from h3bench.runspec.shards import ShardHost, ShardRun
 from h3bench.session.results import Results
 from h3bench.session.revalidation import write_quality
 from h3bench.session.settings import Settings
@@ -130,9 +132,10 @@ class Runner:
         shard, window = self.schedule.shard, self.schedule.window
         if shard is None:
             return {}
-        return {"shard": {"index": shard.index, "count": shard.count, "round": window.round if window else 1,
-                          "looks_sha256": window.sha256 if window and window.sha256 else None,
-                          "blocks": [b.id for b in self.schedule.blocks], "host": host_identity()}}
+        record = ShardRun(shard.index, shard.count, from_json(ShardHost, host_identity(), where="host"),
+                          window.round if window else 1, window.sha256 if window and window.sha256 else None,
+                          tuple(b.id for b in self.schedule.blocks))
+        return {"shard": record.to_dict()}
 
     @property
     def device_lock(self) -> Path | None:

@@ -61,17 +61,22 @@ class Settings:
     def with_round(self, spec: RunSpec) -> Settings:
         """The settings with the shard's round: from the look file of the previous round (round 1 without one).
 
+        A resume takes the shard from its bundle's record (:func:`h3bench.run.resume.resumed_shard`).
         UsageError for ``--looks`` without ``--shard``, more shards than the
-        spec has AB/BA units, or a look file of another campaign.
+        spec has AB/BA units, a look file of another campaign, or a ``--shard``
+        or ``--looks`` that is not the resumed bundle's.
         """
         from h3bench.runspec.shards import check_shards, read_window
 
-        if self.shard is None:
+        shard = self.shard
+        if self.resume is not None:  # a resumed shard stays the shard its bundle ran
+            from h3bench.run.resume import resumed_shard
+
+            shard = resumed_shard(self.resume, shard, self.looks)
+        if shard is None:
             if self.looks is not None:
                 raise UsageError("--looks gives a round of a campaign over several hosts: add --shard I/N")
             return self
-        check_shards(spec, self.shard.count)
-        if self.looks is None:
-            return self
-        return dataclasses.replace(self, window=read_window(self.looks, spec_id=spec.spec_id,
-                                                            shards=self.shard.count))
+        check_shards(spec, shard.count)
+        window = read_window(self.looks, spec_id=spec.spec_id, shards=shard.count) if self.looks is not None else None
+        return dataclasses.replace(self, shard=shard, window=window)

@@ -43,6 +43,7 @@ from h3bench.runspec import BASELINE, RunSpec
 from h3bench.runspec.cases import Block, CandidateWorkload
 from h3bench.runspec.design import design_text, series_of
 from h3bench.runspec.schedule import Schedule
+from h3bench.runspec.shards import ShardRun
 from h3bench.server.startup import StartupPhases, compile_differs
 from h3bench.stats import intervals, sequential
 from h3bench.stats import speed as speeds
@@ -253,7 +254,9 @@ def candidate_verdicts(records: RunRecords) -> dict[str, CandidateVerdict]:
                 _lossless(judge, candidate, d) if judge.lossless_enabled else None,
                 tuple(block_records(records, d, candidate)), arm_stats(records.series(d, candidate)),
                 judge.worst_values(pairs),
-                None if schedule.anchored else look_record(spec, d, schedule.series(d, candidate), records.ran, found),
+                None if schedule.anchored else look_record(spec, d, schedule.series(d, candidate), records.ran, found,
+                                                           shard=schedule.shard,
+                                                           stopped=records.stopped(candidate) is not None),
                 _stage_effects(records, d, candidate), attribution.recipe_steps(spec, d, series.control, candidate),
                 attribution.tolerance_for(spec).describe())
         out[candidate] = CandidateVerdict(durations, records.stopped(candidate),
@@ -268,10 +271,9 @@ def run_notes(records: RunRecords) -> tuple[str, ...]:
     lines = [f"DIAGNOSTIC run: not a campaign result; {reason}" for reason in diagnostic_reasons(manifest)]
     lines += [f"  underpowered: {problem}" for problem in run.get("underpowered", ())]
     lines += [f"design: {warning}" for warning in design_warnings(records.spec)]
-    if shard := manifest.get("shard"):
-        lines.append(f"shard {shard['index']}/{shard['count']}, round {shard['round']}, on host "
-                     f"{shard['host']['name']}: this verdict covers this host's pairs only; the campaign's "
-                     "verdict is h3bench pool's over every shard")
+    if shard := ShardRun.of(manifest, where=f"{records.bundle.path}/manifest.json"):
+        lines.append(f"shard {shard.index}/{shard.count}, round {shard.round}, on host {shard.host.name}: this "
+                     "verdict covers this host's pairs only; the campaign's verdict is h3bench pool's over every shard")
     return tuple(lines + [f"not verified: {item}" for item in run.get("unverified", ())])
 
 
@@ -290,4 +292,6 @@ def document(records: RunRecords, *, interrupted: str | None = None,
         baseline_evidence=str(baseline_evidence) if baseline_evidence is not None else None,
         lpips_required=spec.gates.lpips_required, baseline=baseline_levels(records),
         design=design_text(spec, anchored=records.schedule.anchored),
-        device=device_time(spec, records.schedule.blocks, records.ran), not_selected=dict(records.not_selected))
+        device=device_time(spec, records.schedule.blocks, records.ran, shard=records.schedule.shard,
+                           stopped={c for c in spec.candidates if records.stopped(c) is not None}),
+        not_selected=dict(records.not_selected))

@@ -15,12 +15,13 @@ line shows; the plan prices designs before anything runs
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from h3bench.run.records import BlockResult
 from h3bench.runspec import RunSpec
 from h3bench.runspec.cases import Block
 from h3bench.runspec.design import Design, looks_of, series_of
+from h3bench.runspec.shards import Shard
 from h3bench.stats import sequential
 from h3bench.stats.sequential import LookDecision
 from h3bench.verdict.verdicts import DeviceTime, LookRecord, duration_key
@@ -68,9 +69,24 @@ def _fixed_s(spec: RunSpec, ran: Sequence[BlockResult], letters: str) -> float |
     return sum(cost[letter] for letter in letters)
 
 
+def _share(order: str, shard: Shard | None) -> str:
+    """The fixed design's letters that ``shard`` runs (its AB/BA units), so a shard is priced against its own share."""
+    return order if shard is None else "".join(a for i, a in enumerate(order) if shard.runs_pair(i // 2))
+
+
+def _controls(count: int, shard: Shard | None) -> int:
+    """The fixed design's control blocks that ``shard`` runs: round-robin over the shards (:mod:`h3bench.runspec.shards`)."""
+    return count if shard is None else len([c for c in range(count) if c % shard.count == shard.index - 1])
+
+
 def look_record(spec: RunSpec, duration: float, planned: Sequence[Block], ran: Mapping[str, BlockResult],
-                found: LookDecision | None) -> LookRecord:
-    """Where a series stood: its look and why it stopped, which of its ``planned`` blocks ran, and their device time."""
+                found: LookDecision | None, *, shard: Shard | None = None, stopped: bool = False) -> LookRecord:
+    """Where a series stood: its look and why it stopped, which of its ``planned`` blocks ran, and their device time.
+
+    The fixed design's price compares like with like: a shard's own share of
+    it, and none for a candidate a stop rule stopped (a failure stops the
+    fixed design at the same block: nothing was saved by the design).
+    """
     done = [r for b in planned if (r := ran.get(b.id)) is not None]
     device = sum(block_seconds(r) * _devices(spec, r.block.arm) for r in done)
     p = spec.protocol
@@ -78,26 +94,33 @@ def look_record(spec: RunSpec, duration: float, planned: Sequence[Block], ran: M
         str(p.design), looks_of(spec, duration), found.look if found else None, found.pairs if found else 0,
         bool(found and found.stop), sequential.REASONS[found.reason_code] if found else "continue",
         bool(found and found.first_requests_left_out), tuple(r.block.id for r in done),
-        tuple(b.id for b in planned if b.id not in ran), device, _fixed_s(spec, done, p.order))
+        tuple(b.id for b in planned if b.id not in ran), device,
+        None if stopped else _fixed_s(spec, done, _share(p.order, shard)))
 
 
-def device_time(spec: RunSpec, blocks: Sequence[Block], ran: Mapping[str, BlockResult]) -> dict[str, DeviceTime]:
+def device_time(spec: RunSpec, blocks: Sequence[Block], ran: Mapping[str, BlockResult], *,
+                shard: Shard | None = None, stopped: Collection[str] = ()) -> dict[str, DeviceTime]:
     """Per duration: the blocks that ran and did not, their wall and device time, and the fixed design's.
 
     The fixed design runs every series at every duration: a series that
     ran no block here (it did not pass a cheaper duration) is priced as
     the duration's baseline blocks, both arms, as the plan prices an arm
-    with no figure of its own.
+    with no figure of its own. A shard is priced against its own share of
+    it; a duration where a candidate in ``stopped`` ran has no fixed price
+    (its stop rule would have stopped the fixed design too).
     """
     out = {}
-    order = spec.protocol.order
+    order = _share(spec.protocol.order, shard)
     for duration in spec.workload.durations:
         planned = [b for b in blocks if b.duration == duration]
         done = [r for b in planned if (r := ran.get(b.id)) is not None]
         baseline = [r for r in done if r.block.letter == "A"]
-        fixed = [_fixed_s(spec, own, order) if (own := [r for r in done if r.block.candidate == s.name])
-                 else _fixed_s(spec, baseline, "A" * len(order)) for s in series_of(spec)]
-        controls = _fixed_s(spec, baseline, "A" * Design.fixed_of(spec).fixed_controls)
+        fixed = []
+        for series in series_of(spec):
+            own = [r for r in done if r.block.candidate == series.name]
+            fixed.append(None if own and series.name in stopped else _fixed_s(spec, own, order) if own
+                         else _fixed_s(spec, baseline, "A" * len(order)))
+        controls = _fixed_s(spec, baseline, "A" * _controls(Design.fixed_of(spec).fixed_controls, shard))
         total = None if None in fixed or controls is None else sum(f for f in fixed if f) + controls
         out[duration_key(duration)] = DeviceTime(
             len(done), len(planned) - len(done), sum(block_seconds(r) for r in done),

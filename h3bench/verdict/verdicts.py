@@ -258,6 +258,11 @@ class CandidateVerdict:
         parts = [o for d in self.durations.values() for o in d.outcomes]
         return combine(parts + ([self.stopped.outcome] if self.stopped else []))
 
+    def outcome_at(self, key: str) -> Outcome:
+        """The candidate's verdict at one duration: its parts there, and the stop rule that fired, which stops the
+        candidate at every duration (a server that died makes each FAIL, not INCONCLUSIVE for lack of pairs)."""
+        return combine([*self.durations[key].outcomes, *([self.stopped.outcome] if self.stopped else [])])
+
 
 @dataclass(frozen=True)
 class BaselineLevel:

@@ -8,7 +8,9 @@ real records validate, and a record with a missing or mistyped field does not.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
+import math
 from pathlib import Path
 
 import jsonschema
@@ -17,17 +19,21 @@ import pytest
 from h3bench.cli import main
 from h3bench.cli.export import FORMAT_NAMES
 from h3bench.cli.schemas import SCHEMAS, derived, shipped
+from h3bench.evidence import BundleReader
 from h3bench.evidence.verify import final_sha256
 from h3bench.ledger.append import add_bundle
-from h3bench.report.export import FORMATS
+from h3bench.report.export import FORMATS, Provenance, export_of, write
 from h3bench.report.markdown import STEP_SUMMARY_BYTES, fit_summary
 from h3bench.runspec import load_runspec
+from h3bench.runspec.shards import ShardHost, ShardRun
+from h3bench.verdict.verdicts import VerdictDocument
 from tests_unit.bundlesim import FIXTURES, write_bundle
 
 # Its module fixtures run once: every test of the module on one xdist worker.
 pytestmark = pytest.mark.xdist_group("export")
 
-# Bencher's published JSON Schema of its metric format (https://bencher.dev/bmf.json, draft-07), as published.
+# Bencher's published JSON Schema of its metric format (https://bencher.dev/bmf.json, draft-07), as published; the
+# format's page (https://bencher.dev/docs/reference/bencher-metric-format) shows it: numbers only, "value" required.
 BMF_SCHEMA = {
     "$id": "https://bencher.dev/bmf.json",
     "$schema": "http://json-schema.org/draft-07/schema",
@@ -160,3 +166,59 @@ def test_a_job_summary_is_cut_at_a_line_to_fit_githubs_limit_and_names_the_artif
     assert text.startswith(kept) and kept.endswith("|\n")  # whole lines only
     assert "Cut" in note and "https://example.invalid/run#artifacts" in note and str(len(text.encode())) in note
     assert fit_summary("short\n", STEP_SUMMARY_BYTES, "x") == "short\n"  # what fits is left alone
+
+
+def _unbounded(bundle: Path) -> tuple[VerdictDocument, Provenance]:
+    """The bundle's verdict with the 5 s ratio's upper bound unbounded, as a stopped candidate's or an incomplete
+    pool's can be (too few pairs for a bound on that side)."""
+    document = VerdictDocument.read(BundleReader.open(bundle))
+    assert document is not None
+    verdict = document.candidates["clean"]
+    d = verdict.durations["5s"]
+    assert d.estimate is not None
+    d = dataclasses.replace(d, estimate=dataclasses.replace(d.estimate, ci_high=math.inf))
+    document = dataclasses.replace(document, candidates={"clean": dataclasses.replace(
+        verdict, durations={**verdict.durations, "5s": d})})
+    return document, Provenance(bundle.name, final_sha256(bundle) or "", document.spec_id, document.spec_name,
+                                "sim", "2026-12-01T00:00:00Z", "0.1.0", "FORMAL", None)
+
+
+def test_an_unbounded_side_is_left_out_of_bmf_and_named_so_bencher_s_schema_takes_it(bundle):
+    """Issue 43: the BMF export wrote ``"upper_value": "inf"`` (a string), which Bencher's schema rejects."""
+    document, provenance = _unbounded(bundle)
+
+    bmf = json.loads(write(export_of(document, provenance), "bmf"))
+
+    jsonschema.Draft7Validator(BMF_SCHEMA).validate(bmf)
+    (name,) = [n for n in bmf if n.endswith("/ref2va_5s/clean")]
+    ratio = bmf[name]["ratio"]
+    assert "upper_value" not in ratio and ratio["h3bench_unbounded"] == ["upper_value"]
+    assert ratio["lower_value"] == document.candidates["clean"].durations["5s"].estimate.ci_low
+    (other,) = [n for n in bmf if n.endswith("/ref2va_15s/clean")]
+    assert "h3bench_unbounded" not in bmf[other]["ratio"] and "upper_value" in bmf[other]["ratio"]
+    github = json.loads(write(export_of(document, provenance), "github-benchmark"))
+    assert all(isinstance(entry["value"], float) for entry in github)
+
+
+@pytest.fixture(scope="module")
+def shard(tmp_path_factory) -> Path:
+    """A sealed bundle of sim.toml marked as shard 1/2 of a campaign over two hosts (its shard record)."""
+    spec = load_runspec(FIXTURES / "sim.toml")
+    return write_bundle(tmp_path_factory.mktemp("shard"), spec, lambda block, index: block.duration,
+                        started_at="2026-12-01T00:00:00Z",
+                        manifest_extra={"shard": ShardRun(1, 2, ShardHost("host-1")).to_dict()})
+
+
+def test_a_shard_s_export_says_it_is_a_shard_and_is_never_named_like_the_campaign(shard, bundle, capsys):
+    """Issue 43: one shard's export was named as the whole campaign's would be, and did not say it was a shard."""
+    own = _export(shard, "json", capsys)
+    assert own["provenance"]["shard"] == "shard 1/2" and _export(bundle, "json", capsys)["provenance"]["shard"] is None
+
+    bmf, campaign = _export(shard, "bmf", capsys), _export(bundle, "bmf", capsys)
+
+    jsonschema.Draft7Validator(BMF_SCHEMA).validate(bmf)
+    assert bmf and all("/shard-1-of-2/" in name for name in bmf)
+    assert not any("shard" in name for name in campaign) and not set(bmf) & set(campaign)
+    github = _export(shard, "github-benchmark", capsys)
+    assert github and all(e["extra"].startswith("shard 1/2 of a campaign over several hosts, not its verdict; ")
+                          and "/shard-1-of-2/" in e["name"] for e in github)
