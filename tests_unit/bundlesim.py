@@ -22,6 +22,7 @@ from typing import Any
 
 from h3bench import quality
 from h3bench.evidence import Bundle
+from h3bench.evidence.manifest import Manifest, RunKind
 from h3bench.outcome import Outcome
 from h3bench.run.contract import ContractPart, ServerContract
 from h3bench.runspec import RunSpec, load_runspec, parse_runspec
@@ -81,9 +82,8 @@ def write_bundle(root: Path, spec: RunSpec, latency: Callable[[Block, int], floa
     source = data.get("source") or {"kind": "simulator"}
     if engine_commit is not None:
         source = {**source, "engine_commit": engine_commit}
-    bundle = Bundle.create(root, spec_id=spec.spec_id, spec=data, inputs={}, source=source, model=data["model"],
-                           started_at=started_at, extra={"run": {"kind": run_kind, "unpinned": [], "unverified": []},
-                                                     **(manifest_extra or {})})
+    bundle = Bundle.create(root, Manifest.new(spec_id=spec.spec_id, spec=data, source=source, model=data["model"],
+                                              started_at=started_at, run=RunKind(run_kind), **(manifest_extra or {})))
     blocks = Schedule(spec).blocks
     _run_blocks(bundle, spec, blocks[:stop_after], latency, contract)
     interrupted = "interrupted (KeyboardInterrupt)" if stop_after is not None else None

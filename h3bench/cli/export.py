@@ -39,7 +39,7 @@ def run_export(args: argparse.Namespace) -> int:
         raise UsageError(f"{args.bundle}: the bundle holds no verdict.json (the run ended before its verdict): "
                          "nothing to export")
     provenance = Provenance(stored.path.name, stored.final_sha256, stored.spec_id, document.spec_name,
-                            stored.hardware_kind, stored.started_at, str(stored.manifest.get("h3bench_version", "")),
+                            stored.hardware_kind, stored.started_at, stored.manifest.h3bench_version,
                             document.run, document.interrupted)
     exported = export_of(document, provenance)
     text = write(exported, args.fmt)

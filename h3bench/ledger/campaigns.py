@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from h3bench.errors import EvidenceError
+from h3bench.evidence.manifest import Manifest
 
 __all__ = ["CampaignKey", "ShardMark", "pooled_shards", "shard_mark"]
 
@@ -60,21 +61,21 @@ def _mark(record: Any, seal: Any, what: str, where: str) -> ShardMark:
         raise EvidenceError(f"{where}: {what} is malformed ({type(exc).__name__}: {exc})", path=where) from None
 
 
-def shard_mark(manifest: Mapping[str, Any], seal: str, *, where: str = "manifest.json") -> ShardMark | None:
+def shard_mark(manifest: Manifest, seal: str, *, where: str = "manifest.json") -> ShardMark | None:
     """The manifest's shard record (a bundle of ``--shard I/N``) with the bundle's seal; None for any other bundle.
 
     EvidenceError when the record is malformed.
     """
-    found = manifest.get("shard")
+    found = manifest.shard
     return None if found is None else _mark(found, seal, "its shard record", where)
 
 
-def pooled_shards(manifest: Mapping[str, Any], *, where: str = "manifest.json") -> tuple[ShardMark, ...]:
+def pooled_shards(manifest: Manifest, *, where: str = "manifest.json") -> tuple[ShardMark, ...]:
     """The shards a pooled bundle's manifest names, each by its seal; empty for any other bundle.
 
     EvidenceError when the record is malformed.
     """
-    found = manifest.get("pool")
+    found = manifest.pool
     if found is None:
         return ()
     shards = found.get("shards") if isinstance(found, Mapping) else None

@@ -77,7 +77,7 @@ class Shards:
 
 
 def _shard(stored: StoredBundle) -> ShardBundle:
-    found = stored.manifest.get("shard")
+    found = stored.manifest.shard
     if not isinstance(found, dict):
         raise UsageError(f"{stored.path}: not a shard of a campaign over several hosts (it ran without --shard I/N); "
                          "only shard bundles are pooled")

@@ -25,6 +25,7 @@ from typing import Any
 
 from h3bench.errors import EvidenceError, H3BenchError, UsageError
 from h3bench.evidence import BundleReader, VerifyReport, files, verify
+from h3bench.evidence.manifest import Manifest
 from h3bench.quality import Status
 from h3bench.quality.lossless import DEVIATIONS
 from h3bench.run.records import BlockResult, Sample, load_results
@@ -104,7 +105,7 @@ class Contents:
     path: Path
     verified: VerifyReport
     spec: RunSpec
-    manifest: dict[str, Any]
+    manifest: Manifest
     document: VerdictDocument | None  # verdict.json, None when the run wrote none
     quality_version: str | None  # the newest validator version with a stored result
     quality_versions: tuple[str, ...]
@@ -153,7 +154,7 @@ def read_contents(path: str | os.PathLike[str]) -> Contents:
         raise UsageError(f"{path}: not an evidence bundle directory")
     verified = _refuse_unverified(path)
     bundle = BundleReader.open(path)
-    spec = parse_runspec(bundle.manifest["spec"], source=f"{path}/manifest.json")
+    spec = parse_runspec(bundle.manifest.spec, source=f"{path}/manifest.json")
     document = VerdictDocument.read(bundle)
     # A candidate-only run ran the anchored orders; its other blocks are in the stored bundle.
     anchored = document is not None and document.baseline_evidence is not None
@@ -186,7 +187,7 @@ def read_contents(path: str | os.PathLike[str]) -> Contents:
         profiles=tuple(Sample.from_record(r) for r in bundle.samples("profile")),
         profile_traces=tuple(_traces(r) for r in bundle.samples("profile")),
         lpips_detail=_lpips_detail(quality),
-        lpips_source=_lpips_source(quality) or bundle.manifest.get("lpips_weights"),
+        lpips_source=_lpips_source(quality) or bundle.manifest.lpips_weights,
     )
 
 

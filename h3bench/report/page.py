@@ -151,16 +151,16 @@ def verdict_section(contents: Contents) -> str:
 
 def manifest_section(contents: Contents) -> str:
     m, spec = contents.manifest, contents.spec
-    source = m.get("source") or {}
-    environment = m.get("environment") or {}
+    source = m.source
+    environment = m.environment or {}
     rows = [
         ("spec", f"{_e(spec.name)}: {_e(spec.description or '')}"),
-        ("spec id", f"<code>{_e(m.get('spec_id'))}</code>"),
+        ("spec id", f"<code>{_e(m.spec_id)}</code>"),
         ("engine commit", _e(source.get("engine_commit", f"none ({source.get('kind', 'no [source]')})"))),
         ("image digest", _e(source.get("image_digest", f"none ({source.get('kind', 'no [source]')})"))),
         ("model", f"{_e(spec.model.path)}; content identity {_e(spec.model.content_identity)}"),
     ]
-    for name, entry in (m.get("inputs") or {}).items():
+    for name, entry in m.inputs.items():
         rows.append((f"input {name}", f"{_e(entry.get('path'))}<br><code>sha256 {_e(entry.get('sha256'))}</code>"))
     rows += [
         ("prompt", _e(spec.inputs.prompt)),
@@ -172,7 +172,7 @@ def manifest_section(contents: Contents) -> str:
         ("LPIPS weight source", _e(f"{describe_lpips_source(contents.lpips_source)}; "
                                    f"{'required' if spec.gates.lpips_required else 'not required'} by the spec")),
         ("validator version", _e(", ".join(contents.quality_versions) or "no quality result stored")),
-        ("h3bench", _e(f"{m.get('h3bench_version')}, started {m.get('started_at')}")),
+        ("h3bench", _e(f"{m.h3bench_version}, started {m.started_at}")),
         ("host", _e(f"{environment.get('hostname')}, {environment.get('cpu_model')} x{environment.get('cpu_count')}, "
                     f"Python {(environment.get('python') or {}).get('version')}, {spec.hardware.kind}")),
         ("bundle", f"<code>{_e(contents.path)}</code>: verifies, {contents.verified.files_checked} files checked, "

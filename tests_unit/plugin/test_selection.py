@@ -114,7 +114,7 @@ def test_a_one_workload_run_judges_that_workload_and_says_the_other_was_not_sele
     assert "ref2va 15s" not in result.stdout.str() and "rejected" not in result.stdout.str()
     (bundle,) = bundles_in(pytester.path / "evidence")
     opened = Bundle.open(bundle)
-    screen = screen_lines(parse_runspec(opened.manifest["spec"], source="spec"), VerdictDocument.read(opened),
+    screen = screen_lines(parse_runspec(opened.manifest.spec, source="spec"), VerdictDocument.read(opened),
                           bundle=bundle)
     assert fnmatch.filter(screen, "verdict clean for ref2va_5s: *; not judged: ref2va_15s not selected"), screen
     verdict = json.loads((bundle / "verdict.json").read_text())

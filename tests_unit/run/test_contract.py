@@ -26,6 +26,7 @@ import pytest
 from h3bench.cli import main
 from h3bench.errors import EvidenceError
 from h3bench.evidence import Bundle, verify
+from h3bench.evidence.manifest import Manifest
 from h3bench.ledger.append import add_bundle
 from h3bench.ledger.chain import entry_hash, read_ledger
 from h3bench.ledger.history import history_json, read_history
@@ -140,7 +141,7 @@ def no_openapi() -> Iterator[str]:
 
 def test_a_server_without_openapi_is_noted_and_the_contract_files_are_stored_once(tmp_path: Path,
                                                                                   no_openapi: str) -> None:
-    bundle = Bundle.create(tmp_path, spec_id="ab" * 32, spec={"name": "t"}, inputs={}, source={}, model={})
+    bundle = Bundle.create(tmp_path, Manifest.new(spec_id="ab" * 32, spec={"name": "t"}))
     assert record_openapi(no_openapi, bundle) == ContractPart(None, None, "not recorded: /openapi.json answered "
                                                                           "HTTP 404")
     refused = record_openapi("http://127.0.0.1:9", bundle)
