@@ -22,6 +22,7 @@ from typing import Any
 
 from h3bench import quality
 from h3bench.evidence import Bundle
+from h3bench.evidence.codec import to_json
 from h3bench.evidence.manifest import Manifest, RunKind
 from h3bench.outcome import Outcome
 from h3bench.run.contract import ContractPart, ServerContract
@@ -118,10 +119,10 @@ def _run_blocks(bundle: Bundle, spec: RunSpec, blocks: Sequence[Block], latency:
             files = [bundle.store_contract(data, suffix) if data is not None else None
                      for data, suffix in ((openapi, "json"), (engine_help, "txt"))]
             recorded = ServerContract(ContractPart(*files[0]) if files[0] else ContractPart(None, None, "none"),
-                                      ContractPart(*files[1]) if files[1] else None).to_dict()
+                                      ContractPart(*files[1]) if files[1] else None)
         bundle.append_lifecycle({"block": block.id, "arm": block.arm, "duration": block.duration,
                                  "position": block.position, "failure": None, "interrupted": None,
-                                 "contract": recorded})
+                                 "contract": to_json(recorded)})
 
 
 def _seal(bundle: Bundle, spec: RunSpec, *, parts: Mapping[str, Mapping[str, Outcome]] | None = None,

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from h3bench.errors import RunSpecError
+from h3bench.evidence.codec import to_json
 from h3bench.evidence.manifest import DIAGNOSTIC, FORMAL, RunKind
 from h3bench.host import inventory as host
 from h3bench.host.checkpoint import content_identity
@@ -169,7 +170,7 @@ def preflight(
     evidence["checkpoint"] = None
     if model.is_dir():
         identity = content_identity(model, progress=progress)
-        evidence["checkpoint"] = identity.to_dict()
+        evidence["checkpoint"] = to_json(identity)
         if spec.model.content_identity not in (UNPINNED, identity.identity):
             raise _mismatch("model.content_identity", spec.model.content_identity, identity.identity,
                             f"the files of {model}")
