@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 import statistics
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +32,7 @@ from h3bench.runspec import RunSpec, parse_runspec
 from h3bench.runspec.cases import MatchedPair, OutputRef
 from h3bench.runspec.schedule import Schedule
 from h3bench.stats.speed import RatioEstimate
-from h3bench.stats.stages import DERIVED_STAGE, stage_median_values
+from h3bench.stats.stages import DERIVED_STAGE
 from h3bench.verdict.verdicts import DurationVerdict, VerdictDocument, duration_key
 
 __all__ = [
@@ -47,7 +46,6 @@ __all__ = [
     "gate_rows",
     "number",
     "read_contents",
-    "stage_medians",
 ]
 
 TELEMETRY = "telemetry.jsonl"
@@ -261,11 +259,6 @@ def _lpips_detail(quality: dict[str, Any]) -> str | None:
             if check.get("name") == "lpips":
                 return f"{check.get('status')}: {check.get('detail')}"
     return None
-
-
-def stage_medians(samples: Iterable[Sample]) -> dict[str, float]:
-    """Median seconds of each top-level stage the samples report, and the derived remainder unless it is negative."""
-    return stage_median_values((s.e2e_s, s.stage_durations) for s in samples)[0]
 
 
 def number(value: Any) -> float | None:

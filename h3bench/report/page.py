@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from h3bench.h3 import STAGE_KEYS, STAGE_PREFIX
+from h3bench.h3 import STAGE_KEYS, STAGE_PREFIX, profiler_key
 from h3bench.outcome import Outcome
 from h3bench.report.contents import Contents, Series, describe_lpips_source, gate_rows
 from h3bench.report.figures import Figure
@@ -357,8 +357,8 @@ def profile_section(contents: Contents) -> str:
         return _section("profile", _note("Skipped: the bundle holds no profiled request (samples of kind "
                                          "\"profile\").", "profile"))
     # Upstream's stage keys first, then whatever else the profiler reported (denoise_step, for one); the API
-    # layer's own timings (queue_wait_ms, stage_0_gen_ms) are milliseconds and no profiler stage: no dot.
-    reported = {k for s in contents.profiles for k in s.stage_durations if "." in k}
+    # layer's own timings (queue_wait_ms, stage_0_gen_ms) are milliseconds and no profiler stage.
+    reported = {k for s in contents.profiles for k in s.stage_durations if profiler_key(k)}
     keys = [k for k in STAGE_KEYS if k in reported] + sorted(reported - set(STAGE_KEYS))
     rows = [[_e(s.block_id), str(s.index), _num(s.e2e_s, 3), *(_num(s.stage_durations.get(k), 4) for k in keys),
              _e(traces)] for s, traces in zip(contents.profiles, contents.profile_traces, strict=True)]
