@@ -73,6 +73,8 @@ __all__ = [
     "frame_count",
     "latent_frames",
     "mux_and_transfer_s",
+    "profiler_key",
+    "top_level_method",
     "top_level_stages",
     "workload_marker",
 ]
@@ -182,6 +184,22 @@ def top_level_stages(methods: Collection[str]) -> tuple[str, ...]:
     return tuple(stages)
 
 
+def profiler_key(key: str) -> bool:
+    """Whether a stage-durations key is the profiler's (``<Class>.<method>``, a nested stage with more dots).
+
+    Upstream's API layer merges its own timings into the same dict in
+    milliseconds and without a dot (:data:`PIPELINE_TIMING_KEYS`): never a
+    profiler stage, whatever its name. The one rule every reader of stage
+    durations uses.
+    """
+    return "." in key
+
+
+def top_level_method(key: str) -> str | None:
+    """The method of a profiler key that names no nested stage (``<Class>.<method>``); None for any other key."""
+    return key.rpartition(".")[2] if profiler_key(key) and key.count(".") == 1 else None
+
+
 def mux_and_transfer_s(e2e_s: float, stage_durations: Mapping[str, float]) -> float | None:
     """E2E minus the sum of the top-level stages; None when the server reported no stages.
 
@@ -190,7 +208,7 @@ def mux_and_transfer_s(e2e_s: float, stage_durations: Mapping[str, float]) -> fl
     the stages ``prepare_encode`` and ``post_decode`` run) are already inside
     a top-level stage (:func:`top_level_stages`).
     """
-    profiled = [(k.rpartition(".")[2], v) for k, v in stage_durations.items() if k.count(".") <= 1]
+    profiled = [(method, v) for k, v in stage_durations.items() if (method := top_level_method(k)) is not None]
     tops = top_level_stages({method for method, _ in profiled})
     top = [v for method, v in profiled if method in tops]
     return e2e_s - sum(top) if top else None

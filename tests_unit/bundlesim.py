@@ -22,6 +22,8 @@ from typing import Any
 
 from h3bench import quality
 from h3bench.evidence import Bundle
+from h3bench.evidence.codec import to_json
+from h3bench.evidence.manifest import Manifest, RunKind
 from h3bench.outcome import Outcome
 from h3bench.run.contract import ContractPart, ServerContract
 from h3bench.runspec import RunSpec, load_runspec, parse_runspec
@@ -85,9 +87,8 @@ def write_bundle(root: Path, spec: RunSpec, latency: Callable[[Block, int], floa
     source = data.get("source") or {"kind": "simulator"}
     if engine_commit is not None:
         source = {**source, "engine_commit": engine_commit}
-    bundle = Bundle.create(root, spec_id=spec.spec_id, spec=data, inputs={}, source=source, model=data["model"],
-                           started_at=started_at, extra={"run": {"kind": run_kind, "unpinned": [], "unverified": []},
-                                                     **(manifest_extra or {})})
+    bundle = Bundle.create(root, Manifest.new(spec_id=spec.spec_id, spec=data, source=source, model=data["model"],
+                                              started_at=started_at, run=RunKind(run_kind), **(manifest_extra or {})))
     blocks = Schedule(spec).blocks
     _run_blocks(bundle, spec, blocks[:stop_after], latency, contract, lifecycle, sample)
     interrupted = "interrupted (KeyboardInterrupt)" if stop_after is not None else None
@@ -125,10 +126,10 @@ def _run_blocks(bundle: Bundle, spec: RunSpec, blocks: Sequence[Block], latency:
             files = [bundle.store_contract(data, suffix) if data is not None else None
                      for data, suffix in ((openapi, "json"), (engine_help, "txt"))]
             recorded = ServerContract(ContractPart(*files[0]) if files[0] else ContractPart(None, None, "none"),
-                                      ContractPart(*files[1]) if files[1] else None).to_dict()
+                                      ContractPart(*files[1]) if files[1] else None)
         bundle.append_lifecycle({"block": block.id, "arm": block.arm, "duration": block.duration,
                                  "position": block.position, "failure": None, "interrupted": None,
-                                 "contract": recorded, **(lifecycle(block) if lifecycle else {})})
+                                 "contract": to_json(recorded), **(lifecycle(block) if lifecycle else {})})
 
 
 def _seal(bundle: Bundle, spec: RunSpec, *, parts: Mapping[str, Mapping[str, Outcome]] | None = None,

@@ -21,7 +21,6 @@ Nothing is recomputed: every figure is the log's, as the search wrote it.
 from __future__ import annotations
 
 import html
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from h3bench.errors import UsageError
 from h3bench.evidence import require_verified
 from h3bench.evidence.files import replace_atomic
 from h3bench.report import default_out
+from h3bench.stats import intervals
 
 __all__ = ["BisectReport", "is_bisection", "write_bisect_report"]
 
@@ -53,7 +53,7 @@ def _campaigns(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _ratio(record: dict[str, Any]) -> str:
     x = record.get("log_ratios") or []
-    return f"{math.exp(sum(x) / len(x)):.4f}" if x else "-"
+    return f"{intervals.geometric_mean_of_logs(x):.4f}" if x else "-"
 
 
 def _outcome(records: list[dict[str, Any]]) -> str:

@@ -7,7 +7,6 @@ what a single run would have.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ import numpy as np
 from h3bench.bisect.specs import engine
 from h3bench.runspec import RunSpec
 from h3bench.runspec.bisection import Bisect
+from h3bench.stats import intervals
 
 __all__ = ["record_line", "summary_lines"]
 
@@ -27,7 +27,7 @@ def record_line(record: dict[str, Any]) -> str:
         head += f" {record['number']}"
     text = f"{head}: {record['commit']}: {record['status']}"
     if record["status"] == "measured":
-        ratio = math.exp(float(np.mean(record["log_ratios"]))) if record["log_ratios"] else math.nan
+        ratio = intervals.geometric_mean_of_logs(record["log_ratios"])
         text += f", {record['pairs']} pair(s), ratio {ratio:.4f}"
     if event == "probe" and record["status"] == "measured":
         text += f", {record['decision']} (log LR {record['log_lr']:+.2f})"

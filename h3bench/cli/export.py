@@ -41,7 +41,7 @@ def run_export(args: argparse.Namespace) -> int:
                          "nothing to export")
     shard = ShardRun.of(stored.manifest, where=f"{stored.path}/manifest.json")
     provenance = Provenance(stored.path.name, stored.final_sha256, stored.spec_id, document.spec_name,
-                            stored.hardware_kind, stored.started_at, str(stored.manifest.get("h3bench_version", "")),
+                            stored.hardware_kind, stored.started_at, stored.manifest.h3bench_version,
                             document.run, document.interrupted, shard.label if shard is not None else None)
     exported = export_of(document, provenance)
     text = write(exported, args.fmt)

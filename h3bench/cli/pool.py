@@ -43,7 +43,7 @@ def run_pool(args: argparse.Namespace) -> int:
     from h3bench.evidence import BundleReader
 
     bundle = BundleReader.open(pooled.path)
-    spec = parse_runspec(bundle.manifest["spec"], source=f"{pooled.path}/manifest.json")
+    spec = parse_runspec(bundle.manifest.spec, source=f"{pooled.path}/manifest.json")
     for line in campaign_summary(spec, document, bundle=pooled.path, verbose=args.verbose):
         print(line)
     if document.pool is not None:

@@ -1,4 +1,5 @@
-"""The JSON Schemas h3bench ships (``h3bench/data/schemas/``): ``verdict.json``, a ledger line and an export.
+"""The JSON Schemas h3bench ships (``h3bench/data/schemas/``): ``verdict.json``, a ledger line, an export and
+``manifest.json``.
 
 Each is derived from the typed record that writes it (:func:`h3bench.evidence.schema.schema_of`), so
 the files cannot drift from the code: the tests compare them with the derivation and validate real
@@ -14,6 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from h3bench.evidence.manifest import Manifest
 from h3bench.evidence.schema import schema_of
 from h3bench.ledger.entries import LedgerEntry
 from h3bench.outcome import Outcome
@@ -51,8 +53,12 @@ def _export() -> dict[str, Any]:
                      schema_id=_BASE + "export.schema.json")
 
 
+def _manifest() -> dict[str, Any]:
+    return schema_of(Manifest, title="h3bench manifest.json", schema_id=_BASE + "manifest.schema.json")
+
+
 SCHEMAS = {"verdict.schema.json": _verdict, "ledger-record.schema.json": _ledger_record,
-           "export.schema.json": _export}
+           "export.schema.json": _export, "manifest.schema.json": _manifest}
 
 
 def derived(name: str) -> dict[str, Any]:

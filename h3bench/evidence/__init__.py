@@ -1,6 +1,7 @@
 """Evidence bundles: one append-only directory per campaign run, and the check that it is intact.
 
 :mod:`~h3bench.evidence.layout` names what a bundle holds,
+:mod:`~h3bench.evidence.manifest` types its ``manifest.json``,
 :mod:`~h3bench.evidence.reader` reads one (:class:`BundleReader`, all that a
 reader of another run's bundle gets), :mod:`~h3bench.evidence.bundle` writes
 one (:class:`Bundle`, the campaign's), :mod:`~h3bench.evidence.lock` keeps it

@@ -28,7 +28,6 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-import h3bench
 from h3bench import interrupts
 from h3bench.errors import EvidenceError
 from h3bench.evidence import files
@@ -38,7 +37,6 @@ from h3bench.evidence.layout import (
     CONTRACTS,
     DEFAULT_ROOT,
     FINAL,
-    FORMAT,
     LIFECYCLE,
     LOGS,
     MANIFEST,
@@ -56,6 +54,7 @@ from h3bench.evidence.layout import (
     planned_path,
 )
 from h3bench.evidence.lock import WriterLock
+from h3bench.evidence.manifest import Manifest
 from h3bench.evidence.reader import BundleReader
 from h3bench.evidence.scrub import Scrubber
 from h3bench.evidence.seal import killed_record, outcome_of, seal_record, write_seal
@@ -78,9 +77,9 @@ class Bundle(BundleReader):
     :class:`~h3bench.errors.EvidenceError`.
     """
 
-    def __init__(self, path: Path, spec_id: str, state: _State, segment: str = "",
-                 lock: WriterLock | None = None, manifest: dict[str, Any] | None = None) -> None:
-        super().__init__(path, spec_id, manifest)
+    def __init__(self, path: Path, manifest: Manifest, state: _State, segment: str = "",
+                 lock: WriterLock | None = None) -> None:
+        super().__init__(path, manifest)
         self._state = state
         self.segment = segment  # "" for the first run, "resume-<n>/" for a resume
         # relpath -> running digest of what this writer wrote (WRITING only).
@@ -91,77 +90,31 @@ class Bundle(BundleReader):
     # ---- lifecycle
 
     @classmethod
-    def create(
-        cls,
-        root: PathLike | None = None,
-        *,
-        spec_id: str,
-        spec: Mapping[str, Any],
-        inputs: Mapping[str, Any],
-        source: Mapping[str, Any],
-        model: Mapping[str, Any],
-        name: str | None = None,
-        started_at: str | None = None,
-        session: str | None = None,
-        extra: Mapping[str, Any] | None = None,
-        arms: Mapping[str, Any] | None = None,
-        lpips_weights: Mapping[str, Any] | None = None,
-        environment: Mapping[str, Any] | None = None,
-    ) -> Bundle:
+    def create(cls, root: PathLike | None, manifest: Manifest, *, name: str | None = None) -> Bundle:
         """Make a new bundle directory under ``root`` and write its manifest.
 
         Parameters
         ----------
         root
-            Parent directory of bundles; default ``./h3bench-evidence``.
-        spec_id
-            The frozen RunSpec's id, the SHA-256 of its canonical JSON.
-        spec
-            The RunSpec as plain JSON data; copied into the manifest.
-        inputs, source, model
-            Input hashes, source identity (engine commit, image digest) and model identity.
+            Parent directory of bundles; None: ``./h3bench-evidence``.
+        manifest
+            The run's spec and identities (:class:`~h3bench.evidence.manifest.Manifest`); its ``started_at``
+            and ``session`` tell a caller the bundle's path before it exists
+            (:func:`~h3bench.evidence.layout.planned_path`) and find it again
+            (:meth:`~h3bench.evidence.reader.BundleReader.locate`). Written scrubbed of secrets.
         name
-            Used in the directory name; default ``spec["name"]``, else ``"run"``.
-        started_at, session
-            When the run started (default: now) and the run's own id; with them a
-            caller knows the bundle's path before it exists
-            (:func:`~h3bench.evidence.layout.planned_path`) and can find it again
-            (:meth:`~h3bench.evidence.reader.BundleReader.locate`).
-        extra
-            More sections of the manifest, such as the run's kind and the host's
-            evidence (:mod:`h3bench.plan.preflight`).
-        arms
-            Each arm's launch as built from the spec: its argv (placeholders
-            unsubstituted) and environment.
-        lpips_weights
-            Which pinned files the LPIPS weights come from (their paths and SHA-256).
-        environment
-            The host and interpreter of the run (:func:`h3bench.host.environment.environment`).
+            Used in the directory name; default the spec's ``name``, else ``"run"``.
         """
         root_path = Path(root) if root is not None else Path.cwd() / DEFAULT_ROOT
+        spec_id = manifest.spec_id
         if not isinstance(spec_id, str) or not files.SHA256_HEX.fullmatch(spec_id):
             raise EvidenceError(f"spec id {spec_id!r} is not a SHA-256 hex digest", path=str(root_path))
-        started_at = started_at or files.now()
-        manifest = {
-            "format": FORMAT,
-            "spec_id": spec_id,
-            "spec": dict(spec),
-            "h3bench_version": h3bench.__version__,
-            "started_at": started_at,
-            "environment": dict(environment) if environment is not None else None,
-            "inputs": dict(inputs),
-            "source": dict(source),
-            "model": dict(model),
-            "session": session,
-            "arms": dict(arms or {}),
-            **(extra or {}),
-            "lpips_weights": dict(lpips_weights) if lpips_weights is not None else None,
-        }
         # No secret is recorded (evidence.scrub); serialize before creating anything, so bad input leaves no empty bundle.
-        document = files.json_document(Scrubber().record(manifest), root_path / MANIFEST)
-        label = name if name is not None else spec.get("name", "run")
-        path = cls._make_dir(root_path, planned_path(root_path, str(label), spec_id, started_at).name)
-        lock = WriterLock.acquire(path, session)
+        record = Scrubber().record(manifest.to_record(root_path / MANIFEST))
+        document = files.json_document(record, root_path / MANIFEST)
+        label = name if name is not None else manifest.spec.get("name", "run")
+        path = cls._make_dir(root_path, planned_path(root_path, str(label), spec_id, manifest.started_at).name)
+        lock = WriterLock.acquire(path, manifest.session)
         try:
             for sub in (OUTPUTS, LOGS, QUALITY):
                 (path / sub).mkdir()
@@ -169,7 +122,7 @@ class Bundle(BundleReader):
         except OSError as exc:
             lock.release()
             raise files.write_error(exc, path, "cannot create the bundle's directories") from exc
-        bundle = cls(path, spec_id, _State.WRITING, lock=lock)
+        bundle = cls(path, Manifest.from_record(record, path / MANIFEST), _State.WRITING, lock=lock)
         bundle._write_once(MANIFEST, [document])
         return bundle
 
@@ -195,8 +148,7 @@ class Bundle(BundleReader):
     @classmethod
     def open(cls, path: PathLike) -> Bundle:
         """Open an existing, sealed bundle to add a verdict or quality results to it (as addenda)."""
-        bundle_path, spec_id, manifest = cls.read_manifest(path)
-        return cls(bundle_path, spec_id, _State.SEALED, manifest=manifest)
+        return cls(Path(path), Manifest.read(Path(path)), _State.SEALED)
 
     @classmethod
     def resume(cls, path: PathLike, record: Mapping[str, Any], *, lock: WriterLock | None = None) -> Bundle:

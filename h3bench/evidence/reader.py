@@ -37,6 +37,7 @@ from h3bench.evidence.layout import (
     VERDICT,
     PathLike,
 )
+from h3bench.evidence.manifest import Manifest
 
 __all__ = ["BundleReader", "segments_of"]
 
@@ -50,27 +51,16 @@ def segments_of(path: Path) -> list[str]:
 class BundleReader:
     """One evidence bundle on disk, read: its manifest, records, outputs, verdicts and seals."""
 
-    def __init__(self, path: Path, spec_id: str, manifest: dict[str, Any] | None = None) -> None:
+    def __init__(self, path: Path, manifest: Manifest) -> None:
         self.path = path
-        self.spec_id = spec_id
-        self._manifest = manifest
-
-    @staticmethod
-    def read_manifest(path: PathLike) -> tuple[Path, str, dict[str, Any]]:
-        """The bundle's path, spec id and manifest; EvidenceError when ``path`` holds no bundle."""
-        bundle_path = Path(path)
-        if not (bundle_path / MANIFEST).is_file():
-            raise EvidenceError(f"{bundle_path}: not an evidence bundle (no {MANIFEST})", path=str(bundle_path))
-        manifest = files.read_json(bundle_path / MANIFEST)
-        spec_id = manifest.get("spec_id") if isinstance(manifest, dict) else None
-        if not isinstance(spec_id, str):
-            raise EvidenceError(f"{bundle_path / MANIFEST}: no spec_id", path=str(bundle_path / MANIFEST))
-        return bundle_path, spec_id, manifest
+        self.manifest = manifest  # read once, when the bundle is opened (or as its writer wrote it)
+        self.spec_id = manifest.spec_id
 
     @classmethod
     def open(cls, path: PathLike) -> BundleReader:
-        """Open an existing bundle for reading."""
-        return BundleReader(*cls.read_manifest(path))
+        """Open an existing bundle for reading; EvidenceError when ``path`` holds no bundle or its manifest does not
+        read (:meth:`Manifest.read <h3bench.evidence.manifest.Manifest.read>`)."""
+        return BundleReader(Path(path), Manifest.read(Path(path)))
 
     @staticmethod
     def locate(planned: Path, session: str) -> Path | None:
@@ -82,12 +72,6 @@ class BundleReader:
 
     def __repr__(self) -> str:
         return f"<BundleReader {self.path}>"
-
-    @property
-    def manifest(self) -> dict[str, Any]:
-        if self._manifest is None:
-            self._manifest = files.read_json(self.path / MANIFEST)
-        return self._manifest
 
     def segments(self) -> list[str]:
         """The runs this bundle holds, in order: ``""`` (the first) and each ``"resume-<n>/"``."""
@@ -132,7 +116,7 @@ class BundleReader:
 
     def sessions(self) -> list[str]:
         """The id of every run that wrote into this bundle (its servers carry it in their environment)."""
-        found = [self.manifest.get("session")]
+        found = [self.manifest.session]
         found += [files.read_json(self.path / s / RESUME).get("session") for s in self.segments()[1:]
                   if (self.path / s / RESUME).is_file()]
         return [s for s in found if isinstance(s, str)]

@@ -23,6 +23,7 @@ from h3bench.evidence.layout import (
     TELEMETRY,
     WRITER_LOCK,
 )
+from h3bench.evidence.manifest import Manifest
 from h3bench.evidence.reader import segments_of
 
 __all__ = ["VerifyReport", "final_sha256", "require_verified", "verify"]
@@ -109,9 +110,7 @@ def verify(path: _PathLike, expect_final_sha256: str | None = None) -> VerifyRep
                      and (kept := p.relative_to(root).as_posix()) != WRITER_LOCK)
 
     try:
-        manifest = files.read_json(root / MANIFEST)
-        if not isinstance(manifest, dict) or not isinstance(manifest.get("spec_id"), str):
-            problems.append(f"{MANIFEST}: no spec_id")
+        Manifest.from_record(files.read_json(root / MANIFEST), root / MANIFEST)
     except EvidenceError as exc:
         problems.append(f"{MANIFEST}: {exc}")
 

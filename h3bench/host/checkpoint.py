@@ -25,7 +25,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from h3bench.errors import UsageError
 from h3bench.evidence.hashing import sha256_file
@@ -56,10 +55,6 @@ class CheckpointIdentity:
     @property
     def manifest(self) -> str:
         return _manifest(self.files)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"identity": self.identity, "total_bytes": self.total_bytes, "hashed_bytes": self.hashed_bytes,
-                "files": [{"name": f.name, "size": f.size, "sha256": f.sha256} for f in self.files]}
 
 
 def _manifest(files: tuple[CheckpointFile, ...]) -> str:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import h3bench
 from h3bench.errors import EvidenceError, UsageError
 from h3bench.evidence import files
-from h3bench.ledger.chain import FRAGMENTS, GENESIS, LedgerFile, LedgerLine, entry_hash, read_ledger
+from h3bench.ledger.chain import FRAGMENTS, GENESIS, LedgerFile, LedgerLine, entry_hash, read_ledger, replaces
 
 if TYPE_CHECKING:
     from h3bench.ledger.entries import LedgerEntry
@@ -83,12 +83,12 @@ def _lines(found: Sequence[LedgerLine]) -> str:
     return ", ".join(str(line.number) for line in found)
 
 
-def _campaign(ref: LedgerEntry, entries: Sequence[LedgerLine], superseded: dict[int, int],
-              stored_path: Path) -> list[LedgerLine]:
-    """The live entries a shard or pool replaces; UsageError when a pool in the ledger already holds its campaign."""
+def _refuse_campaign(ref: LedgerEntry, entries: Sequence[LedgerLine], superseded: dict[int, int],
+                     stored_path: Path) -> None:
+    """UsageError when a pool in the ledger already holds the campaign of this shard or pool, or pools it otherwise."""
     key = ref.campaign_key
     if key is None:
-        return []
+        return
     keys = [(line, line.entry.campaign_key) for line in entries if line.entry is not None]
     holders = [(line, other) for line, other in keys if other is not None and other.folds(key)]
     if holders:
@@ -106,17 +106,16 @@ def _campaign(ref: LedgerEntry, entries: Sequence[LedgerLine], superseded: dict[
     if disagree:
         raise UsageError(f"{stored_path}: pools shards that lines {_lines(disagree)} pool differently (they share a "
                          "shard, and neither holds the other's): two accounts of one campaign, nothing appended")
-    return [line for line, other in keys if other is not None and line.seq not in superseded and key.folds(other)]
 
 
-def _identity(ref: LedgerEntry, lines: Sequence[LedgerLine], superseded: dict[int, int],
-              stored_path: Path) -> dict[tuple[str, str], list[int]]:
-    """Which earlier entries each new entry replaces; UsageError when the bundle's state is already entered.
+def _refuse_entered(ref: LedgerEntry, lines: Sequence[LedgerLine], superseded: dict[int, int],
+                    stored_path: Path) -> None:
+    """UsageError when the bundle's state, a later state of it, or its campaign is already entered.
 
     ``ref`` is one of the new entries (they share the bundle): a bundle is
     known by its seals, and a shard or pool also by its campaign's key.
     """
-    seal, earlier_seals = ref.bundle.final_sha256, ref.bundle.seals[:-1]
+    seal = ref.bundle.final_sha256
     entries = [line for line in lines if line.entry is not None]
     known = [line for line in entries if line.entry is not None and line.entry.bundle.final_sha256 == seal]
     if known:
@@ -126,15 +125,13 @@ def _identity(ref: LedgerEntry, lines: Sequence[LedgerLine], superseded: dict[in
     if later:
         raise UsageError(f"{stored_path}: an earlier state of a bundle whose later state is in the ledger (lines "
                          f"{_lines(later)}); it was resumed since, nothing appended")
-    replaced: dict[tuple[str, str], list[int]] = {}
-    for line in entries:
-        entry = line.entry
-        if entry is not None and entry.bundle.final_sha256 in earlier_seals and line.seq not in superseded:
-            replaced.setdefault((entry.candidate, entry.duration), []).append(line.seq)
-    for line in _campaign(ref, entries, superseded, stored_path):
-        assert line.entry is not None
-        replaced.setdefault((line.entry.candidate, line.entry.duration), []).append(line.seq)
-    return replaced
+    _refuse_campaign(ref, entries, superseded, stored_path)
+
+
+def _replaced(entry: LedgerEntry, found: LedgerFile) -> list[int]:
+    """The live lines ``entry`` replaces: what the chain says an entry may supersede (:func:`chain.replaces`)."""
+    return [line.seq for line in found.lines if line.entry is not None and line.seq not in found.superseded_by
+            and replaces(entry, line.entry) is not None]
 
 
 def add_bundle(bundle: str | Path, ledger: str | Path) -> Added:
@@ -167,17 +164,18 @@ def add_bundle(bundle: str | Path, ledger: str | Path) -> Added:
         if found.problems:
             raise EvidenceError(f"{path}: the ledger does not verify, nothing appended: " + "; ".join(found.problems),
                                 path=str(path))
-        replaced = _identity(typed[0], found.lines, found.superseded_by, stored.path) if typed else {}
+        if typed:
+            _refuse_entered(typed[0], found.lines, found.superseded_by, stored.path)
         lines = found.lines
         prefix = b"\n" if lines and not lines[-1].terminated else b""  # a complete last entry gets its newline
         if prefix:
             notes.append(f"{path}: line {lines[-1].number} had no newline; it is kept, and now ends with one")
         prev = str(lines[-1].record["hash"]) if lines and lines[-1].record else GENESIS
         added_at, chained = files.now(), []
-        for offset, entry in enumerate(new):
+        for offset, (typed_entry, entry) in enumerate(zip(typed, new, strict=True)):
             full = {**entry, "seq": len(lines) + offset, "prev": prev, "added_at": added_at,
                     "written_by": f"h3bench {h3bench.__version__}"}
-            older = replaced.get((entry["candidate"], entry["duration"]), [])
+            older = _replaced(typed_entry, found)
             if older:
                 full["supersedes"] = older
             full["hash"] = prev = entry_hash(full)

@@ -22,10 +22,9 @@ known by its seals (:class:`~h3bench.ledger.entries.BundleRef`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from h3bench.evidence.manifest import Manifest
 from h3bench.pool.shards import PooledShard
 from h3bench.runspec.shards import ShardRun
 
@@ -49,7 +48,7 @@ class ShardMark:
         return f"shard {self.index}/{self.count}" + (f" of round {self.round}" if self.round != 1 else "")
 
 
-def shard_mark(manifest: Mapping[str, Any], seal: str, *, where: str = "manifest.json") -> ShardMark | None:
+def shard_mark(manifest: Manifest, seal: str, *, where: str = "manifest.json") -> ShardMark | None:
     """The manifest's shard record (a bundle of ``--shard I/N``) with the bundle's seal; None for any other bundle.
 
     EvidenceError naming the field when the record is malformed (:meth:`~h3bench.runspec.shards.ShardRun.of`).
@@ -58,7 +57,7 @@ def shard_mark(manifest: Mapping[str, Any], seal: str, *, where: str = "manifest
     return None if found is None else ShardMark(found.index, found.count, found.round, found.host.name, seal)
 
 
-def pooled_shards(manifest: Mapping[str, Any], *, where: str = "manifest.json") -> tuple[ShardMark, ...]:
+def pooled_shards(manifest: Manifest, *, where: str = "manifest.json") -> tuple[ShardMark, ...]:
     """The shards a pooled bundle's manifest names, each by its seal; empty for any other bundle.
 
     EvidenceError naming the field when the record is malformed (:meth:`~h3bench.pool.shards.PooledShard.of`).

@@ -60,6 +60,7 @@ import numpy as np
 from scipy.special import stdtrit
 
 from h3bench.errors import UsageError
+from h3bench.stats.intervals import geometric_mean
 
 __all__ = ["BETA", "SIGMA_FLOOR", "Step", "StepReport", "detect_steps", "segment", "welch_log_ratio"]
 
@@ -176,8 +177,7 @@ def detect_steps(values: Sequence[float], *, confidence: float = 0.95, min_size:
     for (a0, a1), (b0, b1) in itertools.pairwise(pieces):
         ratio, low, high = welch_log_ratio(values[a0:a1], values[b0:b1], confidence)
         flagged = low is not None and high is not None and (low > 1 or high < 1)
-        raw.append((b0, math.exp(float(np.mean(np.log(values[a0:a1])))),
-                    math.exp(float(np.mean(np.log(values[b0:b1])))), ratio, low, high, flagged))
+        raw.append((b0, geometric_mean(values[a0:a1]), geometric_mean(values[b0:b1]), ratio, low, high, flagged))
     steps = []
     for number, (index, before, after, ratio, low, high, flagged) in enumerate(raw):
         recovery = next((r[0] for r in raw[number + 1:] if r[6] and r[3] < 1), None) if flagged and ratio > 1 else None

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import html
 import io
-import statistics
 from pathlib import Path
 from typing import Any
 
 from h3bench.evidence.files import now, replace_atomic
 from h3bench.ledger.history import History, Series, history_lines
+from h3bench.stats.intervals import geometric_mean
 
 __all__ = ["series_svg", "write_history_page"]
 
@@ -44,7 +44,7 @@ def series_svg(series: Series) -> str:
         axes.plot(x, [c.median_s for c in series.campaigns], "o-", color=BASELINE_COLOR, linewidth=1,
                   label="baseline E2E median per campaign")
         for number, (start, end) in enumerate(series.steps.pieces):
-            level = statistics.geometric_mean(c.median_s for c in series.campaigns[start:end])
+            level = geometric_mean(c.median_s for c in series.campaigns[start:end])
             axes.hlines(level, start - 0.4, end - 0.6, color="#444444", linewidth=2, alpha=0.5,
                         label="fitted level (geometric mean)" if number == 0 else "_nolegend_")
         for step in series.steps.steps:

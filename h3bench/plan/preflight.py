@@ -6,8 +6,9 @@ lines right above it), listing them all. ``--allow-unpinned`` runs anyway:
 the bundle's manifest says ``DIAGNOSTIC`` and why, and so does the summary.
 A spec that says ``diagnostic = true``, or whose steps are not the frozen 50,
 makes a DIAGNOSTIC run too (:func:`h3bench.runspec.spec.diagnostic_reasons`);
-the manifest's ``run.reasons`` lists every reason, and :func:`is_diagnostic`
-is how a consumer of a bundle (``--baseline-evidence``, a ledger) refuses one.
+the manifest's ``run.reasons`` lists every reason, and
+:attr:`h3bench.evidence.manifest.Manifest.diagnostic` is how a consumer of a
+bundle (``--baseline-evidence``, a ledger) refuses one.
 
 On NPU hosts the manifest records :func:`h3bench.host.inventory.host_evidence` for
 every arm's interpreter, and the checkpoint's content identity
@@ -30,16 +31,16 @@ from pathlib import Path
 from typing import Any
 
 from h3bench.errors import RunSpecError
+from h3bench.evidence.codec import to_json
+from h3bench.evidence.manifest import DIAGNOSTIC, FORMAL, RunKind
 from h3bench.host import inventory as host
 from h3bench.host.checkpoint import content_identity
 from h3bench.plan.design import design_problems
 from h3bench.runspec import UNPINNED, RunSpec
 from h3bench.server.ports import LOCALHOST
 
-__all__ = ["DIAGNOSTIC", "FORMAL", "Preflight", "diagnostic_reasons", "is_diagnostic", "preflight", "todo_fields",
-           "unpinned_fields"]
+__all__ = ["DIAGNOSTIC", "FORMAL", "Preflight", "preflight", "todo_fields", "unpinned_fields"]
 
-FORMAL, DIAGNOSTIC = "FORMAL", "DIAGNOSTIC"
 _TABLE = re.compile(r"\[\[?\s*([^\]]+?)\s*\]\]?\s*(?:#.*)?$")
 _KEY = re.compile(r"""((?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*')(?:\s*\.\s*(?:[A-Za-z0-9_-]+|"[^"]*"|'[^']*'))*)\s*=\s*(.*)""")
 
@@ -95,20 +96,6 @@ def unpinned_fields(spec: RunSpec, spec_file: Path | None) -> list[str]:
     return found
 
 
-def is_diagnostic(manifest: dict[str, Any]) -> bool:
-    """Whether a bundle's manifest stamps its run DIAGNOSTIC: never a campaign result, nor evidence for one."""
-    run = manifest.get("run")
-    return isinstance(run, dict) and run.get("kind") == DIAGNOSTIC
-
-
-def diagnostic_reasons(manifest: dict[str, Any]) -> list[str]:
-    """Why a bundle's run is DIAGNOSTIC, as its manifest says (older bundles name only unpinned fields)."""
-    if not is_diagnostic(manifest):
-        return []
-    run = manifest["run"]
-    return list(run.get("reasons") or [f"--allow-unpinned: {', '.join(run.get('unpinned', []))}"])
-
-
 @dataclass(frozen=True)
 class Preflight:
     """What the manifest records about the run before its first block."""
@@ -120,10 +107,9 @@ class Preflight:
     reasons: tuple[str, ...] = ()  # why the run is DIAGNOSTIC
     underpowered: tuple[str, ...] = ()  # why the design cannot reach its verdict (h3bench.plan.design)
 
-    def manifest(self) -> dict[str, Any]:
-        return {"run": {"kind": self.kind, "reasons": list(self.reasons), "unpinned": list(self.unpinned),
-                        "unverified": list(self.unverified), "underpowered": list(self.underpowered)},
-                "host": self.host}
+    def run_kind(self) -> RunKind:
+        """The manifest's ``run`` record (the manifest's ``host`` is :attr:`host`)."""
+        return RunKind(self.kind, self.reasons, self.unpinned, self.unverified, self.underpowered)
 
     def with_design(self, spec: RunSpec, *, lossless_on: bool, allow_underpowered: bool) -> Preflight:
         """Refuse a design that cannot reach its verdict, or with ``allow_underpowered`` mark the run DIAGNOSTIC."""
@@ -184,7 +170,7 @@ def preflight(
     evidence["checkpoint"] = None
     if model.is_dir():
         identity = content_identity(model, progress=progress)
-        evidence["checkpoint"] = identity.to_dict()
+        evidence["checkpoint"] = to_json(identity)
         if spec.model.content_identity not in (UNPINNED, identity.identity):
             raise _mismatch("model.content_identity", spec.model.content_identity, identity.identity,
                             f"the files of {model}")

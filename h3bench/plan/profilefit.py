@@ -62,7 +62,7 @@ def _results(paths: Sequence[Path], arm: str) -> list[tuple[int, BlockResult]]:
     out = []
     for path in paths:
         bundle = BundleReader.open(path)
-        spec = parse_runspec(bundle.manifest["spec"], source=f"{path}: manifest")
+        spec = parse_runspec(bundle.manifest.spec, source=f"{path}: manifest")
         if arm not in spec.arms:
             raise UsageError(f"{path}: its spec has no arm {arm!r} (arms: {', '.join(spec.arms)})")
         forwards = (spec.workload.steps or 50) - 1

@@ -50,6 +50,7 @@ from h3bench import quality
 from h3bench.errors import UsageError
 from h3bench.evidence import SAMPLES, Bundle, BundleReader
 from h3bench.evidence.codec import to_json
+from h3bench.evidence.manifest import DIAGNOSTIC, FORMAL, Manifest, RunKind
 from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
 from h3bench.outcome import Outcome
@@ -274,15 +275,15 @@ def pooled_results(bundle: BundleReader, spec: RunSpec, *, lossless: bool) -> Re
     return results
 
 
-def _run_record(shards: Shards) -> dict[str, Any]:
+def _run_record(shards: Shards) -> RunKind:
     """The pooled run's kind: DIAGNOSTIC when any shard was, with its reasons."""
-    kinds = [(s, s.stored.manifest.get("run") or {}) for s in shards.bundles]
-    reasons = [f"{s.label}: {r}" for s, run in kinds for r in run.get("reasons", ())]
-    diagnostic = any(run.get("kind") == "DIAGNOSTIC" for _, run in kinds)
-    return {"kind": "DIAGNOSTIC" if diagnostic else "FORMAL", "reasons": reasons if diagnostic else [],
-            "unpinned": sorted({u for _, run in kinds for u in run.get("unpinned", ())}),
-            "unverified": sorted({u for _, run in kinds for u in run.get("unverified", ())}),
-            "underpowered": sorted({u for _, run in kinds for u in run.get("underpowered", ())})}
+    kinds = [(s, s.stored.manifest.run or RunKind(FORMAL)) for s in shards.bundles]
+    reasons = tuple(f"{s.label}: {r}" for s, run in kinds for r in run.reasons)
+    diagnostic = any(run.diagnostic for _, run in kinds)
+    return RunKind(DIAGNOSTIC if diagnostic else FORMAL, reasons if diagnostic else (),
+                   tuple(sorted({u for _, run in kinds for u in run.unpinned})),
+                   tuple(sorted({u for _, run in kinds for u in run.unverified})),
+                   tuple(sorted({u for _, run in kinds for u in run.underpowered})))
 
 
 def pool_bundles(paths: Sequence[str | Path], out: str | Path, *,
@@ -292,12 +293,12 @@ def pool_bundles(paths: Sequence[str | Path], out: str | Path, *,
     first = shards.first.stored
     spec = first.runspec()
     manifest = first.manifest
-    bundle = Bundle.create(
-        Path(out), spec_id=first.spec_id, spec=manifest["spec"], inputs=manifest.get("inputs") or {},
-        source=manifest.get("source") or {}, model=manifest.get("model") or {}, name=f"{spec.name}-pooled",
-        extra={"run": _run_record(shards), "host": manifest.get("host"),
-               "pool": {"shards": [to_json(s.pooled()) for s in shards.bundles], "missing": list(shards.missing)}},
-        arms=manifest.get("arms"), lpips_weights=manifest.get("lpips_weights"), environment=environment())
+    bundle = Bundle.create(Path(out), Manifest.new(
+        spec_id=first.spec_id, spec=manifest.spec, inputs=manifest.inputs, source=manifest.source, model=manifest.model,
+        run=_run_record(shards), host=manifest.host,
+        pool={"shards": [to_json(s.pooled()) for s in shards.bundles], "missing": list(shards.missing)},
+        arms=manifest.arms, lpips_weights=manifest.lpips_weights, environment=environment()),
+        name=f"{spec.name}-pooled")
     try:
         seen: dict[str, str] = {}
         stored: set[str] = set()

@@ -21,10 +21,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from h3bench.errors import EvidenceError, UsageError
 from h3bench.evidence.codec import from_json
+from h3bench.evidence.manifest import Manifest
 from h3bench.runspec.shards import ShardHost, ShardRun
 from h3bench.session.stored import StoredBundle, open_verified
 from h3bench.verdict.verdicts import ShardRecord
@@ -100,9 +100,9 @@ class PooledShard:
                            self.blocks)
 
     @classmethod
-    def of(cls, manifest: Mapping[str, Any], *, where: str = "manifest.json") -> tuple[PooledShard, ...]:
+    def of(cls, manifest: Manifest, *, where: str = "manifest.json") -> tuple[PooledShard, ...]:
         """The shards a pool's manifest names; empty for any other bundle; EvidenceError naming a malformed field."""
-        found = manifest.get("pool")
+        found = manifest.pool
         if found is None:
             return ()
         try:

@@ -18,13 +18,13 @@ from __future__ import annotations
 import os
 import re
 import statistics
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from h3bench.errors import EvidenceError, H3BenchError, UsageError
 from h3bench.evidence import BundleReader, VerifyReport, files, verify
+from h3bench.evidence.manifest import Manifest
 from h3bench.quality import Status
 from h3bench.quality.lossless import DEVIATIONS
 from h3bench.run.records import BlockResult, Sample, load_results
@@ -32,7 +32,7 @@ from h3bench.runspec import RunSpec, parse_runspec
 from h3bench.runspec.cases import MatchedPair, OutputRef
 from h3bench.runspec.schedule import Schedule
 from h3bench.stats.speed import RatioEstimate
-from h3bench.stats.stages import DERIVED_STAGE, stage_median_values
+from h3bench.stats.stages import DERIVED_STAGE
 from h3bench.verdict.verdicts import DurationVerdict, VerdictDocument, duration_key
 
 __all__ = [
@@ -46,7 +46,6 @@ __all__ = [
     "gate_rows",
     "number",
     "read_contents",
-    "stage_medians",
 ]
 
 TELEMETRY = "telemetry.jsonl"
@@ -104,7 +103,7 @@ class Contents:
     path: Path
     verified: VerifyReport
     spec: RunSpec
-    manifest: dict[str, Any]
+    manifest: Manifest
     document: VerdictDocument | None  # verdict.json, None when the run wrote none
     quality_version: str | None  # the newest validator version with a stored result
     quality_versions: tuple[str, ...]
@@ -153,7 +152,7 @@ def read_contents(path: str | os.PathLike[str]) -> Contents:
         raise UsageError(f"{path}: not an evidence bundle directory")
     verified = _refuse_unverified(path)
     bundle = BundleReader.open(path)
-    spec = parse_runspec(bundle.manifest["spec"], source=f"{path}/manifest.json")
+    spec = parse_runspec(bundle.manifest.spec, source=f"{path}/manifest.json")
     document = VerdictDocument.read(bundle)
     # A candidate-only run ran the anchored orders; its other blocks are in the stored bundle.
     anchored = document is not None and document.baseline_evidence is not None
@@ -186,7 +185,7 @@ def read_contents(path: str | os.PathLike[str]) -> Contents:
         profiles=tuple(Sample.from_record(r) for r in bundle.samples("profile")),
         profile_traces=tuple(_traces(r) for r in bundle.samples("profile")),
         lpips_detail=_lpips_detail(quality),
-        lpips_source=_lpips_source(quality) or bundle.manifest.get("lpips_weights"),
+        lpips_source=_lpips_source(quality) or bundle.manifest.lpips_weights,
     )
 
 
@@ -260,11 +259,6 @@ def _lpips_detail(quality: dict[str, Any]) -> str | None:
             if check.get("name") == "lpips":
                 return f"{check.get('status')}: {check.get('detail')}"
     return None
-
-
-def stage_medians(samples: Iterable[Sample]) -> dict[str, float]:
-    """Median seconds of each top-level stage the samples report, and the derived remainder unless it is negative."""
-    return stage_median_values((s.e2e_s, s.stage_durations) for s in samples)[0]
 
 
 def number(value: Any) -> float | None:

@@ -23,7 +23,7 @@ from matplotlib import rc_context
 from matplotlib.figure import Figure as MplFigure
 from matplotlib.ticker import FuncFormatter
 
-from h3bench.report.contents import DERIVED_STAGE, Series, stage_medians
+from h3bench.report.contents import DERIVED_STAGE, Series
 from h3bench.runspec import BASELINE, RunSpec
 from h3bench.stats.speed import RatioEstimate
 
@@ -168,8 +168,11 @@ def e2e_figure(spec: RunSpec, series: Series) -> Figure | None:
 
 @styled
 def stage_figure(spec: RunSpec, series: Series) -> Figure | None:
-    """Median seconds of each top-level profiler stage per arm, stacked; mux+transfer is derived."""
-    arms = [(arm, stage_medians(series.measured(arm))) for arm in (BASELINE, series.candidate)]
+    """Median seconds of each top-level profiler stage per arm, stacked; mux+transfer is derived.
+
+    The medians are those verdict.json holds (each arm's ``ArmStats.stages``), never computed again here.
+    """
+    arms = [(stats.arm, dict(stats.stages)) for stats in (series.verdict.arms if series.verdict else ())]
     arms = [(arm, medians) for arm, medians in arms if medians]
     if not arms:
         return None

@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from h3bench.h3 import STAGE_KEYS, STAGE_PREFIX
+from h3bench.h3 import STAGE_KEYS, STAGE_PREFIX, profiler_key
 from h3bench.outcome import Outcome
 from h3bench.report.contents import Contents, Series, describe_lpips_source, gate_rows
 from h3bench.report.figures import Figure
@@ -151,16 +151,16 @@ def verdict_section(contents: Contents) -> str:
 
 def manifest_section(contents: Contents) -> str:
     m, spec = contents.manifest, contents.spec
-    source = m.get("source") or {}
-    environment = m.get("environment") or {}
+    source = m.source
+    environment = m.environment or {}
     rows = [
         ("spec", f"{_e(spec.name)}: {_e(spec.description or '')}"),
-        ("spec id", f"<code>{_e(m.get('spec_id'))}</code>"),
+        ("spec id", f"<code>{_e(m.spec_id)}</code>"),
         ("engine commit", _e(source.get("engine_commit", f"none ({source.get('kind', 'no [source]')})"))),
         ("image digest", _e(source.get("image_digest", f"none ({source.get('kind', 'no [source]')})"))),
         ("model", f"{_e(spec.model.path)}; content identity {_e(spec.model.content_identity)}"),
     ]
-    for name, entry in (m.get("inputs") or {}).items():
+    for name, entry in m.inputs.items():
         rows.append((f"input {name}", f"{_e(entry.get('path'))}<br><code>sha256 {_e(entry.get('sha256'))}</code>"))
     rows += [
         ("prompt", _e(spec.inputs.prompt)),
@@ -172,7 +172,7 @@ def manifest_section(contents: Contents) -> str:
         ("LPIPS weight source", _e(f"{describe_lpips_source(contents.lpips_source)}; "
                                    f"{'required' if spec.gates.lpips_required else 'not required'} by the spec")),
         ("validator version", _e(", ".join(contents.quality_versions) or "no quality result stored")),
-        ("h3bench", _e(f"{m.get('h3bench_version')}, started {m.get('started_at')}")),
+        ("h3bench", _e(f"{m.h3bench_version}, started {m.started_at}")),
         ("host", _e(f"{environment.get('hostname')}, {environment.get('cpu_model')} x{environment.get('cpu_count')}, "
                     f"Python {(environment.get('python') or {}).get('version')}, {spec.hardware.kind}")),
         ("bundle", f"<code>{_e(contents.path)}</code>: verifies, {contents.verified.files_checked} files checked, "
@@ -357,8 +357,8 @@ def profile_section(contents: Contents) -> str:
         return _section("profile", _note("Skipped: the bundle holds no profiled request (samples of kind "
                                          "\"profile\").", "profile"))
     # Upstream's stage keys first, then whatever else the profiler reported (denoise_step, for one); the API
-    # layer's own timings (queue_wait_ms, stage_0_gen_ms) are milliseconds and no profiler stage: no dot.
-    reported = {k for s in contents.profiles for k in s.stage_durations if "." in k}
+    # layer's own timings (queue_wait_ms, stage_0_gen_ms) are milliseconds and no profiler stage.
+    reported = {k for s in contents.profiles for k in s.stage_durations if profiler_key(k)}
     keys = [k for k in STAGE_KEYS if k in reported] + sorted(reported - set(STAGE_KEYS))
     rows = [[_e(s.block_id), str(s.index), _num(s.e2e_s, 3), *(_num(s.stage_durations.get(k), 4) for k in keys),
              _e(traces)] for s, traces in zip(contents.profiles, contents.profile_traces, strict=True)]

@@ -10,7 +10,7 @@ verdict. Every other reason is in ``-v``
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,8 @@ from h3bench.report.terminal import (
     worst_text,
 )
 from h3bench.runspec import RunSpec
+from h3bench.stats import intervals
+from h3bench.stats.sequential import AUDIT, FAILED, FUTILITY, LAST_LOOK, PASSED, REASONS
 from h3bench.verdict.stage_effects import DIT_PER_FORWARD, E2E
 from h3bench.verdict.verdicts import NOT_EVALUATED, DeviceTime, DurationVerdict, VerdictDocument, duration_key, saving
 
@@ -34,22 +36,45 @@ __all__ = ["campaign_summary", "screen_lines"]
 _PROFILER = "profiler:"  # the parts the server's own pipeline profiler timed
 
 
+# What each stopping rule of the design says on the screen, by its stored reason code
+# (:data:`h3bench.stats.sequential.REASONS`, ``LookRecord.reason``), and the speed outcome it makes.
+_RULES: dict[str, tuple[Outcome, Callable[[float], str]]] = {
+    REASONS[PASSED]: (Outcome.PASS, lambda m: f"faster: upper bound below 1 - margin = {1 - m:.2f}"),
+    REASONS[FAILED]: (Outcome.FAIL, lambda m: f"slower: lower bound above 1 + margin = {1 + m:.2f}"),
+    REASONS[FUTILITY]: (Outcome.INCONCLUSIVE, lambda m: "futility: the estimate can no longer reach PASS"),
+    REASONS[AUDIT]: (Outcome.FAIL,
+                     lambda m: "the anti-shortcut audit failed: a cache of repeated requests is suspected"),
+    REASONS[LAST_LOOK]: (Outcome.INCONCLUSIVE, lambda m: f"the interval does not clear the {m:.0%} margin either way"),
+}
+
+
+def _speed_rule(d: DurationVerdict) -> str | None:
+    """The stopping rule that decided speed, by its stored code; None where none did.
+
+    Where no look was taken (a candidate-only run's anchored design, or pairs
+    judged at once) the one interval decides, by the stored bounds. A rule
+    that a later step overruled (a pool's missing shard) did not decide the
+    outcome the verdict holds; a series still running has none.
+    """
+    if d.estimate is None:
+        return None
+    if d.looks is not None and d.looks.stopped:
+        rule: str | None = d.looks.reason
+    elif (d.looks is None or d.looks.look is None) and d.estimate.ci_low is not None and d.estimate.ci_high is not None:
+        code = int(intervals.outcome_codes(d.estimate.ci_low, d.estimate.ci_high, d.estimate.margin))
+        rule = {intervals.PASS: REASONS[PASSED], intervals.FAIL: REASONS[FAILED]}.get(code, REASONS[LAST_LOOK])
+    else:
+        rule = None
+    return rule if rule in _RULES and _RULES[rule][0] is d.speed else None
+
+
 def _speed_why(d: DurationVerdict) -> str:
     """Why speed is what it is, in a few words: the rule that decided, or the first reason's head."""
-    first = d.speed_reasons[0] if d.speed_reasons else "not evaluated"
-    margin = d.estimate.margin if d.estimate is not None else None
-    if first.startswith("candidate faster") and margin is not None:
-        why = f"faster: upper bound below 1 - margin = {1 - margin:.2f}"
-    elif first.startswith("candidate slower") and margin is not None:
-        why = f"slower: lower bound above 1 + margin = {1 + margin:.2f}"
-    elif first.startswith("futility"):
-        why = "futility: the estimate can no longer reach PASS"
-    elif first.startswith("anti-shortcut audit failed"):
-        why = "the anti-shortcut audit failed: a cache of repeated requests is suspected"
-    elif "neither the upper bound" in first and margin is not None:
-        why = f"the interval does not clear the {margin:.0%} margin either way"
+    rule = _speed_rule(d)
+    if rule is not None and d.estimate is not None:
+        why = _RULES[rule][1](d.estimate.margin)
     else:
-        why = shorten(first)
+        why = shorten(d.speed_reasons[0] if d.speed_reasons else "not evaluated")
     if d.looks is not None and d.looks.first_requests_left_out:
         why += " (a warmup leak was flagged: bounds with and without first requests, -v)"
     return why

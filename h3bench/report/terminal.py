@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from h3bench.evidence.scrub import Scrubber
-from h3bench.h3 import DIFFUSION_EXEC_PER_STEP_S, STAGE_PREFIX
+from h3bench.h3 import DIFFUSION_EXEC_PER_STEP_S, STAGE_PREFIX, profiler_key
 from h3bench.outcome import Outcome
 from h3bench.runspec import RunSpec
 from h3bench.runspec.cases import Block
@@ -265,7 +265,7 @@ def _profile_lines(profiles: Iterable[Mapping[str, Any]]) -> list[str]:
             continue
         stages = record.get("stage_durations") or {}
         shown = ", ".join(f"{key.removeprefix(STAGE_PREFIX)} {value:.3f}" for key, value in stages.items()
-                          if "." in key) or "no stages"  # profiler stages only: the API layer's are milliseconds
+                          if profiler_key(key)) or "no stages"  # the API layer's own timings are milliseconds
         traces = record.get("traces") or []
         size = sum(t.get("size", 0) for t in traces)
         lines.append(f"{where} E2E {record.get('e2e_s', 0.0):.3f} s; stages [s]: {shown}; "
@@ -298,12 +298,17 @@ def shorten(text: str, limit: int = 110) -> str:
 
 
 def verdict_line(document: VerdictDocument, candidate: str, verdict: CandidateVerdict) -> str:
-    """``verdict clean: PASS``, with what stopped it, what was not selected, and what acceptance adds."""
+    """``verdict clean: PASS``, with what stopped it, what was not selected, and what acceptance adds.
+
+    The one verdict line: the screen (:mod:`h3bench.report.screen`) and ``-v`` (:func:`summary_lines`) both print it.
+    """
     item = document.accepted.candidates.get(candidate) if document.accepted is not None else None
     if item is not None and not item.judged and item.describe().startswith("not judged alone"):  # a lone shard
         return f"verdict {candidate}: {item.describe()} (this host's pairs alone: {verdict.outcome})"
     judged = ", ".join(map(key_marker, verdict.durations)) if document.not_selected.get(candidate) else ""
     line = f"verdict {candidate}{' for ' + judged if judged else ''}: {document.label(verdict.outcome)}"
+    if document.baseline_evidence:
+        line += " (candidate-only run: speed against today's anchor blocks)"
     if verdict.stopped:
         line += f" (stopped: {verdict.stopped.reason})"
     skipped = document.not_selected.get(candidate, ())
@@ -328,13 +333,8 @@ def summary_lines(spec: RunSpec, document: VerdictDocument, *, bundle: Path | No
             d = verdict.durations.get(duration_key(duration))
             if d is not None and d.arms:
                 lines += _duration_lines(duration, candidate, d)
-    anchored = " (candidate-only run: speed against today's anchor blocks)" if document.baseline_evidence else ""
     for candidate, verdict in document.candidates.items():
-        stopped = f" (stopped: {verdict.stopped.reason})" if verdict.stopped else ""
-        skipped = document.not_selected.get(candidate, ())
-        judged = ", ".join(key_marker(k) for k in verdict.durations) if skipped else ""
-        lines.append(f"verdict {candidate}{' for ' + judged if judged else ''}: {document.label(verdict.outcome)}"
-                     f"{anchored}{stopped}" + (f"; {', '.join(map(key_marker, skipped))} not selected" if skipped else ""))
+        lines.append(verdict_line(document, candidate, verdict))
         lines += [f"  {key}: {d.estimate.headline()}" for key, d in verdict.durations.items() if d.estimate]
         lines += [f"  note: {note}" for note in verdict.notes]
     unjudged = [c for c in document.not_selected if c not in document.candidates]

@@ -31,6 +31,7 @@ from typing import Any
 
 from h3bench.errors import DiskFullError
 from h3bench.evidence import Bundle
+from h3bench.evidence.codec import to_json
 from h3bench.evidence.scrub import Scrubber
 from h3bench.host.devices import DeviceLock
 from h3bench.outcome import Outcome
@@ -121,7 +122,7 @@ def run_block(
     if log_path.exists():
         scrubber.file(log_path)
     text = scrubber.text(failure[1]) if failure is not None else None
-    attention = {**read_attention_backends(log_path).to_dict(),
+    attention = {**to_json(read_attention_backends(log_path)),
                  "expected": spec.arms[block.arm].expected_attention_backend}
     try:
         lifecycle = _record_block(spec, block, bundle, server, exit_report, log_path, scrubber, text, attention,

@@ -51,9 +51,6 @@ class ContractPart:
     relpath: str | None
     note: str = ""  # why not recorded, or what was left out
 
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
-
 
 @dataclass(frozen=True)
 class ServerContract:
@@ -61,9 +58,6 @@ class ServerContract:
 
     openapi: ContractPart
     help: ContractPart | None = None  # None: not a vllm arm
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"openapi": self.openapi.to_dict(), "help": self.help.to_dict() if self.help else None}
 
 
 def record_openapi(base_url: str, bundle: Bundle, *, timeout: float = 30.0) -> ContractPart:

@@ -77,7 +77,7 @@ class Resumed:
 
 
 def _refuse_other_spec(bundle: Bundle, spec: RunSpec) -> None:
-    stored = bundle.manifest.get("spec", {})
+    stored = bundle.manifest.spec
     if spec.spec_id == bundle.spec_id:
         return
     if isinstance(stored, dict) and stored.get("name") == spec.name:

@@ -44,6 +44,7 @@ from typing import Any
 
 from h3bench.errors import EvidenceError, UsageError
 from h3bench.evidence.codec import from_json, to_json
+from h3bench.evidence.manifest import Manifest
 from h3bench.runspec.design import looks_of, run_order
 from h3bench.runspec.spec import RunSpec
 
@@ -126,9 +127,9 @@ class ShardRun:
         return data
 
     @classmethod
-    def of(cls, manifest: Mapping[str, Any], *, where: str = "manifest.json") -> ShardRun | None:
+    def of(cls, manifest: Manifest, *, where: str = "manifest.json") -> ShardRun | None:
         """The manifest's shard record; None for a bundle run without ``--shard``; EvidenceError when malformed."""
-        found = manifest.get("shard")
+        found = manifest.shard
         if found is None:
             return None
         try:

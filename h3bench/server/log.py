@@ -41,9 +41,6 @@ class AttentionBackends:
     used: tuple[str, ...]
     via: tuple[str, ...]
 
-    def to_dict(self) -> dict[str, list[str]]:
-        return {"used": list(self.used), "via": list(self.via)}
-
 
 def attention_backends(log_text: str) -> AttentionBackends:
     """The attention backends a server's workers resolved for role ``'self'``, read from its log."""

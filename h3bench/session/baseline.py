@@ -20,7 +20,6 @@ from pathlib import Path
 
 from h3bench.errors import EvidenceError
 from h3bench.evidence import BundleReader
-from h3bench.plan.preflight import diagnostic_reasons, is_diagnostic
 from h3bench.run.contract import ArmContract, Contract, contract_changes, engine_help
 from h3bench.run.records import BlockResult
 from h3bench.runspec import RunSpec, VllmArm, require_same_spec
@@ -48,9 +47,9 @@ def check_stored_baseline(spec: RunSpec, path: Path, stored_spec: RunSpec, bundl
     that does.
     """
     require_same_spec(stored_spec.spec_id, spec.spec_id)
-    if is_diagnostic(bundle.manifest):
+    if bundle.manifest.diagnostic:
         raise EvidenceError(
-            f"{path} is a DIAGNOSTIC run ({'; '.join(diagnostic_reasons(bundle.manifest))}): it is not a "
+            f"{path} is a DIAGNOSTIC run ({'; '.join(bundle.manifest.diagnostic_reasons())}): it is not a "
             "campaign result and can never be --baseline-evidence; run the baseline formally", path=str(path))
     if not any(r.block.letter == "A" and r.ok for r in ran.values()):
         raise EvidenceError(f"{path} holds no successful baseline block", path=str(path))

@@ -89,7 +89,7 @@ class Results:
         if not verified:
             require_verified(path, "it is not read")
         bundle = BundleReader.open(path)
-        spec = parse_runspec(bundle.manifest["spec"], source=f"{path}/manifest.json")
+        spec = parse_runspec(bundle.manifest.spec, source=f"{path}/manifest.json")
         results = cls(spec, settings, bundle_path=bundle.path, bundle=bundle)
         stored = bundle.read_verdict()
         if stored is not None:  # a selection is judged again as the run judged it

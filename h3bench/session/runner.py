@@ -38,6 +38,7 @@ from h3bench.errors import DiskFullError
 from h3bench.evidence import Bundle
 from h3bench.evidence.codec import from_json
 from h3bench.evidence.layout import planned_path
+from h3bench.evidence.manifest import ArmLaunch, Manifest
 from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
 from h3bench.host.inventory import host_identity
@@ -66,12 +67,9 @@ from h3bench.verdict.verdicts import HeldoutVerdict, VerdictDocument, duration_k
 __all__ = ["Runner"]
 
 
-def _launch_record(arm: Arm) -> dict[str, Any]:
+def _launch_record(arm: Arm) -> ArmLaunch:
     """What the manifest says of an arm's launch: the built command and environment, and what checked them."""
-    record: dict[str, Any] = {"argv": list(arm.argv), "env": arm.launch_env()}
-    if isinstance(arm, VllmArm):
-        record["rules_checked_against"] = arm.checked_against
-    return record
+    return ArmLaunch(tuple(arm.argv), arm.launch_env(), arm.checked_against if isinstance(arm, VllmArm) else None)
 
 
 class Runner:
@@ -109,8 +107,7 @@ class Runner:
         """The run's bundle, created when the first block runs."""
         if self._bundle is None:
             spec = self.spec
-            self._bundle = Bundle.create(
-                self.settings.evidence_root,
+            self._bundle = Bundle.create(self.settings.evidence_root, Manifest.new(
                 spec_id=spec.spec_id,
                 spec=spec.model_dump(mode="json"),
                 inputs={name: {"path": str(path), "sha256": getattr(spec.inputs, name).sha256}
@@ -119,11 +116,13 @@ class Runner:
                 model=spec.model.model_dump(mode="json"),
                 started_at=self.started_at,
                 session=self.session,
-                extra={**self.preflight.manifest(), **self._shard_record()},
+                run=self.preflight.run_kind(),
+                host=self.preflight.host,
+                shard=self._shard_record().get("shard"),
                 arms={name: _launch_record(arm) for name, arm in spec.arms.items()},
                 lpips_weights=self.results.judge.weights_record(),
                 environment=environment(),
-            )
+            ))
             self.results.attach(self._bundle)
         return self._bundle
 

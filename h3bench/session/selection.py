@@ -21,7 +21,6 @@ from pathlib import Path
 
 from h3bench.errors import H3BenchError, UsageError
 from h3bench.evidence import BundleReader
-from h3bench.plan.preflight import is_diagnostic
 from h3bench.runspec import BASELINE, RunSpec
 from h3bench.session.settings import Settings
 
@@ -34,7 +33,7 @@ def stored_baselines(spec: RunSpec, root: Path) -> list[Path]:
     for manifest in sorted(root.glob("*/manifest.json"), reverse=True):  # names start with the start time
         try:
             bundle = BundleReader.open(manifest.parent)
-            if bundle.spec_id != spec.spec_id or not bundle.is_complete or is_diagnostic(bundle.manifest):
+            if bundle.spec_id != spec.spec_id or not bundle.is_complete or bundle.manifest.diagnostic:
                 continue
             if any(s.get("arm") == BASELINE and s.get("kind") == "measured" for s in bundle.samples()):
                 found.append(bundle.path)

@@ -45,8 +45,8 @@ from h3bench.errors import EvidenceError
 from h3bench.evidence import BundleReader, require_verified
 from h3bench.evidence.files import read_json
 from h3bench.evidence.layout import FINAL, QUALITY
+from h3bench.evidence.manifest import Manifest
 from h3bench.evidence.reader import segments_of
-from h3bench.plan.preflight import is_diagnostic as run_is_diagnostic
 from h3bench.run.contract import Contract, contract_changes
 from h3bench.run.records import BlockResult, load_results
 from h3bench.runspec import BASELINE, RunSpec, parse_runspec
@@ -56,10 +56,9 @@ from h3bench.verdict.verdicts import VerdictDocument
 __all__ = ["Contract", "StoredBundle", "contract_changes", "is_diagnostic", "open_verified"]
 
 
-def is_diagnostic(manifest: dict[str, Any]) -> bool:
+def is_diagnostic(manifest: Manifest) -> bool:
     """Whether a bundle is a DIAGNOSTIC run (its run says so, or its spec is marked diagnostic): never evidence."""
-    spec = manifest.get("spec") or {}
-    return run_is_diagnostic(manifest) or spec.get("diagnostic") is True
+    return manifest.diagnostic or manifest.spec.get("diagnostic") is True
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ class StoredBundle:
     """
 
     path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     final: dict[str, Any]
     final_sha256: str
     seals: tuple[str, ...] = ()
@@ -91,15 +90,15 @@ class StoredBundle:
 
     @property
     def spec_id(self) -> str:
-        return str(self.manifest["spec_id"])
+        return self.manifest.spec_id
 
     @property
     def spec_data(self) -> dict[str, Any]:
-        return dict(self.manifest.get("spec") or {})
+        return dict(self.manifest.spec)
 
     @property
     def started_at(self) -> str:
-        return str(self.manifest.get("started_at", ""))
+        return self.manifest.started_at
 
     @property
     def hardware_kind(self) -> str:
@@ -115,8 +114,8 @@ class StoredBundle:
 
     def engine(self) -> dict[str, Any]:
         """Claims about the serving engine: the pinned source and what each arm's host reported."""
-        source = self.manifest.get("source") or {}
-        host_engines = (self.manifest.get("host") or {}).get("engine") or {}
+        source = self.manifest.source
+        host_engines = (self.manifest.host or {}).get("engine") or {}
         reported = {arm: (found or {}).get("vllm_omni_commit") for arm, found in host_engines.items()}
         return {"engine_commit": source.get("engine_commit"), "image_digest": source.get("image_digest"),
                 "kind": source.get("kind", "engine"), "reported_commits": reported}
@@ -128,7 +127,7 @@ class StoredBundle:
             if (self.path / segment / FINAL).is_file():
                 listed = read_json(self.path / segment / FINAL).get("files", {})
                 in_run.update(Path(rel).stem for rel in listed if Path(rel).parent.name == QUALITY)
-        return {"h3bench_version": self.manifest.get("h3bench_version"), "validator_versions": sorted(in_run)}
+        return {"h3bench_version": self.manifest.h3bench_version, "validator_versions": sorted(in_run)}
 
     def arm(self, name: str) -> dict[str, Any]:
         return dict((self.spec_data.get("arms") or {}).get(name) or {})
@@ -144,9 +143,9 @@ class StoredBundle:
 
         A vLLM arm's options are its command; its description is not.
         """
-        recorded = (self.manifest.get("arms") or {}).get(BASELINE)
+        recorded = self.manifest.arms.get(BASELINE)
         arm = self.arm(BASELINE)
-        launch = ({key: recorded[key] for key in ("argv", "env") if key in recorded} if isinstance(recorded, dict)
+        launch = ({"argv": list(recorded.argv), "env": recorded.env} if recorded is not None
                   else {key: value for key, value in arm.items() if key != "description" and value})
         return json.dumps(launch, sort_keys=True, separators=(",", ":"))
 

@@ -205,7 +205,7 @@ def host_effects(ratios: Mapping[str, Sequence[float]], pass_level: float, fail_
             ratio, lower, upper, _ = intervals.t_bounds(logs, pass_level, fail_level)
             found.append(HostEffect(host, len(logs), float(ratio), float(lower), float(upper)))
         else:
-            found.append(HostEffect(host, len(logs), float(np.exp(logs.mean())) if len(logs) else None, None, None))
+            found.append(HostEffect(host, len(logs), intervals.geometric_mean_of_logs(logs) if len(logs) else None, None, None))
     return tuple(found)
 
 

@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,6 +66,8 @@ __all__ = [
     "anchored_bounds",
     "combine_codes",
     "error_levels",
+    "geometric_mean",
+    "geometric_mean_of_logs",
     "is_paired_order",
     "mde_ratio",
     "noncentrality",
@@ -104,6 +107,22 @@ def error_levels(n_durations: int, n_candidates: int, alpha: float = ALPHA) -> L
         raise ValueError("a campaign has at least one duration and one candidate")
     return Levels(alpha / 2 / n_candidates, alpha / 2 / (n_durations * n_candidates), n_durations, n_candidates,
                   alpha)
+
+
+def geometric_mean_of_logs(logs: Iterable[float] | np.ndarray) -> float:
+    """``exp(mean(logs))``: the geometric mean of the values whose logs these are; NaN for none.
+
+    The one geometric mean of the project (:func:`geometric_mean` too): a ratio
+    of paired runs, a host's ratio, a history's level all read it from here.
+    """
+    x = np.asarray(logs if isinstance(logs, np.ndarray) else list(logs), dtype=float)
+    return math.exp(float(x.mean())) if x.size else math.nan
+
+
+def geometric_mean(values: Iterable[float] | np.ndarray) -> float:
+    """``exp(mean(log values))`` of positive values; NaN for none."""
+    return geometric_mean_of_logs(np.log(np.asarray(values if isinstance(values, np.ndarray) else list(values),
+                                                    dtype=float)))
 
 
 def is_paired_order(order: str) -> bool:

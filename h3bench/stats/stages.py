@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping
 
-from h3bench.h3 import mux_and_transfer_s, top_level_stages
+from h3bench.h3 import mux_and_transfer_s, top_level_method, top_level_stages
 
 __all__ = ["DERIVED_STAGE", "stage_median_values"]
 
@@ -28,10 +28,9 @@ def stage_median_values(requests: Iterable[tuple[float | None, Mapping[str, floa
     """
     requests = list(requests)
     medians: dict[str, float] = {}
-    reported = {k.rpartition(".")[2] for _, stages in requests for k in stages if k.count(".") <= 1}
+    reported = {method for _, stages in requests for k in stages if (method := top_level_method(k)) is not None}
     for stage in top_level_stages(reported):
-        values = [v for _, stages in requests for k, v in stages.items()
-                  if k.count(".") <= 1 and k.rpartition(".")[2] == stage]
+        values = [v for _, stages in requests for k, v in stages.items() if top_level_method(k) == stage]
         if values:
             medians[stage] = statistics.median(values)
     rest = [r for e2e, stages in requests if e2e is not None if (r := mux_and_transfer_s(e2e, stages)) is not None]

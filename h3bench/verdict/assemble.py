@@ -34,10 +34,10 @@ from typing import Protocol
 
 from h3bench import __version__
 from h3bench.evidence import BundleReader
+from h3bench.evidence.manifest import DIAGNOSTIC, FORMAL, RunKind
 from h3bench.host import telemetry
 from h3bench.outcome import Outcome
 from h3bench.plan.design import design_warnings
-from h3bench.plan.preflight import diagnostic_reasons, is_diagnostic
 from h3bench.run.records import BlockResult, Stop
 from h3bench.runspec import BASELINE, RunSpec
 from h3bench.runspec.cases import Block, CandidateWorkload
@@ -267,14 +267,14 @@ def candidate_verdicts(records: RunRecords) -> dict[str, CandidateVerdict]:
 def run_notes(records: RunRecords) -> tuple[str, ...]:
     """What the manifest says about the run itself: a DIAGNOSTIC run, pins the host could not confirm."""
     manifest = records.bundle.manifest
-    run = manifest.get("run") or {}
-    lines = [f"DIAGNOSTIC run: not a campaign result; {reason}" for reason in diagnostic_reasons(manifest)]
-    lines += [f"  underpowered: {problem}" for problem in run.get("underpowered", ())]
+    run = manifest.run or RunKind(FORMAL)
+    lines = [f"DIAGNOSTIC run: not a campaign result; {reason}" for reason in manifest.diagnostic_reasons()]
+    lines += [f"  underpowered: {problem}" for problem in run.underpowered]
     lines += [f"design: {warning}" for warning in design_warnings(records.spec)]
     if shard := ShardRun.of(manifest, where=f"{records.bundle.path}/manifest.json"):
         lines.append(f"shard {shard.index}/{shard.count}, round {shard.round}, on host {shard.host.name}: this "
                      "verdict covers this host's pairs only; the campaign's verdict is h3bench pool's over every shard")
-    return tuple(lines + [f"not verified: {item}" for item in run.get("unverified", ())])
+    return tuple(lines + [f"not verified: {item}" for item in run.unverified])
 
 
 def document(records: RunRecords, *, interrupted: str | None = None,
@@ -286,7 +286,7 @@ def document(records: RunRecords, *, interrupted: str | None = None,
     baseline_evidence: Path | None = stored.bundle.path if stored is not None else None
     return VerdictDocument(
         spec_id=spec.spec_id, spec_name=spec.name, h3bench=__version__,
-        run="DIAGNOSTIC" if is_diagnostic(records.bundle.manifest) else "FORMAL",
+        run=DIAGNOSTIC if records.bundle.manifest.diagnostic else FORMAL,
         interrupted=interrupted, candidates=dict(verdicts if verdicts is not None else candidate_verdicts(records)),
         run_notes=run_notes(records), heldout=dict(heldout or {}), accepted=accepted,
         baseline_evidence=str(baseline_evidence) if baseline_evidence is not None else None,

@@ -276,11 +276,11 @@ def test_validate_lossless_adds_the_lossless_judgement(copy, capsys, newer_valid
 
 def test_validate_refuses_a_bundle_without_matched_outputs(tmp_path, capsys):
     from h3bench.evidence import Bundle
+    from h3bench.evidence.manifest import Manifest
     from h3bench.runspec import load_runspec
 
     spec = load_runspec(Path(__file__).resolve().parents[2] / "fixtures" / "runspecs" / "sim.toml")
-    with Bundle.create(tmp_path, spec_id=spec.spec_id, spec=spec.model_dump(mode="json"),
-                       inputs={}, source={}, model={}) as empty:
+    with Bundle.create(tmp_path, Manifest.new(spec_id=spec.spec_id, spec=spec.model_dump(mode="json"))) as empty:
         path = empty.path
 
     code, out, err = run_cli(capsys, "validate", str(path))

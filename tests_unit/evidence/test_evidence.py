@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 import h3bench
 from h3bench.errors import EvidenceError
 from h3bench.evidence import SAMPLE_KINDS, Bundle, verify
+from h3bench.evidence.manifest import Manifest
 from h3bench.host.environment import environment
 
 SPEC_ID = hashlib.sha256(b"a frozen spec").hexdigest()
@@ -32,7 +33,7 @@ MODEL = {"path": "/models/h3", "content_sha256": "ef" * 32}
 def new_bundle(root: Path, **overrides) -> Bundle:
     kwargs = dict(spec_id=SPEC_ID, spec=SPEC, inputs=INPUTS, source=SOURCE, model=MODEL,
                   environment=environment()) | overrides
-    return Bundle.create(root, **kwargs)
+    return Bundle.create(root, Manifest.new(**kwargs))
 
 
 def tmp_names(directory: Path) -> list[str]:
@@ -89,7 +90,8 @@ def test_bundles_of_one_spec_in_the_same_second_get_distinct_directories(tmp_pat
 
 def test_default_root_is_under_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    b = Bundle.create(spec_id=SPEC_ID, spec=SPEC, inputs=INPUTS, source=SOURCE, model=MODEL, name="A/B run")
+    b = Bundle.create(None, Manifest.new(spec_id=SPEC_ID, spec=SPEC, inputs=INPUTS, source=SOURCE, model=MODEL),
+                      name="A/B run")
     assert b.path.parent == tmp_path / "h3bench-evidence"
     assert b.path.name.endswith(f"-A_B_run-{SPEC_ID[:12]}")
 
@@ -325,7 +327,7 @@ def test_an_exception_in_the_run_still_seals_what_was_written(tmp_path: Path) ->
 
 def test_open_reads_a_bundle_back(closed_bundle: Bundle) -> None:
     b = Bundle.open(closed_bundle.path)
-    assert b.spec_id == SPEC_ID and b.manifest["spec"] == SPEC and b.is_complete
+    assert b.spec_id == SPEC_ID and b.manifest.spec == SPEC and b.is_complete
     assert [s["kind"] for s in b.samples()] == ["warmup", "measured"]
     assert b.read_verdict() == {"outcome": "PASS"}
     assert b.quality_versions() == ("1.0.0",) and b.read_quality("1.0.0") == {"ssim": 0.99}

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from h3bench.errors import UsageError
+from h3bench.evidence.codec import to_json
 from h3bench.host import checkpoint
 from h3bench.host.checkpoint import CheckpointFile, content_identity
 
@@ -41,7 +42,7 @@ def test_every_file_hashed_into_one_identity_over_the_sorted_manifest(model: Pat
     assert result.manifest.splitlines()[0] == f"{result.files[0].sha256}  15  config.json"
     assert result.identity == "sha256:" + hashlib.sha256(result.manifest.encode()).hexdigest()
     assert result.total_bytes == result.hashed_bytes == sum(f.size for f in result.files)
-    assert result.to_dict()["files"][2] == {"name": names[2], "size": 1000, "sha256": hashlib.sha256(b"b" * 1000).hexdigest()}
+    assert to_json(result)["files"][2] == {"name": names[2], "size": 1000, "sha256": hashlib.sha256(b"b" * 1000).hexdigest()}
 
 
 def test_the_identity_changes_with_any_byte_or_name(model: Path, tmp_path: Path) -> None:

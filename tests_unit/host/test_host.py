@@ -160,10 +160,10 @@ def test_preflight_records_the_host_and_refuses_a_mismatch_before_launch(tmp_pat
     checked = preflight(npu_spec(tmp_path, ["vllm", "serve"], good, content_identity=identity), spec_file=None,
                         allow_unpinned=False)
     assert checked.kind == FORMAL and checked.unverified == ("source.image_digest ($H3BENCH_IMAGE_DIGEST is not set)",)
-    record = checked.manifest()
-    assert record["host"]["engine"]["baseline"]["vllm_omni_commit"] == COMMIT
-    assert record["host"]["checkpoint"]["identity"] == identity and record["host"]["memory_bytes"] > 0
-    assert record["host"]["cann"] is None and record["host"]["driver"] is None  # absent here, not an error
+    record = checked.host  # the manifest's host record
+    assert record["engine"]["baseline"]["vllm_omni_commit"] == COMMIT
+    assert record["checkpoint"]["identity"] == identity and record["memory_bytes"] > 0
+    assert record["cann"] is None and record["driver"] is None  # absent here, not an error
 
     monkeypatch.setenv(host.IMAGE_DIGEST_ENV, "sha256:" + "8" * 64)
     with pytest.raises(RunSpecError, match=r"source.image_digest pins sha256:7{64}, but the host has sha256:8{64}"):
@@ -174,7 +174,7 @@ def test_preflight_records_the_host_and_refuses_a_mismatch_before_launch(tmp_pat
                   allow_unpinned=False)
     diagnostic = preflight(npu_spec(tmp_path, ["vllm"], good), spec_file=None, allow_unpinned=True)  # same engine
     assert (diagnostic.kind, diagnostic.unpinned) == (DIAGNOSTIC, ("model.content_identity",))
-    assert diagnostic.manifest()["host"]["checkpoint"]["identity"] == identity, "recorded, to be pinned"
+    assert diagnostic.host["checkpoint"]["identity"] == identity, "recorded, to be pinned"
     other = engine_env(direct_url={"url": "x", "vcs_info": {"commit_id": "922f1e9f1cb85b9f2b66d86e1eb500e6872b2dcb"}})
     with pytest.raises(RunSpecError, match=f"source.engine_commit pins {COMMIT}, but the host has 922f1e9f"):
         preflight(npu_spec(tmp_path, ["vllm"], other, content_identity=identity), spec_file=None, allow_unpinned=False)

@@ -110,6 +110,7 @@ def test_every_arm_is_given_the_staged_copy(tmp_path: Path, checkpoint: tuple[Pa
 def test_a_staged_campaign_records_what_was_staged_and_tells_every_server(tmp_path: Path) -> None:
     """start_campaign stages before any server starts; the manifest keeps it; each block's server is told."""
     from h3bench.evidence import Bundle
+    from h3bench.evidence.manifest import Manifest
     from h3bench.run.launch import block_server
     from h3bench.runspec.schedule import Schedule
     from h3bench.session.campaign import start_campaign
@@ -120,11 +121,11 @@ def test_a_staged_campaign_records_what_was_staged_and_tells_every_server(tmp_pa
     spec_path = tmp_path / "staged.toml"
     spec_path.write_text(text + '\n[staging]\nmode = "page_cache"\n')
     campaign = start_campaign(Settings(runspec=spec_path, evidence_root=tmp_path / "ev"))
-    staged = campaign.runner.preflight.manifest()["host"]["staging"]
+    staged = campaign.runner.preflight.host["staging"]
     assert staged["mode"] == "page_cache" and "not a directory here" in staged["note"]  # the simulator: no files
     spec = load_runspec(spec_path)
     block = Schedule(spec).blocks[0]
-    bundle = Bundle.create(tmp_path / "b", spec_id=spec.spec_id, spec={}, inputs={}, source={}, model={})
+    bundle = Bundle.create(tmp_path / "b", Manifest.new(spec_id=spec.spec_id, spec={}))
     server = block_server(spec, block, tmp_path / "b.log", bundle, None, None)
     assert server.env[STAGED_ENV] == "page_cache"
     bundle.close()

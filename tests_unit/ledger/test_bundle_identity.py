@@ -19,6 +19,7 @@ import pytest
 from h3bench import evidence
 from h3bench.cli import main
 from h3bench.ledger.append import add_bundle
+from h3bench.ledger.chain import read_ledger, replaces
 from h3bench.ledger.history import read_history
 from h3bench.ledger.verify import verify_ledger
 from h3bench.runspec import parse_runspec
@@ -52,6 +53,23 @@ def interrupted(tmp_path) -> Path:
 
 
 # -- the ledger ----------------------------------------------------------------------------------------------
+
+
+def test_the_writer_supersedes_what_the_chain_says_an_entry_replaces(interrupted, tmp_path):
+    """The writer asks the chain (:func:`h3bench.ledger.chain.replaces`): no second account of the rule."""
+    ledger = tmp_path / "ledger.jsonl"
+    add_bundle(interrupted, ledger)
+    resume_bundle(interrupted, npu_spec(clean={}), latency(2))
+    add_bundle(interrupted, ledger)
+
+    found = read_ledger(ledger)
+    assert not found.problems
+    for line in found.lines:
+        assert line.entry is not None and line.record is not None
+        allowed = [old.seq for old in found.lines[: line.seq]
+                   if old.entry is not None and replaces(line.entry, old.entry) is not None]
+        assert line.record.get("supersedes", []) == allowed
+    assert found.superseded_by == {0: 2, 1: 3}
 
 
 def test_a_bundle_entered_interrupted_and_again_completed_is_one_history(interrupted, tmp_path, capsys):

@@ -109,12 +109,12 @@ def test_a_one_workload_run_judges_that_workload_and_says_the_other_was_not_sele
 
     assert result.ret == pytest.ExitCode.OK
     # Nothing was rejected: the run judged 5 s and says that 15 s is not judged, on one screen and in -v.
-    result.stdout.fnmatch_lines(["verdict clean for ref2va_5s: *; ref2va_15s not selected",
+    result.stdout.fnmatch_lines(["verdict clean for ref2va_5s: *; not judged: ref2va_15s not selected",
                                  "candidate clean: not judged: ref2va_15s not selected"])
     assert "ref2va 15s" not in result.stdout.str() and "rejected" not in result.stdout.str()
     (bundle,) = bundles_in(pytester.path / "evidence")
     opened = Bundle.open(bundle)
-    screen = screen_lines(parse_runspec(opened.manifest["spec"], source="spec"), VerdictDocument.read(opened),
+    screen = screen_lines(parse_runspec(opened.manifest.spec, source="spec"), VerdictDocument.read(opened),
                           bundle=bundle)
     assert fnmatch.filter(screen, "verdict clean for ref2va_5s: *; not judged: ref2va_15s not selected"), screen
     verdict = json.loads((bundle / "verdict.json").read_text())

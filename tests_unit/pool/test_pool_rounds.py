@@ -75,7 +75,7 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
 
 def test_the_plans_simulation_over_two_hosts_runs_the_pooled_campaigns_blocks(campaign):
     bundle = Bundle.open(campaign["pooled"])
-    spec = parse_runspec(bundle.manifest["spec"], source="pooled manifest")
+    spec = parse_runspec(bundle.manifest.spec, source="pooled manifest")
     results = pooled_results(bundle, spec, lossless=True)
     plan = replay(spec, results, shards=SHARDS)
     assert planned_blocks(spec, plan) == set(results.ran), campaign["outputs"][-1][-3000:]
@@ -87,7 +87,7 @@ def test_a_later_round_runs_what_the_look_left_and_the_controls_with_the_pair_th
     outputs = campaign["outputs"]
     assert campaign["rounds"] >= 2 and "slow at 5s: stop" in outputs[0], outputs[0][-3000:]
     bundle = Bundle.open(campaign["pooled"])
-    spec = parse_runspec(bundle.manifest["spec"], source="pooled manifest")
+    spec = parse_runspec(bundle.manifest.spec, source="pooled manifest")
     results = pooled_results(bundle, spec, lossless=True)
     fast = results.decision(5.0, "fast")
     assert fast is not None and fast.outcome is Outcome.PASS, outputs[0][-3000:]

@@ -20,6 +20,7 @@ from h3bench.cli import main
 from h3bench.errors import EvidenceError
 from h3bench.evidence import BundleReader
 from h3bench.evidence.codec import from_json, to_json
+from h3bench.evidence.manifest import Manifest
 from h3bench.ledger.campaigns import ShardMark, pooled_shards, shard_mark
 from h3bench.pool.shards import PooledShard
 from h3bench.run.resume import resumed_shard
@@ -42,23 +43,28 @@ UNTYPED_POOLED = {"index": 2, "count": 2, "round": 1, "host": UNTYPED["host"] | 
                   "path": "/evidence/s2/20261120T100000Z-sim-0123456789ab"}
 
 
+def _m(**fields: object) -> Manifest:
+    """A manifest holding only ``fields`` besides what every manifest has."""
+    return Manifest.new(spec_id="ab" * 32, spec={}, **fields)
+
+
 def test_a_record_written_before_it_was_typed_reads_and_writes_back_the_same():
-    run = ShardRun.of({"shard": UNTYPED})
+    run = ShardRun.of(_m(shard=UNTYPED))
 
     assert run is not None and run.shard == Shard(1, 2) and run.round == 1 and run.host.name == "host-1"
     assert run.host.device_serials == ("S1",) and run.blocks[0] == "5s-clean-1A-baseline"
     assert run.to_dict() == UNTYPED
-    assert shard_mark({"shard": UNTYPED}, SEAL) == ShardMark(1, 2, 1, "host-1", SEAL)
-    assert ShardRun.of({"spec_id": "x"}) is None and shard_mark({}, SEAL) is None
+    assert shard_mark(_m(shard=UNTYPED), SEAL) == ShardMark(1, 2, 1, "host-1", SEAL)
+    assert ShardRun.of(_m()) is None and shard_mark(_m(), SEAL) is None
 
 
 def test_a_pool_record_written_before_it_was_typed_reads_as_the_pool_and_the_verdict_name_it():
-    (pooled,) = PooledShard.of({"pool": {"shards": [UNTYPED_POOLED], "missing": []}})
+    (pooled,) = PooledShard.of(_m(pool={"shards": [UNTYPED_POOLED], "missing": []}))
 
     assert to_json(pooled) == {**UNTYPED_POOLED, "seals": []}  # a pool written before it named every state
-    assert pooled_shards({"pool": {"shards": [UNTYPED_POOLED]}}) == (ShardMark(2, 2, 1, "host-2", SEAL),)
+    assert pooled_shards(_m(pool={"shards": [UNTYPED_POOLED]})) == (ShardMark(2, 2, 1, "host-2", SEAL),)
     assert pooled.record().host == "host-2" and pooled.record().final_sha256 == SEAL
-    assert PooledShard.of({}) == ()
+    assert PooledShard.of(_m()) == ()
 
 
 names = st.text("abcdefgh-0123456789", min_size=1, max_size=12)
@@ -71,9 +77,9 @@ def test_what_the_runner_writes_is_what_every_reader_reads(place, round_, host, 
     index, count = place
     run = ShardRun(index, count, ShardHost(host, device_serials=tuple(serials)), round_, looks, (f"{index}",))
 
-    assert ShardRun.of({"shard": run.to_dict()}) == run
+    assert ShardRun.of(_m(shard=run.to_dict())) == run
     assert from_json(ShardRun, to_json(run)) == run
-    assert shard_mark({"shard": run.to_dict()}, SEAL) == ShardMark(index, count, round_, host, SEAL)
+    assert shard_mark(_m(shard=run.to_dict()), SEAL) == ShardMark(index, count, round_, host, SEAL)
 
 
 BAD = [
@@ -91,10 +97,10 @@ def test_a_missing_or_malformed_field_is_one_named_error_from_the_record(spoil, 
     spoil(record)
 
     with pytest.raises(EvidenceError) as raised:
-        ShardRun.of({"shard": record}, where="B/manifest.json")
+        ShardRun.of(_m(shard=record), where="B/manifest.json")
     assert str(raised.value) == f"B/manifest.json: {expected}"
     with pytest.raises(EvidenceError) as marked:
-        shard_mark({"shard": record}, SEAL, where="B/manifest.json")
+        shard_mark(_m(shard=record), SEAL, where="B/manifest.json")
     assert str(marked.value) == str(raised.value)
 
 

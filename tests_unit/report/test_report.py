@@ -30,6 +30,7 @@ import pytest
 from h3bench.cli import main
 from h3bench.evidence import Bundle, verify
 from h3bench.evidence.files import now
+from h3bench.evidence.manifest import Manifest
 from h3bench.report import ReportFiles, default_out, write_report
 from h3bench.report.contents import read_contents
 from h3bench.report.markdown import MAX_LINES, render_summary
@@ -331,8 +332,8 @@ def test_a_bundle_in_which_nothing_ran_still_gets_a_report_that_says_so(tmp_path
     from h3bench.runspec import load_runspec
 
     spec = load_runspec(Path(__file__).resolve().parents[2] / "fixtures" / "runspecs" / "sim.toml")
-    with Bundle.create(tmp_path / "evidence", spec_id=spec.spec_id, spec=spec.model_dump(mode="json"),
-                       inputs={}, source={}, model={}) as empty:
+    with Bundle.create(tmp_path / "evidence", Manifest.new(spec_id=spec.spec_id,
+                                                           spec=spec.model_dump(mode="json"))) as empty:
         path = empty.path
 
     written = write_report(path)

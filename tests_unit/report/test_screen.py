@@ -5,20 +5,38 @@ stopped and the device time spent and saved; each gate's worst value; lossless; 
 one did, naming at most three parts. The documents are what the project's own results give for a sealed
 bundle (:mod:`tests_unit.bundlesim`); the parts a bundle without outputs cannot have (lossless, stages) are
 set on them as a campaign would write them.
+
+Each figure is computed once and read by every presentation (issue 43): the screen names the rule that decided
+speed by its stored reason code, never by a reason's wording; the screen and ``-v`` print one verdict line; the
+report's stage figure draws the medians ``verdict.json`` holds; one rule says which stage-duration keys are the
+profiler's.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+from collections.abc import Callable
 
 import pytest
 
+from h3bench.h3 import STAGE_KEYS, mux_and_transfer_s, profiler_key
 from h3bench.outcome import Outcome
+from h3bench.report.contents import DERIVED_STAGE, Series
+from h3bench.report.figures import stage_figure
 from h3bench.report.screen import screen_lines
+from h3bench.report.terminal import summary_lines
 from h3bench.runspec import load_runspec
+from h3bench.stats.stages import stage_median_values
 from h3bench.verdict.stage_effects import PartEffect, StageEffects
-from h3bench.verdict.verdicts import Acceptance, CandidateAcceptance, GateValue, LosslessSummary, VerdictDocument
+from h3bench.verdict.verdicts import (
+    Acceptance,
+    ArmStats,
+    CandidateAcceptance,
+    GateValue,
+    LosslessSummary,
+    VerdictDocument,
+)
 from tests_unit.bundlesim import FIXTURES, write_bundle
 
 # Its module fixtures run once: every test of the module on one xdist worker.
@@ -116,3 +134,71 @@ def test_a_candidate_only_run_that_cannot_decide_lossless_says_which_order_can(d
 def test_a_diagnostic_run_says_so_on_every_line(document):
     lines = screen_lines(SPEC, dataclasses.replace(document, run="DIAGNOSTIC"), bundle=None)
     assert all(line.startswith("DIAGNOSTIC") for line in lines)
+
+
+def _heads(lines: list[str]) -> list[str]:
+    return [line for line in lines if " vs " in line and not line.startswith(" ")]
+
+
+def test_the_screen_reads_the_deciding_rule_from_its_stored_code_not_from_a_reasons_wording(document):
+    heads = _heads(screen_lines(SPEC, document, bundle=None))
+    assert all(head.endswith("speed PASS, faster: upper bound below 1 - margin = 0.98") for head in heads), heads
+
+    reworded = _with(document, speed_reasons=("the candidate was quicker, as reworded by a later version",))
+    assert _heads(screen_lines(SPEC, reworded, bundle=None)) == heads
+
+
+def test_a_rule_that_a_later_step_overruled_is_not_named_as_the_deciding_one(document):
+    # A pool whose shard is missing makes speed INCONCLUSIVE over a series whose look said "faster".
+    overruled = _with(document, speed=Outcome.INCONCLUSIVE, speed_reasons=("shard 2 of 2 is missing",))
+    heads = _heads(screen_lines(SPEC, overruled, bundle=None))
+    assert heads and all(head.endswith("speed INCONCLUSIVE, shard 2 of 2 is missing") for head in heads), heads
+
+
+def _not_selected(document: VerdictDocument) -> VerdictDocument:
+    verdict = document.candidates["clean"]
+    return dataclasses.replace(document, not_selected={"clean": ("15s",)}, candidates={
+        "clean": dataclasses.replace(verdict, durations={"5s": verdict.durations["5s"]})})
+
+
+CHANGES: list[Callable[[VerdictDocument], VerdictDocument]] = [
+    lambda d: d,
+    lambda d: dataclasses.replace(d, baseline_evidence="/evidence/stored"),
+    _not_selected,
+]
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=["plain", "candidate-only", "not selected"])
+def test_the_screen_and_v_print_one_verdict_line(document, change):
+    changed = change(document)
+    screen = [line for line in screen_lines(SPEC, changed, bundle=None) if line.startswith("verdict ")]
+    verbose = [line for line in summary_lines(SPEC, changed, bundle=None) if line.startswith("verdict ")]
+    assert screen and screen == verbose
+
+
+def test_the_stage_figure_draws_the_medians_verdict_json_holds(document):
+    d = document.candidates["clean"].durations["5s"]
+    stored = (ArmStats("baseline", 4, 1.0, (), (("diffuse", 0.7), (DERIVED_STAGE, 0.125))),
+              ArmStats("clean", 4, 0.9, (), (("diffuse", 0.6), (DERIVED_STAGE, 0.125))))
+    # No request of the series is given: what the figure shows can only come from the verdict.
+    series = Series(5.0, "clean", (), dataclasses.replace(d, arms=stored), {}, None)
+    figure = stage_figure(SPEC, series)
+    assert figure is not None and figure.svg is not None
+    assert "0.825 s" in figure.svg and "0.725 s" in figure.svg  # each arm's stacked total
+    assert stage_figure(SPEC, dataclasses.replace(series, verdict=dataclasses.replace(d, arms=()))) is None
+
+
+def test_one_rule_says_which_keys_are_the_profilers(document):
+    # The API layer's own timings have no dot, whatever their name: never a stage, in any reader.
+    stages = {STAGE_KEYS[0]: 0.25, "diffuse": 999.0, "queue_wait_ms": 12.0}
+    assert [k for k in stages if profiler_key(k)] == [STAGE_KEYS[0]]
+    assert mux_and_transfer_s(2.0, stages) == pytest.approx(1.75)
+    medians, _ = stage_median_values([(2.0, stages)])
+    assert "diffuse" not in medians and medians[STAGE_KEYS[0].rpartition(".")[2]] == pytest.approx(0.25)
+
+
+def test_v_lists_only_the_profilers_keys_of_a_profiled_request(document):
+    profile = {"duration": 5.0, "arm": "baseline", "block_id": "b", "ok": True, "e2e_s": 1.0,
+               "stage_durations": {STAGE_KEYS[0]: 0.25, "queue_wait_ms": 12.0}}
+    (line,) = [x for x in summary_lines(SPEC, document, bundle=None, profiles=[profile]) if x.startswith("profile ")]
+    assert "queue_wait_ms" not in line and "encode_prompt 0.250" in line

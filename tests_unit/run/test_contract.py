@@ -26,6 +26,8 @@ import pytest
 from h3bench.cli import main
 from h3bench.errors import EvidenceError
 from h3bench.evidence import Bundle, verify
+from h3bench.evidence.codec import to_json
+from h3bench.evidence.manifest import Manifest
 from h3bench.ledger.append import add_bundle
 from h3bench.ledger.chain import entry_hash, read_ledger
 from h3bench.ledger.history import history_json, read_history
@@ -140,7 +142,7 @@ def no_openapi() -> Iterator[str]:
 
 def test_a_server_without_openapi_is_noted_and_the_contract_files_are_stored_once(tmp_path: Path,
                                                                                   no_openapi: str) -> None:
-    bundle = Bundle.create(tmp_path, spec_id="ab" * 32, spec={"name": "t"}, inputs={}, source={}, model={})
+    bundle = Bundle.create(tmp_path, Manifest.new(spec_id="ab" * 32, spec={"name": "t"}))
     assert record_openapi(no_openapi, bundle) == ContractPart(None, None, "not recorded: /openapi.json answered "
                                                                           "HTTP 404")
     refused = record_openapi("http://127.0.0.1:9", bundle)
@@ -153,8 +155,8 @@ def test_a_server_without_openapi_is_noted_and_the_contract_files_are_stored_onc
 
 
 def test_a_change_of_contract_is_named_per_arm_and_document_and_a_missing_side_is_none() -> None:
-    records = [{"arm": "baseline", "contract": ServerContract(ContractPart("a" * 64, "x"),
-                                                              ContractPart("b" * 64, "y")).to_dict()},
+    records = [{"arm": "baseline", "contract": to_json(ServerContract(ContractPart("a" * 64, "x"),
+                                                                      ContractPart("b" * 64, "y")))},
                {"arm": "baseline", "contract": None}, {"arm": "fast"}]
     before = Contract.of(records)
     assert before == Contract({"baseline": ArmContract(("a" * 64,), ("b" * 64,))})

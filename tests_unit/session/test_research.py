@@ -11,7 +11,9 @@ import pytest
 
 from h3bench.errors import EvidenceError, RunSpecError
 from h3bench.evidence import Bundle, verify
-from h3bench.plan.preflight import DIAGNOSTIC, FORMAL, is_diagnostic, preflight
+from h3bench.evidence.codec import to_json
+from h3bench.evidence.manifest import Manifest
+from h3bench.plan.preflight import DIAGNOSTIC, FORMAL, preflight
 from h3bench.report.terminal import summary_lines
 from h3bench.run.client import VideoClient
 from h3bench.run.profiling import profiled_request
@@ -117,9 +119,15 @@ def test_diagnostic_specs_make_diagnostic_runs() -> None:
     data = _data("sim-research.toml")
     data["workload"]["steps"] = 8
     short = _parse(data)
-    run = preflight(short, spec_file=None, allow_unpinned=False).manifest()["run"]
+    run = to_json(preflight(short, spec_file=None, allow_unpinned=False).run_kind())
     assert run["kind"] == DIAGNOSTIC and "workload.steps = 8" in run["reasons"][0]
-    assert is_diagnostic({"run": run}) and not is_diagnostic({"run": {"kind": FORMAL}}) and not is_diagnostic({})
+
+    def manifest(**more: object) -> Manifest:  # read as a bundle's manifest.json is
+        return Manifest.from_record({"spec_id": "ab" * 32, "spec": {}, "started_at": "", "h3bench_version": "",
+                                     **more}, Path("manifest.json"))
+
+    assert manifest(run=run).diagnostic and not manifest(run={"kind": FORMAL}).diagnostic
+    assert not manifest().diagnostic
     data["workload"]["steps"], data["diagnostic"] = 50, True
     assert preflight(_parse(data), spec_file=None, allow_unpinned=False).reasons == ("the spec says diagnostic = true",)
     document = VerdictDocument("ab" * 32, "x", "0.1.0", DIAGNOSTIC, None, {}, run_notes=("DIAGNOSTIC run: why",))
@@ -132,9 +140,10 @@ def test_a_diagnostic_bundle_is_never_baseline_evidence(tmp_path: Path) -> None:
     data = _data("sim-research.toml")
     data["diagnostic"] = True
     spec = _parse(data)
-    bundle = Bundle.create(tmp_path, spec_id=spec.spec_id, spec=spec.model_dump(mode="json"), inputs={},
-                           source={"kind": "simulator"}, model={},
-                           extra=preflight(spec, spec_file=None, allow_unpinned=False).manifest())
+    checked = preflight(spec, spec_file=None, allow_unpinned=False)
+    bundle = Bundle.create(tmp_path, Manifest.new(spec_id=spec.spec_id, spec=spec.model_dump(mode="json"),
+                                                  source={"kind": "simulator"}, run=checked.run_kind(),
+                                                  host=checked.host))
     bundle.close()
     results = Results(spec, Settings(None, arm="candidate"))
     with pytest.raises(EvidenceError, match="DIAGNOSTIC run .*can never be --baseline-evidence"):
