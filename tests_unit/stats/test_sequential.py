@@ -160,6 +160,32 @@ def test_the_audit_fails_before_anything_else():
     assert found.code == FAIL and found.reason == AUDIT and found.pairs == 2
 
 
+def test_pass_waits_where_the_audit_cannot_rule_out_a_cache():
+    held = np.zeros(7, bool)
+    held[0] = True
+    found = sequential.sequential_outcomes(_ratios(0.5), _b(), pass_held=held)
+    assert found.code == PASS and found.pairs == 3 and not found.held
+    going = sequential.sequential_outcomes(_ratios(0.5), _b(), pass_held=held, available=2)
+    assert going.reason == CONTINUE and going.held
+    last = sequential.sequential_outcomes(_ratios(0.5), _b(), pass_held=np.ones(7, bool))
+    assert last.code == INCONCLUSIVE and last.reason == LAST_LOOK and last.pairs == 8
+
+
+def test_one_slow_audit_at_the_first_look_only_delays_a_pass_live():
+    """Two pairs of a clearly faster candidate, one candidate audit at +100 %: the look continues and says why;
+    a third pair clears the audit and passes."""
+    b = _b()
+    blocks = [SeriesBlock(role, (100.0 * (0.5 if role == "B" else 1.0),) * 2, 100.0 * (0.5 if role == "B" else 1.0))
+              for role in sequential.series_order(3)]
+    blocks = [SeriesBlock(blk.role, tuple(v * (1 + 0.001 * i) for v in blk.measured), blk.audit)
+              for i, blk in enumerate(blocks)]
+    blocks[1] = SeriesBlock("B", blocks[1].measured, 100.0)
+    first = sequential.decide(blocks[:4], b, BUDGET)
+    assert not first.stop and first.reason_code == CONTINUE and "PASS waits" in first.reason
+    later = sequential.decide(blocks, b, BUDGET)
+    assert later.outcome is Outcome.PASS and "PASS waits" not in later.reason
+
+
 def test_a_series_continues_until_its_next_look():
     found = sequential.sequential_outcomes(_ratios(0.95, 0.03), _b(), available=2)
     assert found.reason == CONTINUE and found.code == INCONCLUSIVE and found.pairs == 2
