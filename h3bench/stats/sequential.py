@@ -115,7 +115,7 @@ from scipy.special import ndtr, ndtri, stdtr, stdtrit
 from h3bench.errors import UsageError
 from h3bench.outcome import Outcome
 from h3bench.stats import intervals
-from h3bench.stats.blockstat import LEAK_LEVEL, BlockBudget, block_log_statistics, first_request_flags
+from h3bench.stats.blockstat import LEAK_LEVEL, BlockBudget, block_log_statistics, first_request_sides
 from h3bench.stats.cache_audit import CACHE_RATIO, cache_flags, cache_held
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE, PASS
 
@@ -355,7 +355,7 @@ def _bounds(x: np.ndarray, pass_level: float, fail_level: float, allowance: floa
 def sequential_outcomes(
     log_ratios: np.ndarray, b: Boundaries, *, available: np.ndarray | int | None = None,
     audit_fail: np.ndarray | None = None, also: np.ndarray | None = None, also_at: np.ndarray | None = None,
-    pass_held: np.ndarray | None = None,
+    also_upper_at: np.ndarray | None = None, also_lower_at: np.ndarray | None = None, pass_held: np.ndarray | None = None,
 ) -> SeriesOutcomes:
     """The decision at every look, vectorised over leading axes.
 
@@ -375,6 +375,11 @@ def sequential_outcomes(
         clear the margin (the interval is the hull of both), and the
         estimate is the second set's. :func:`judge_series` passes the
         ratios without first requests when the first-request rule flags.
+    also_upper_at, also_lower_at
+        ``(..., J)``: likewise for one bound only (PASS needs both upper
+        bounds below the margin, or FAIL both lower bounds above it), the
+        estimate being the second set's: where a first request faster than
+        the rest can only bias one way (:func:`h3bench.stats.blockstat.first_request_sides`).
     pass_held
         ``(..., J)``: PASS may not be declared at that look (the audit has
         not ruled out a cache, :func:`h3bench.stats.cache_audit.cache_held`);
@@ -389,8 +394,11 @@ def sequential_outcomes(
     audit = np.zeros((*shape, n_looks), bool) if audit_fail is None else np.broadcast_to(audit_fail, (*shape, n_looks))
     hold = np.zeros((*shape, n_looks), bool) if pass_held is None else np.broadcast_to(pass_held, (*shape, n_looks))
     second = None if also is None else np.broadcast_to(np.asarray(also, dtype=float), x.shape)
-    both = (np.zeros((*shape, n_looks), bool) if also_at is None or second is None
-            else np.broadcast_to(also_at, (*shape, n_looks)))
+    def looks_of(at: np.ndarray | None) -> np.ndarray:
+        return (np.zeros((*shape, n_looks), bool) if at is None or second is None
+                else np.broadcast_to(at, (*shape, n_looks)))
+
+    upper_at, lower_at = looks_of(also_at) | looks_of(also_upper_at), looks_of(also_at) | looks_of(also_lower_at)
     code = np.full(shape, INCONCLUSIVE, np.int8)
     reason = np.full(shape, CONTINUE, np.int8)
     look = np.full(shape, -1, np.int16)
@@ -405,13 +413,13 @@ def sequential_outcomes(
             break
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             r, lo, hi = _bounds(x[..., :n], b.pass_levels[j], b.fail_levels[j], b.allowance)
-            if second is not None and both[..., j].any():
+            up, low = upper_at[..., j], lower_at[..., j]
+            if second is not None and (up | low).any():
                 r2, lo2, hi2 = _bounds(second[..., :n], b.pass_levels[j], b.fail_levels[j], b.allowance)
-                flag = both[..., j]
-                r, lo, hi = np.where(flag, r2, r), np.where(flag, np.minimum(lo, lo2), lo), np.where(
-                    flag, np.maximum(hi, hi2), hi)
+                r, lo, hi = np.where(up | low, r2, r), np.where(low, np.minimum(lo, lo2), lo), np.where(
+                    up, np.maximum(hi, hi2), hi)
         ratio, lower, upper = (np.where(take, new, old) for new, old in ((r, ratio), (lo, lower), (hi, upper)))
-        left = np.where(take, both[..., j], left)
+        left = np.where(take, up | low, left)
         look = np.where(take, j, look).astype(np.int16)
         pairs = np.where(take, n, pairs).astype(np.int16)
         verdict = intervals.outcome_codes(lo, hi, b.margin)
@@ -451,11 +459,13 @@ def judge_series(
     available
         Complete pairs so far (``(...)`` or an int); default all.
     leak_level
-        Level of the first-request rule (:func:`h3bench.stats.blockstat.first_request_flags`);
-        None turns the rule off. Where it flags, PASS and FAIL must hold with
-        and without each block's first measured request (the hull of both
-        intervals; the estimate is the one without), and once it flags at a
-        look, every later look does the same.
+        Level of the first-request rule (:func:`h3bench.stats.blockstat.first_request_sides`);
+        None turns the rule off. Where it flags a slow first request, PASS
+        and FAIL must hold with and without each block's first measured
+        request (the hull of both intervals; the estimate is the one
+        without); a faster one, the bound it can bias (the candidate's: PASS,
+        the baseline's: FAIL). Once it flags at a look, every later look does
+        the same.
     cache_ratio
         Threshold of the audit rule (:func:`h3bench.stats.cache_audit.cache_flags`);
         None turns it off (so does a budget without audit). Where the audit
@@ -472,22 +482,24 @@ def judge_series(
     x, order = x[..., :n_blocks, :], order[:n_blocks]
     shape = x.shape[:-2]
     n_looks = len(b.looks)
-    flags = np.zeros((*shape, n_looks), bool)
+    pass_side = np.zeros((*shape, n_looks), bool)
+    fail_side = np.zeros((*shape, n_looks), bool)
     audit = np.zeros((*shape, n_looks), bool)
     held = np.zeros((*shape, n_looks), bool)
     with np.errstate(invalid="ignore"):  # blocks not run yet are NaN; their looks are not taken
         for j, n in enumerate(b.looks):
             seen, part = x[..., : 2 * n, :], order[: 2 * n]
             if leak_level is not None:
-                flags[..., j] = first_request_flags(seen, part, budget, leak_level)[0]
+                pass_side[..., j], fail_side[..., j] = first_request_sides(seen, part, budget, leak_level)
             if cache_ratio is not None and budget.audit:
                 audit[..., j] = cache_flags(seen, part, budget, cache_ratio)[0]
                 held[..., j] = cache_held(seen, part, budget, cache_ratio)
-        flags = np.logical_or.accumulate(flags, axis=-1)
+        pass_side, fail_side = (np.logical_or.accumulate(f, axis=-1) for f in (pass_side, fail_side))
         full = intervals.paired_log_ratios(block_log_statistics(x, budget), order)
-        rest = intervals.paired_log_ratios(block_log_statistics(x, budget, True), order) if flags.any() else None
-    return sequential_outcomes(full, b, available=available, audit_fail=audit, also=rest, also_at=flags,
-                               pass_held=held)
+        rest = (intervals.paired_log_ratios(block_log_statistics(x, budget, True), order)
+                if (pass_side | fail_side).any() else None)
+    return sequential_outcomes(full, b, available=available, audit_fail=audit, also=rest, also_upper_at=pass_side,
+                               also_lower_at=fail_side, pass_held=held)
 
 
 @dataclass(frozen=True)
@@ -560,9 +572,9 @@ def _decision(found: SeriesOutcomes, b: Boundaries, pairs: int, notes: tuple[str
         text += ("; PASS waits: with two blocks per arm one slow request can hide a cache, and the audit cannot rule "
                  "one out yet")
     if left:
-        text += ("; the first-request rule flagged a slow first measured request (a warmup leak), so the bounds are "
-                 "the hull of those with and without each block's first measured request, and the estimate is "
-                 "without them")
+        text += ("; the first-request rule flagged first measured requests slower (a warmup leak) or faster (a cold "
+                 "card) than the block's others, so the bounds are the hull of those with and without each block's "
+                 "first measured request, and the estimate is without them")
     outcome = {PASS: Outcome.PASS, FAIL: Outcome.FAIL}.get(int(found.code.reshape(-1)[0]), Outcome.INCONCLUSIVE)
     return LookDecision(stop, outcome, reason, text, j + 1, b.looks, pairs, next_look, r, lo, hi,
                         b.pass_levels[j], b.fail_levels[j], left, notes)

@@ -305,8 +305,34 @@ def test_without_the_first_request_rule_a_leak_inflates_false_faster(design):
     assert (out == PASS).mean() > 0.025 + 3.5 * se(0.025, n)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("cold", [-0.03, -0.10])
+def test_a_cold_first_request_in_the_candidate_does_not_make_it_faster(cold):
+    """A first measured request 3 % / 10 % faster in every candidate block (a cold card): without the rule false
+    "faster" at the margin (0.5 at 5 s, 0.98 at 15 s) is 3.7 % / 4.6 % (the one-sided rule: 3.4 % / 4.2 %); the
+    two-sided check holds it to 2.5 %."""
+    n = 8000
+    ratios = [[0.5, 0.98]]
+    with_rule, _ = outcomes(SEQ, ratios, seed=52, n=n, leak=cold, leak_arms="B")
+    without, _ = outcomes(SEQ_NO_RULE, ratios, seed=52, n=n, leak=cold, leak_arms="B")
+    report(f"sequential, {cold:+.0%} first request in the candidate, margin, PASS with the rule", (with_rule == PASS).mean())
+    report(f"sequential, {cold:+.0%} first request in the candidate, margin, PASS without it", (without == PASS).mean())
+    assert (with_rule == PASS).mean() <= 0.025 + 3.5 * se(0.025, n) < (without == PASS).mean()
+
+
+@pytest.mark.slow
+def test_the_two_sided_check_in_aa_campaigns():
+    """No leak: the sequential design's deciding look is judged also without first requests in 28.7 % of the first
+    duration's series (docs/statistics.md; 21 % when only a slower first request was flagged)."""
+    n = 8000
+    _, run = outcomes(SEQ, [[1.0, 1.0]], seed=3, n=n)
+    rate = float(run.first_requests_out[:, 0, 0].mean())
+    report("sequential A/A, first duration judged also without first requests", rate)
+    assert near(rate, 0.287, n)
+
+
 RULE_POWER_QUOTED = {  # (design, process cv): PASS at a true 10 % without a leak, with the rule (docs/statistics.md)
-    ("fixed", 0.01): 0.980, ("fixed", 0.02): 0.789, ("sequential", 0.01): 0.980, ("sequential", 0.02): 0.841,
+    ("fixed", 0.01): 0.980, ("fixed", 0.02): 0.789, ("sequential", 0.01): 0.978, ("sequential", 0.02): 0.836,
 }
 
 
