@@ -7,8 +7,8 @@ in the fixed design (:func:`h3bench.stats.intervals.t_bounds`), but at the look'
 *nominal* levels. The series stops at the first look where
 
 1. the anti-shortcut audit fails (FAIL, :mod:`h3bench.stats.cache_audit`);
-   where it can neither suspect nor rule out a cache (one slow request with
-   two blocks per arm), PASS waits for a later look;
+   where it cannot rule out a cache, or suspects one with fewer than four
+   blocks per arm, PASS waits for a later look;
 2. the lower bound lies above ``1 + margin`` (FAIL, "slower");
 3. the upper bound lies below ``1 - margin`` (PASS, "faster"), unless PASS is
    not yet allowed at that look (a lossless campaign whose lossless test
@@ -116,7 +116,7 @@ from h3bench.errors import UsageError
 from h3bench.outcome import Outcome
 from h3bench.stats import intervals
 from h3bench.stats.blockstat import LEAK_LEVEL, BlockBudget, block_log_statistics, first_request_sides
-from h3bench.stats.cache_audit import CACHE_RATIO, cache_flags, cache_held
+from h3bench.stats.cache_audit import CACHE_RATIO, audit_looks
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE, PASS
 
 __all__ = [
@@ -469,8 +469,9 @@ def judge_series(
     cache_ratio
         Threshold of the audit rule (:func:`h3bench.stats.cache_audit.cache_flags`);
         None turns it off (so does a budget without audit). Where the audit
-        cannot rule out a cache yet (:func:`h3bench.stats.cache_audit.cache_held`),
-        PASS waits for a later look.
+        cannot rule out a cache yet, or suspects one with too few blocks to
+        FAIL (:func:`h3bench.stats.cache_audit.audit_looks`), PASS waits for a
+        later look.
 
     At each look only the blocks of its pairs are read: the rules at look
     ``j`` see what the runner had seen then.
@@ -492,8 +493,7 @@ def judge_series(
             if leak_level is not None:
                 pass_side[..., j], fail_side[..., j] = first_request_sides(seen, part, budget, leak_level)
             if cache_ratio is not None and budget.audit:
-                audit[..., j] = cache_flags(seen, part, budget, cache_ratio)[0]
-                held[..., j] = cache_held(seen, part, budget, cache_ratio)
+                audit[..., j], held[..., j] = audit_looks(seen, part, budget, cache_ratio)
         pass_side, fail_side = (np.logical_or.accumulate(f, axis=-1) for f in (pass_side, fail_side))
         full = intervals.paired_log_ratios(block_log_statistics(x, budget), order)
         rest = (intervals.paired_log_ratios(block_log_statistics(x, budget, True), order)
@@ -569,8 +569,8 @@ def _decision(found: SeriesOutcomes, b: Boundaries, pairs: int, notes: tuple[str
         pass_note = "" if b.pass_levels[j] > 0 else " (PASS is not allowed at this look)"
         text = f"{at}: {interval}{pass_note}; continue to {next_look} pairs"
     if found.held is not None and bool(found.held.reshape(-1)[0]):
-        text += ("; PASS waits: with two blocks per arm one slow request can hide a cache, and the audit cannot rule "
-                 "one out yet")
+        text += ("; PASS waits: the audit cannot rule out a cache yet (with few blocks per arm a slow request can "
+                 "hide one, two can imitate one)")
     if left:
         text += ("; the first-request rule flagged first measured requests slower (a warmup leak) or faster (a cold "
                  "card) than the block's others, so the bounds are the hull of those with and without each block's "
