@@ -573,8 +573,8 @@ def _decision(found: SeriesOutcomes, b: Boundaries, pairs: int, notes: tuple[str
                  "hide one, two can imitate one)")
     if left:
         text += ("; the first-request rule flagged first measured requests slower (a warmup leak) or faster (a cold "
-                 "card) than the block's others, so the bounds are the hull of those with and without each block's "
-                 "first measured request, and the estimate is without them")
+                 "card) than the block's others, so each bound they can bias is the outer of those with and without "
+                 "each block's first measured request, and the estimate is without them")
     outcome = {PASS: Outcome.PASS, FAIL: Outcome.FAIL}.get(int(found.code.reshape(-1)[0]), Outcome.INCONCLUSIVE)
     return LookDecision(stop, outcome, reason, text, j + 1, b.looks, pairs, next_look, r, lo, hi,
                         b.pass_levels[j], b.fail_levels[j], left, notes)
