@@ -7,6 +7,8 @@ in the fixed design (:func:`h3bench.stats.intervals.t_bounds`), but at the look'
 *nominal* levels. The series stops at the first look where
 
 1. the anti-shortcut audit fails (FAIL, :mod:`h3bench.stats.cache_audit`);
+   where it cannot rule out a cache, or suspects one with fewer than four
+   blocks per arm, PASS waits for a later look;
 2. the lower bound lies above ``1 + margin`` (FAIL, "slower");
 3. the upper bound lies below ``1 - margin`` (PASS, "faster"), unless PASS is
    not yet allowed at that look (a lossless campaign whose lossless test
@@ -74,7 +76,7 @@ False PASS is largest on the margin: raising the true ratio raises every
 ``T_j`` path by path, so a path that PASSes at a higher ratio PASSes (no
 later) at a lower one; the first-request and audit rules read only
 within-block contrasts, which a candidate's effect does not move. Futility, the FAIL bound and the audit only stop
-series, so they can only remove PASS claims: the PASS levels are calibrated
+series or hold PASS back, so they can only remove PASS claims: the PASS levels are calibrated
 as if none of them existed (non-binding futility), and likewise the FAIL
 levels. The sum over looks is the per-duration level, and the
 intersection-union and Bonferroni arguments over durations and candidates
@@ -113,8 +115,8 @@ from scipy.special import ndtr, ndtri, stdtr, stdtrit
 from h3bench.errors import UsageError
 from h3bench.outcome import Outcome
 from h3bench.stats import intervals
-from h3bench.stats.blockstat import LEAK_LEVEL, BlockBudget, block_log_statistics, first_request_flags
-from h3bench.stats.cache_audit import CACHE_RATIO, cache_flags
+from h3bench.stats.blockstat import LEAK_LEVEL, BlockBudget, block_log_statistics, first_request_sides
+from h3bench.stats.cache_audit import CACHE_RATIO, audit_looks
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE, PASS
 
 __all__ = [
@@ -333,6 +335,7 @@ class SeriesOutcomes:
     lower: np.ndarray
     upper: np.ndarray
     leak: np.ndarray  # judged also without first requests (the first-request rule flagged; False for ratios)
+    held: np.ndarray | None = None  # PASS waited at the latest look taken: the audit could not rule out a cache yet
 
 
 def _bounds(x: np.ndarray, pass_level: float, fail_level: float, allowance: float = 0.0
@@ -352,6 +355,7 @@ def _bounds(x: np.ndarray, pass_level: float, fail_level: float, allowance: floa
 def sequential_outcomes(
     log_ratios: np.ndarray, b: Boundaries, *, available: np.ndarray | int | None = None,
     audit_fail: np.ndarray | None = None, also: np.ndarray | None = None, also_at: np.ndarray | None = None,
+    also_upper_at: np.ndarray | None = None, also_lower_at: np.ndarray | None = None, pass_held: np.ndarray | None = None,
 ) -> SeriesOutcomes:
     """The decision at every look, vectorised over leading axes.
 
@@ -371,6 +375,15 @@ def sequential_outcomes(
         clear the margin (the interval is the hull of both), and the
         estimate is the second set's. :func:`judge_series` passes the
         ratios without first requests when the first-request rule flags.
+    also_upper_at, also_lower_at
+        ``(..., J)``: likewise for one bound only (PASS needs both upper
+        bounds below the margin, or FAIL both lower bounds above it), the
+        estimate being the second set's: where a first request faster than
+        the rest can only bias one way (:func:`h3bench.stats.blockstat.first_request_sides`).
+    pass_held
+        ``(..., J)``: PASS may not be declared at that look (the audit has
+        not ruled out a cache, :func:`h3bench.stats.cache_audit.cache_held`);
+        the series continues, or ends INCONCLUSIVE at the last look.
     """
     x = np.asarray(log_ratios, dtype=float)
     n_looks = len(b.looks)
@@ -379,15 +392,20 @@ def sequential_outcomes(
         raise UsageError(f"{x.shape[-1]} pairs given, the design's last look needs {b.max_pairs}")
     avail = np.broadcast_to(np.asarray(x.shape[-1] if available is None else available), shape)
     audit = np.zeros((*shape, n_looks), bool) if audit_fail is None else np.broadcast_to(audit_fail, (*shape, n_looks))
+    hold = np.zeros((*shape, n_looks), bool) if pass_held is None else np.broadcast_to(pass_held, (*shape, n_looks))
     second = None if also is None else np.broadcast_to(np.asarray(also, dtype=float), x.shape)
-    both = (np.zeros((*shape, n_looks), bool) if also_at is None or second is None
-            else np.broadcast_to(also_at, (*shape, n_looks)))
+    def looks_of(at: np.ndarray | None) -> np.ndarray:
+        return (np.zeros((*shape, n_looks), bool) if at is None or second is None
+                else np.broadcast_to(at, (*shape, n_looks)))
+
+    upper_at, lower_at = looks_of(also_at) | looks_of(also_upper_at), looks_of(also_at) | looks_of(also_lower_at)
     code = np.full(shape, INCONCLUSIVE, np.int8)
     reason = np.full(shape, CONTINUE, np.int8)
     look = np.full(shape, -1, np.int16)
     pairs = np.minimum(avail, b.max_pairs).astype(np.int16)
     ratio, lower, upper = (np.full(shape, np.nan) for _ in range(3))
     left = np.zeros(shape, bool)
+    waited = np.zeros(shape, bool)
     still = np.ones(shape, bool)
     for j, n in enumerate(b.looks):
         take = still & (avail >= n)
@@ -395,16 +413,18 @@ def sequential_outcomes(
             break
         with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
             r, lo, hi = _bounds(x[..., :n], b.pass_levels[j], b.fail_levels[j], b.allowance)
-            if second is not None and both[..., j].any():
+            up, low = upper_at[..., j], lower_at[..., j]
+            if second is not None and (up | low).any():
                 r2, lo2, hi2 = _bounds(second[..., :n], b.pass_levels[j], b.fail_levels[j], b.allowance)
-                flag = both[..., j]
-                r, lo, hi = np.where(flag, r2, r), np.where(flag, np.minimum(lo, lo2), lo), np.where(
-                    flag, np.maximum(hi, hi2), hi)
+                r, lo, hi = np.where(up | low, r2, r), np.where(low, np.minimum(lo, lo2), lo), np.where(
+                    up, np.maximum(hi, hi2), hi)
         ratio, lower, upper = (np.where(take, new, old) for new, old in ((r, ratio), (lo, lower), (hi, upper)))
-        left = np.where(take, both[..., j], left)
+        left = np.where(take, up | low, left)
         look = np.where(take, j, look).astype(np.int16)
         pairs = np.where(take, n, pairs).astype(np.int16)
         verdict = intervals.outcome_codes(lo, hi, b.margin)
+        waited = np.where(take, hold[..., j] & (verdict == PASS), waited)
+        verdict = np.where(hold[..., j] & (verdict == PASS), INCONCLUSIVE, verdict)
         futile = r >= b.futility_ratio if b.futility_ratio is not None else np.zeros(shape, bool)
         stop = np.select([audit[..., j], verdict == FAIL, verdict == PASS, np.full(shape, j == n_looks - 1), futile],
                          [AUDIT, FAILED, PASSED, LAST_LOOK, FUTILITY], CONTINUE)
@@ -412,7 +432,7 @@ def sequential_outcomes(
         code = np.where(take, np.select([stop == PASSED, (stop == FAILED) | (stop == AUDIT)], [PASS, FAIL],
                                         INCONCLUSIVE), code).astype(np.int8)
         still &= ~(take & (stop != CONTINUE))
-    return SeriesOutcomes(code, reason, look, pairs, ratio, lower, upper, left)
+    return SeriesOutcomes(code, reason, look, pairs, ratio, lower, upper, left, waited)
 
 
 def series_order(pairs: int) -> str:
@@ -439,14 +459,19 @@ def judge_series(
     available
         Complete pairs so far (``(...)`` or an int); default all.
     leak_level
-        Level of the first-request rule (:func:`h3bench.stats.blockstat.first_request_flags`);
-        None turns the rule off. Where it flags, PASS and FAIL must hold with
-        and without each block's first measured request (the hull of both
-        intervals; the estimate is the one without), and once it flags at a
-        look, every later look does the same.
+        Level of the first-request rule (:func:`h3bench.stats.blockstat.first_request_sides`);
+        None turns the rule off. Where it flags a slow first request, PASS
+        and FAIL must hold with and without each block's first measured
+        request (the hull of both intervals; the estimate is the one
+        without); a faster one, the bound it can bias (the candidate's: PASS,
+        the baseline's: FAIL). Once it flags at a look, every later look does
+        the same.
     cache_ratio
         Threshold of the audit rule (:func:`h3bench.stats.cache_audit.cache_flags`);
-        None turns it off (so does a budget without audit).
+        None turns it off (so does a budget without audit). Where the audit
+        cannot rule out a cache yet, or suspects one with too few blocks to
+        FAIL (:func:`h3bench.stats.cache_audit.audit_looks`), PASS waits for a
+        later look.
 
     At each look only the blocks of its pairs are read: the rules at look
     ``j`` see what the runner had seen then.
@@ -458,19 +483,23 @@ def judge_series(
     x, order = x[..., :n_blocks, :], order[:n_blocks]
     shape = x.shape[:-2]
     n_looks = len(b.looks)
-    flags = np.zeros((*shape, n_looks), bool)
+    pass_side = np.zeros((*shape, n_looks), bool)
+    fail_side = np.zeros((*shape, n_looks), bool)
     audit = np.zeros((*shape, n_looks), bool)
+    held = np.zeros((*shape, n_looks), bool)
     with np.errstate(invalid="ignore"):  # blocks not run yet are NaN; their looks are not taken
         for j, n in enumerate(b.looks):
             seen, part = x[..., : 2 * n, :], order[: 2 * n]
             if leak_level is not None:
-                flags[..., j] = first_request_flags(seen, part, budget, leak_level)[0]
+                pass_side[..., j], fail_side[..., j] = first_request_sides(seen, part, budget, leak_level)
             if cache_ratio is not None and budget.audit:
-                audit[..., j] = cache_flags(seen, part, budget, cache_ratio)[0]
-        flags = np.logical_or.accumulate(flags, axis=-1)
+                audit[..., j], held[..., j] = audit_looks(seen, part, budget, cache_ratio)
+        pass_side, fail_side = (np.logical_or.accumulate(f, axis=-1) for f in (pass_side, fail_side))
         full = intervals.paired_log_ratios(block_log_statistics(x, budget), order)
-        rest = intervals.paired_log_ratios(block_log_statistics(x, budget, True), order) if flags.any() else None
-    return sequential_outcomes(full, b, available=available, audit_fail=audit, also=rest, also_at=flags)
+        rest = (intervals.paired_log_ratios(block_log_statistics(x, budget, True), order)
+                if (pass_side | fail_side).any() else None)
+    return sequential_outcomes(full, b, available=available, audit_fail=audit, also=rest, also_upper_at=pass_side,
+                               also_lower_at=fail_side, pass_held=held)
 
 
 @dataclass(frozen=True)
@@ -539,10 +568,13 @@ def _decision(found: SeriesOutcomes, b: Boundaries, pairs: int, notes: tuple[str
     else:
         pass_note = "" if b.pass_levels[j] > 0 else " (PASS is not allowed at this look)"
         text = f"{at}: {interval}{pass_note}; continue to {next_look} pairs"
+    if found.held is not None and bool(found.held.reshape(-1)[0]):
+        text += ("; PASS waits: the audit cannot rule out a cache yet (with few blocks per arm a slow request can "
+                 "hide one, two can imitate one)")
     if left:
-        text += ("; the first-request rule flagged a slow first measured request (a warmup leak), so the bounds are "
-                 "the hull of those with and without each block's first measured request, and the estimate is "
-                 "without them")
+        text += ("; the first-request rule flagged first measured requests slower (a warmup leak) or faster (a cold "
+                 "card) than the block's others, so each bound they can bias is the outer of those with and without "
+                 "each block's first measured request, and the estimate is without them")
     outcome = {PASS: Outcome.PASS, FAIL: Outcome.FAIL}.get(int(found.code.reshape(-1)[0]), Outcome.INCONCLUSIVE)
     return LookDecision(stop, outcome, reason, text, j + 1, b.looks, pairs, next_look, r, lo, hi,
                         b.pass_levels[j], b.fail_levels[j], left, notes)

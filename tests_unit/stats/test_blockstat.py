@@ -8,7 +8,16 @@ import numpy as np
 import pytest
 
 from h3bench.errors import UsageError
-from h3bench.stats.blockstat import LEAK_LEVEL, BlockBudget, arm_mask, block_log_statistics, first_request_flags, lower_median
+from h3bench.stats.blockstat import (
+    FAST_SHARE,
+    LEAK_LEVEL,
+    BlockBudget,
+    arm_mask,
+    block_log_statistics,
+    first_request_flags,
+    first_request_sides,
+    lower_median,
+)
 
 ORDER = "ABBAABBA"
 COUNTED = BlockBudget(1, 2, True, True)
@@ -73,6 +82,35 @@ def test_a_leak_in_either_arm_is_flagged(leak, arms):
     assert flag.mean() > 0.95
 
 
+def test_without_a_leak_the_two_sided_check_flags_each_side_at_its_level():
+    """A/A: each arm's t is exactly Student t, so a faster first request is flagged at FAST_SHARE · LEAK_LEVEL per
+    arm, and each bound is judged also without first requests in at most the slow rule's rate plus that."""
+    n = 20_000
+    samples = _samples(np.random.default_rng(4), n)
+    upper, lower = first_request_sides(samples, ORDER, COUNTED)
+    slow, t, df = first_request_flags(samples, ORDER, COUNTED)
+    from scipy.special import stdtrit
+
+    fast = (t < -stdtrit(df, 1 - FAST_SHARE * LEAK_LEVEL)).mean(0)
+    se = math.sqrt(FAST_SHARE * LEAK_LEVEL * (1 - FAST_SHARE * LEAK_LEVEL) / n)
+    assert np.abs(fast - FAST_SHARE * LEAK_LEVEL).max() < 3.5 * se
+    for side in (upper, lower):
+        assert slow.mean() < side.mean() <= slow.mean() + FAST_SHARE * LEAK_LEVEL + 3.5 * se
+    print(f"two-sided check, no leak, 8 blocks: upper bound also without first requests {upper.mean():.2%}, "
+          f"lower {lower.mean():.2%}, either {(upper | lower).mean():.2%}")
+
+
+@pytest.mark.parametrize("cold", [-0.05, -0.10])
+@pytest.mark.parametrize("arm", ["A", "B"])
+def test_a_faster_first_request_is_flagged_on_the_side_it_biases(cold, arm):
+    """A cold card runs the first request ~10 % faster (issue 45): in the candidate it biases towards "faster"
+    (the upper bound), in the baseline towards "slower" (the lower bound); the other bound is left alone."""
+    upper, lower = first_request_sides(_samples(np.random.default_rng(5), 4000, leak=cold, arms=arm), ORDER, COUNTED)
+    biased, other = (upper, lower) if arm == "B" else (lower, upper)
+    print(f"two-sided check, {cold:+.0%} first request in {arm}: flagged {biased.mean():.2%}, other side {other.mean():.2%}")
+    assert biased.mean() > 0.9 and other.mean() < 2 * LEAK_LEVEL
+
+
 def test_the_rule_reads_the_measured_requests_only():
     """An audit seed that costs 30 % more by itself does not look like a leak; a budget of 1 + 3 + 1 works too."""
     samples = _samples(np.random.default_rng(3), 4000, budget=TODAY)
@@ -86,6 +124,9 @@ def test_no_scatter_at_all_flags_any_excess():
     assert not first_request_flags(samples, "ABBA", COUNTED)[0][0]
     samples[0, [0, 3], 0] = 101.0  # both baseline blocks alike: the first requests' excess has no scatter
     assert first_request_flags(samples, "ABBA", COUNTED)[0][0]
+    samples[0, [0, 3], 0] = 99.0  # ... and a shortfall, faster first requests in the baseline: its lower bound
+    upper, lower = first_request_sides(samples, "ABBA", COUNTED)
+    assert lower[0] and not upper[0] and not first_request_flags(samples, "ABBA", COUNTED)[0][0]
 
 
 def test_the_rule_needs_both_arms():

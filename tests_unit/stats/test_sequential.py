@@ -160,6 +160,32 @@ def test_the_audit_fails_before_anything_else():
     assert found.code == FAIL and found.reason == AUDIT and found.pairs == 2
 
 
+def test_pass_waits_where_the_audit_cannot_rule_out_a_cache():
+    held = np.zeros(7, bool)
+    held[0] = True
+    found = sequential.sequential_outcomes(_ratios(0.5), _b(), pass_held=held)
+    assert found.code == PASS and found.pairs == 3 and not found.held
+    going = sequential.sequential_outcomes(_ratios(0.5), _b(), pass_held=held, available=2)
+    assert going.reason == CONTINUE and going.held
+    last = sequential.sequential_outcomes(_ratios(0.5), _b(), pass_held=np.ones(7, bool))
+    assert last.code == INCONCLUSIVE and last.reason == LAST_LOOK and last.pairs == 8
+
+
+def test_one_slow_audit_at_the_first_look_only_delays_a_pass_live():
+    """Two pairs of a clearly faster candidate, one candidate audit at +100 %: the look continues and says why;
+    a third pair clears the audit and passes."""
+    b = _b()
+    blocks = [SeriesBlock(role, (100.0 * (0.5 if role == "B" else 1.0),) * 2, 100.0 * (0.5 if role == "B" else 1.0))
+              for role in sequential.series_order(3)]
+    blocks = [SeriesBlock(blk.role, tuple(v * (1 + 0.001 * i) for v in blk.measured), blk.audit)
+              for i, blk in enumerate(blocks)]
+    blocks[1] = SeriesBlock("B", blocks[1].measured, 100.0)
+    first = sequential.decide(blocks[:4], b, BUDGET)
+    assert not first.stop and first.reason_code == CONTINUE and "PASS waits" in first.reason
+    later = sequential.decide(blocks, b, BUDGET)
+    assert later.outcome is Outcome.PASS and "PASS waits" not in later.reason
+
+
 def test_a_series_continues_until_its_next_look():
     found = sequential.sequential_outcomes(_ratios(0.95, 0.03), _b(), available=2)
     assert found.reason == CONTINUE and found.code == INCONCLUSIVE and found.pairs == 2
@@ -279,8 +305,34 @@ def test_without_the_first_request_rule_a_leak_inflates_false_faster(design):
     assert (out == PASS).mean() > 0.025 + 3.5 * se(0.025, n)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("cold", [-0.03, -0.10])
+def test_a_cold_first_request_in_the_candidate_does_not_make_it_faster(cold):
+    """A first measured request 3 % / 10 % faster in every candidate block (a cold card): without the rule false
+    "faster" at the margin (0.5 at 5 s, 0.98 at 15 s) is 3.7 % / 4.6 % (the one-sided rule: 3.4 % / 4.2 %); the
+    two-sided check holds it to 2.5 %."""
+    n = 8000
+    ratios = [[0.5, 0.98]]
+    with_rule, _ = outcomes(SEQ, ratios, seed=52, n=n, leak=cold, leak_arms="B")
+    without, _ = outcomes(SEQ_NO_RULE, ratios, seed=52, n=n, leak=cold, leak_arms="B")
+    report(f"sequential, {cold:+.0%} first request in the candidate, margin, PASS with the rule", (with_rule == PASS).mean())
+    report(f"sequential, {cold:+.0%} first request in the candidate, margin, PASS without it", (without == PASS).mean())
+    assert (with_rule == PASS).mean() <= 0.025 + 3.5 * se(0.025, n) < (without == PASS).mean()
+
+
+@pytest.mark.slow
+def test_the_two_sided_check_in_aa_campaigns():
+    """No leak: the sequential design's deciding look is judged also without first requests in 28.7 % of the first
+    duration's series (docs/statistics.md; 21 % when only a slower first request was flagged)."""
+    n = 8000
+    _, run = outcomes(SEQ, [[1.0, 1.0]], seed=3, n=n)
+    rate = float(run.first_requests_out[:, 0, 0].mean())
+    report("sequential A/A, first duration judged also without first requests", rate)
+    assert near(rate, 0.287, n)
+
+
 RULE_POWER_QUOTED = {  # (design, process cv): PASS at a true 10 % without a leak, with the rule (docs/statistics.md)
-    ("fixed", 0.01): 0.980, ("fixed", 0.02): 0.789, ("sequential", 0.01): 0.980, ("sequential", 0.02): 0.841,
+    ("fixed", 0.01): 0.980, ("fixed", 0.02): 0.789, ("sequential", 0.01): 0.978, ("sequential", 0.02): 0.836,
 }
 
 
