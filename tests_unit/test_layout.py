@@ -21,7 +21,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "h3bench"
 # What every stage shares, then the packages from the bottom up: each imports only those before it.
 SHARED = ("errors", "h3", "outcome", "interrupts")
-LAYERS = ("evidence", "media", "metrics", "stats", "quality", "runspec", "host", "server", "sim", "run", "plan",
+LAYERS = ("evidence", "media", "metrics", "stats", "quality", "runspec", "host", "server", "course", "sim", "run", "plan",
           "verdict", "report", "session", "pool", "ledger", "bisect", "plugin", "cli",
           "conformance")
 # The simulator is a program of its own: it shares only the H3 facts and the error tree with the harness.

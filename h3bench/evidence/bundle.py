@@ -129,7 +129,7 @@ class Bundle(BundleReader):
             (:meth:`~h3bench.evidence.reader.BundleReader.locate`).
         extra
             More sections of the manifest, such as the run's kind and the host's
-            evidence (:mod:`h3bench.plan.preflight`).
+            evidence (:mod:`h3bench.course.preflight`).
         arms
             Each arm's launch as built from the spec: its argv (placeholders
             unsubstituted) and environment.

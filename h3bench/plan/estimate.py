@@ -26,20 +26,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from h3bench.course.cases import Block
+from h3bench.course.course import Course
+from h3bench.course.design import Design, run_order, series_of
+from h3bench.course.designsim import SIMULATED_REQUESTS, simulate_campaigns
+from h3bench.course.devicetime import ArmCost, CampaignCosts, DeviceTimeSummary, device_time, sharded_time, worst_seconds
+from h3bench.course.feasibility import design_problems, design_warnings
+from h3bench.course.schedule import spec_blocks
+from h3bench.course.shards import check_shards
 from h3bench.errors import H3BenchError
 from h3bench.evidence import BundleReader, files
 from h3bench.h3 import expected_shape
 from h3bench.host.devices import DeviceLock
-from h3bench.plan.design import design_problems, design_warnings
-from h3bench.plan.designsim import SIMULATED_REQUESTS, simulate_campaigns
-from h3bench.plan.devicetime import ArmCost, CampaignCosts, DeviceTimeSummary, device_time, sharded_time, worst_seconds
 from h3bench.run.records import load_results
 from h3bench.runspec import BASELINE, UNPINNED, RunSpec
-from h3bench.runspec.cases import Block
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import Design, run_order, series_of
-from h3bench.runspec.schedule import spec_blocks
-from h3bench.runspec.shards import check_shards
 from h3bench.stats.intervals import PASS
 
 __all__ = ["BYTES_PER_PIXEL_FRAME", "Cost", "DeviceEstimate", "Plan", "bundle_bytes", "campaign_costs", "cost_of",
@@ -75,7 +75,7 @@ class DeviceEstimate:
     fixed: DeviceTimeSummary
     extra_h: float  # wall hours of what runs beyond the formal blocks (held-out, profiling), at most
     pass_rate: float  # campaigns in which every candidate passes
-    worst_h: float = 0.0  # wall hours of the dearest campaign the design can run (h3bench.plan.devicetime.worst_seconds)
+    worst_h: float = 0.0  # wall hours of the dearest campaign the design can run (h3bench.course.devicetime.worst_seconds)
 
 
 @dataclass(frozen=True)
@@ -197,8 +197,8 @@ def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 20
     """Expected device time of the spec's design and of the fixed design: no effect, a true 10 %, the costs' own.
 
     Simulated through the campaign's own decision code
-    (:func:`h3bench.plan.designsim.simulate_campaigns`), priced by
-    :func:`h3bench.plan.devicetime.device_time`: server starts and stops,
+    (:func:`h3bench.course.designsim.simulate_campaigns`), priced by
+    :func:`h3bench.course.devicetime.device_time`: server starts and stops,
     warmups, measured requests, audits and lossless control blocks. The
     held-out and profiling phases run on top (``extra_h``: when every
     candidate passes).
@@ -233,7 +233,7 @@ def shard_estimates(spec: RunSpec, shards: int, history: Iterable[Path] = (), *,
     """Per scenario (no effect, a true 10 %): one host's wall hours and every host's device-hours over ``shards`` hosts.
 
     The same simulated campaigns as :func:`device_estimates`, priced as a
-    sharded campaign runs them (:func:`h3bench.plan.devicetime.sharded_time`).
+    sharded campaign runs them (:func:`h3bench.course.devicetime.sharded_time`).
     """
     found = campaign_costs(spec, history)
     if found is None or not spec.candidates:

@@ -13,14 +13,14 @@ import math
 from collections.abc import Iterable
 from pathlib import Path
 
+from h3bench.course.cases import Block
+from h3bench.course.course import Course
+from h3bench.course.design import DesignMode, control_blocks, design_text, lossless_level, run_order, series_of
+from h3bench.course.designsim import SIMULATED_REQUESTS
 from h3bench.h3 import workload_marker
-from h3bench.plan.designsim import SIMULATED_REQUESTS
 from h3bench.plan.estimate import Plan, shard_estimates
 from h3bench.quality import lossless_design
 from h3bench.runspec import RunSpec
-from h3bench.runspec.cases import Block
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import DesignMode, control_blocks, design_text, lossless_level, run_order, series_of
 
 __all__ = ["block_groups", "control_lines", "dearer_than_fixed", "lossless_rate_line", "plan_lines", "shard_lines"]
 

@@ -22,12 +22,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from h3bench.course.cases import Block
+from h3bench.course.design import anchored_order, design_text, series_of
 from h3bench.evidence.scrub import Scrubber
 from h3bench.h3 import DIFFUSION_EXEC_PER_STEP_S, STAGE_PREFIX
 from h3bench.outcome import Outcome
 from h3bench.runspec import RunSpec
-from h3bench.runspec.cases import Block
-from h3bench.runspec.design import anchored_order, design_text, series_of
 from h3bench.server.ports import LOCALHOST
 from h3bench.stats.speed import Percentile, RatioEstimate
 from h3bench.stats.stages import DERIVED_STAGE

@@ -18,9 +18,9 @@ import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 
+from h3bench.course.preflight import diagnostic_reasons, is_diagnostic
 from h3bench.errors import EvidenceError
 from h3bench.evidence import BundleReader
-from h3bench.plan.preflight import diagnostic_reasons, is_diagnostic
 from h3bench.run.contract import ArmContract, Contract, contract_changes, engine_help
 from h3bench.run.records import BlockResult
 from h3bench.runspec import RunSpec, VllmArm, require_same_spec

@@ -26,21 +26,21 @@ import dataclasses
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from h3bench.course import looks
+from h3bench.course.cases import Block, OutputRef
+from h3bench.course.course import Course
+from h3bench.course.design import budget_of, series_of
+from h3bench.course.schedule import Schedule
 from h3bench.errors import EvidenceError
 from h3bench.evidence import BundleReader, require_verified
 from h3bench.host import telemetry
 from h3bench.outcome import Outcome
 from h3bench.run.contract import Contract
-from h3bench.run.records import BlockFailed, BlockResult, CandidateStopped, Sample, Stop, load_results
+from h3bench.run.records import BlockFailed, BlockResult, CandidateStopped, Sample, Stop, load_results, series_blocks
 from h3bench.runspec import BASELINE, RunSpec, parse_runspec, require_same_spec
-from h3bench.runspec.cases import Block, OutputRef
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import series_of
-from h3bench.runspec.schedule import Schedule
 from h3bench.session.baseline import check_stored_baseline, contract_refused
 from h3bench.session.settings import Settings
 from h3bench.stats.sequential import LookDecision
-from h3bench.verdict import looks
 from h3bench.verdict.judge import Judge
 from h3bench.verdict.verdicts import duration_key
 
@@ -229,7 +229,7 @@ class Results:
             if left:
                 self.not_selected[series.name] = left
 
-    # -- the course: which block still runs (h3bench.runspec.course.RunView) -----------------------------------
+    # -- the course: which block still runs (h3bench.course.course.RunView) -----------------------------------
 
     def series(self, duration: float, candidate: str) -> list[BlockResult]:
         """The blocks of one candidate's speed comparison that ran, in order (today's in a candidate-only run)."""
@@ -248,10 +248,10 @@ class Results:
             if (result := self.ran.get(block.id)) is None:
                 break
             ran.append(result)
-        return looks.decision(self.spec, duration, ran, lossless_on=self.lossless_on)
+        return looks.decision(self.spec, duration, series_blocks(ran, budget_of(self.spec)), lossless_on=self.lossless_on)
 
     def not_needed(self, block: Block) -> str | None:
-        """Why a scheduled block need not run: the course's answer (:meth:`h3bench.runspec.course.Course.why_not`).
+        """Why a scheduled block need not run: the course's answer (:meth:`h3bench.course.course.Course.why_not`).
 
         None when it must run, or when that cannot be known yet. A
         candidate-only run's anchored blocks always run; a shard's round is

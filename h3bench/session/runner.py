@@ -1,6 +1,6 @@
 """The live campaign's runner: the selected blocks, run in schedule order when first needed, and the bundle sealed.
 
-- the schedule (:mod:`h3bench.runspec.schedule`) gives the blocks and the test cases;
+- the schedule (:mod:`h3bench.course.schedule`) gives the blocks and the test cases;
 - :meth:`Runner.select` keeps only the blocks that the selected tests read,
   so ``-k`` and ``-m`` decide what runs, with or without xdist;
 - blocks run at most once per session, in schedule order, under the device
@@ -34,13 +34,15 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from h3bench.course.cases import Block, Case
+from h3bench.course.preflight import DIAGNOSTIC, Preflight
+from h3bench.course.schedule import Schedule
 from h3bench.errors import DiskFullError
 from h3bench.evidence import Bundle
 from h3bench.evidence.layout import planned_path
 from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
 from h3bench.host.inventory import host_identity
-from h3bench.plan.preflight import DIAGNOSTIC, Preflight
 from h3bench.run.block import run_block
 from h3bench.run.failures import interrupt_name
 from h3bench.run.heldout import heldout_cases, run_heldout
@@ -50,8 +52,6 @@ from h3bench.run.profiling import profiled_blocks
 from h3bench.run.records import BlockFailed, BlockResult, CandidateStopped
 from h3bench.run.resume import Resumed
 from h3bench.runspec import Arm, RunSpec, VllmArm
-from h3bench.runspec.cases import Block, Case
-from h3bench.runspec.schedule import Schedule
 from h3bench.session.results import Results
 from h3bench.session.revalidation import write_quality
 from h3bench.session.settings import Settings

@@ -19,9 +19,9 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from h3bench.course.preflight import is_diagnostic
 from h3bench.errors import H3BenchError, UsageError
 from h3bench.evidence import BundleReader
-from h3bench.plan.preflight import is_diagnostic
 from h3bench.runspec import BASELINE, RunSpec
 from h3bench.session.settings import Settings
 

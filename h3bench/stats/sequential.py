@@ -36,7 +36,7 @@ to 8): Pocock-type spending wastes level on looks with one or two degrees of
 freedom; O'Brien–Fleming-type keeps almost none for early looks. A dearer
 duration (:data:`DEARER_LOOKS`) ends at the fixed design's 4 pairs, so the
 dearest campaign the design can run costs no more than the fixed design
-(:func:`h3bench.plan.devicetime.worst_seconds`); with one look before it,
+(:func:`h3bench.course.devicetime.worst_seconds`); with one look before it,
 linear spending would waste a quarter of the level at 2 degrees of freedom
 and cost about 5 points of power, so it spends mostly at the last look
 (:data:`DEARER_GAMMA`, HSD γ = -10: 8 % of the level by 3 pairs of 4), which

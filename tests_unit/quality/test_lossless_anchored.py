@@ -2,7 +2,7 @@
 
 A candidate-only run (``--arm candidate --baseline-evidence BUNDLE``) of a
 truly lossless candidate is simulated through the project's own rule and
-verdict: :meth:`~h3bench.runspec.schedule.Schedule.lossless_processes` says
+verdict: :meth:`~h3bench.course.schedule.Schedule.lossless_processes` says
 which processes are controls, and
 :func:`~h3bench.quality.lossless.relabelling_outcomes` (the decision of
 :func:`~h3bench.quality.lossless.judge`) decides. The model: each server
@@ -31,12 +31,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from h3bench.course.cases import CandidateWorkload
+from h3bench.course.design import DesignMode
+from h3bench.course.schedule import Schedule
 from h3bench.outcome import Outcome
 from h3bench.quality import lossless
 from h3bench.runspec import load_runspec
-from h3bench.runspec.cases import CandidateWorkload
-from h3bench.runspec.design import DesignMode
-from h3bench.runspec.schedule import Schedule
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE
 
 SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from h3bench.course import course as course_module
+from h3bench.course.course import Course
+from h3bench.course.design import anchored_order
 from h3bench.quality import lossless, lossless_design
 from h3bench.quality.power_table import levels
-from h3bench.runspec import course as course_module
 from h3bench.runspec import load_runspec
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import anchored_order
 
 SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"
 TABLE = lossless.power_table()

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from h3bench.course.cases import CandidateWorkload
 from h3bench.evidence import verify
-from h3bench.runspec.cases import CandidateWorkload
 from h3bench.session.results import Results
 from h3bench.session.settings import Settings
 from tests_unit.campaign_project import child_campaign, write_campaign
@@ -103,7 +103,7 @@ def test_a_candidate_whose_rival_stopped_gets_its_controls_before_the_look_that_
 
 
 def test_the_plans_simulation_of_the_campaigns_own_latencies_runs_the_same_blocks(ran):
-    """The plan's course and decisions (h3bench.plan.designsim), fed the latencies this campaign measured: the
+    """The plan's course and decisions (h3bench.course.designsim), fed the latencies this campaign measured: the
     same blocks run, block for block, and each series reaches the decision the run took."""
     results = Results.from_bundle(ran.bundle, Settings(None, "all", ran.bundle.parent))
     spec = results.spec

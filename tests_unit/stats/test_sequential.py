@@ -5,7 +5,7 @@ requests, drift inside a pair) are scenarios of :mod:`h3bench.plan.guarantees`,
 held in tests_unit/plan/test_guarantees.py. Here: the spending and the look
 levels, the decision at each look, the live decision against the vectorised
 one, and what the first-request rule is for and costs, on simulated
-campaigns through :func:`h3bench.plan.designsim.simulate_campaigns`, within
+campaigns through :func:`h3bench.course.designsim.simulate_campaigns`, within
 3.5 Monte-Carlo standard errors of the numbers docs/statistics.md quotes.
 Run with ``-s`` to print them.
 """
@@ -20,10 +20,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from h3bench.course import designsim
+from h3bench.course.design import fixed_design, sequential_design
 from h3bench.errors import UsageError
 from h3bench.outcome import Outcome
-from h3bench.plan import designsim
-from h3bench.runspec.design import fixed_design, sequential_design
 from h3bench.stats import intervals, sequential
 from h3bench.stats.blockstat import BlockBudget
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE, PASS

@@ -9,11 +9,11 @@ campaign, as :func:`h3bench.stats.sequential.decide` calls
 
 The rule
 --------
-Durations run in the design's order (:func:`h3bench.runspec.design.run_order`).
+Durations run in the design's order (:func:`h3bench.course.design.run_order`).
 At each, the series' AB/BA pairs run in **windows**, each ending at a point
 where the series is judged: on one host after every planned look; over N
 hosts at the end of a round, the next look rounded up to whole AB/BA units
-on every shard (:func:`h3bench.runspec.shards.round_up`, so a round may run
+on every shard (:func:`h3bench.course.shards.round_up`, so a round may run
 pairs past a look inside it). Then:
 
 1. **The gate on the dearer duration**: in order of cost, a series runs a
@@ -46,10 +46,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from h3bench.course.design import Design, run_order, series_of
+from h3bench.course.shards import SeriesWindow, Shard, Window, round_up, unit_shard
 from h3bench.outcome import Outcome
 from h3bench.quality import lossless_design
-from h3bench.runspec.design import Design, run_order, series_of
-from h3bench.runspec.shards import SeriesWindow, Shard, Window, round_up, unit_shard
 from h3bench.runspec.spec import RunSpec
 from h3bench.stats.intervals import PASS
 from h3bench.stats.sequential import REASONS, Boundaries, LookDecision
@@ -118,7 +118,7 @@ class Course:
     # -- each duration's parameters (d: its index in run order) -----------------------------------------------------
 
     def boundaries(self, d: int) -> Boundaries:
-        """The duration's looks and their levels (:meth:`h3bench.runspec.design.Design.boundaries`)."""
+        """The duration's looks and their levels (:meth:`h3bench.course.design.Design.boundaries`)."""
         return _boundaries(self.design, d, self.n_series, self.lossless)
 
     def first_pass(self, d: int) -> int:

@@ -3,7 +3,7 @@
 A block costs ``startup + shutdown + (warmups + measured + audit) × request
 + compile`` seconds of its arm's devices (:class:`ArmCost`); blocks run one
 after another on one node, so a campaign's wall time is the sum over the
-blocks it ran (:class:`h3bench.plan.designsim.CampaignRun`: pairs per candidate
+blocks it ran (:class:`h3bench.course.designsim.CampaignRun`: pairs per candidate
 and duration, control blocks per duration) and its device time the sum of
 each block's seconds times its arm's devices. A candidate's request takes
 the baseline's times its true ratio in the scenario simulated (no effect, a
@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from h3bench.course.course import Course
+from h3bench.course.designsim import CampaignRun
 from h3bench.errors import UsageError
-from h3bench.plan.designsim import CampaignRun
-from h3bench.runspec.course import Course
 from h3bench.stats.blockstat import BlockBudget
 
 __all__ = ["DEFAULT_SHUTDOWN_S", "DEFAULT_STARTUP_S", "ArmCost", "CampaignCosts", "DeviceTime", "DeviceTimeSummary",
@@ -188,7 +188,7 @@ def worst_seconds(course: Course, costs: CampaignCosts, ratios: np.ndarray | lis
     """Wall and device seconds of the dearest campaign ``course`` can run: an upper bound of its maximum.
 
     Every series runs every pair of every duration, and every control block
-    the schedule lists runs too (:meth:`h3bench.runspec.course.Course.control_slots`,
+    the schedule lists runs too (:meth:`h3bench.course.course.Course.control_slots`,
     what one series alone could need), whatever the data.
     """
     design = course.design
@@ -216,8 +216,8 @@ def fixed_seconds(costs: CampaignCosts, ratios: np.ndarray | list[list[float]], 
     design"); ``ratios[c][d]`` the candidates' request times over the
     baseline's, e.g. as measured.
     """
-    from h3bench.plan.designsim import simulate_campaigns
-    from h3bench.runspec.design import fixed_design
+    from h3bench.course.design import fixed_design
+    from h3bench.course.designsim import simulate_campaigns
 
     run = simulate_campaigns(fixed_design(len(costs.durations), pairs, controls=controls), ratios, n=1,
                              lossless=controls > 0)
@@ -228,7 +228,7 @@ def fixed_seconds(costs: CampaignCosts, ratios: np.ndarray | list[list[float]], 
 def sharded_time(run: CampaignRun, costs: CampaignCosts, shards: int) -> DeviceTime:
     """Price the campaigns of ``run`` as ``shards`` hosts run them: wall seconds of one host, device seconds of all.
 
-    ``run`` is simulated over the same ``shards`` (:func:`h3bench.plan.designsim.simulate_campaigns`),
+    ``run`` is simulated over the same ``shards`` (:func:`h3bench.course.designsim.simulate_campaigns`),
     so its pairs are whole rounds: a round may run pairs past a look inside
     it. The busiest host runs ``ceil(pairs / 2N)`` units of each series,
     and that is its wall time (a duration with fewer units than hosts

@@ -1,4 +1,4 @@
-"""h3bench.runspec.schedule: the lossless control blocks, candidate-only anchored orders and what the lossless test counts."""
+"""h3bench.course.schedule: the lossless control blocks, candidate-only anchored orders and what the lossless test counts."""
 
 from __future__ import annotations
 
@@ -6,12 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from h3bench.quality import lossless_design
-from h3bench.quality.lossless import lossless_feasibility
-from h3bench.runspec import load_runspec
-from h3bench.runspec.cases import CONTROLS, CandidateWorkload, MatchedPair
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import (
+from h3bench.course.cases import CONTROLS, CandidateWorkload, MatchedPair
+from h3bench.course.course import Course
+from h3bench.course.design import (
     DesignMode,
     anchored_order,
     control_blocks,
@@ -20,7 +17,10 @@ from h3bench.runspec.design import (
     run_order,
     spread,
 )
-from h3bench.runspec.schedule import Schedule, spec_blocks
+from h3bench.course.schedule import Schedule, spec_blocks
+from h3bench.quality import lossless_design
+from h3bench.quality.lossless import lossless_feasibility
+from h3bench.runspec import load_runspec
 
 SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"
 

@@ -11,11 +11,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from h3bench.course.schedule import Schedule, spec_blocks
+from h3bench.course.shards import SeriesWindow, Shard, Window, check_shards, read_window, round_up, unit_shard
 from h3bench.errors import UsageError
 from h3bench.plan.hostsim import alternating, simulate_pooled
 from h3bench.runspec import load_runspec
-from h3bench.runspec.schedule import Schedule, spec_blocks
-from h3bench.runspec.shards import SeriesWindow, Shard, Window, check_shards, read_window, round_up, unit_shard
 from h3bench.session import options
 from h3bench.stats import hosts
 from h3bench.stats.blockstat import BlockBudget
@@ -137,7 +137,7 @@ def test_pooled_false_claims_stay_at_their_levels_with_host_offsets_and_an_inter
 @pytest.mark.slow
 @pytest.mark.parametrize("design", [LOOKS, FIXED], ids=["sequential", "fixed-8"])
 def test_two_hosts_of_half_the_pairs_keep_the_one_host_power(design) -> None:
-    from h3bench.plan.designsim import LatencyModel
+    from h3bench.course.designsim import LatencyModel
 
     for noise in (0.01, 0.02):
         model = LatencyModel(process_cv=noise)

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from h3bench.course.feasibility import design_problems
 from h3bench.errors import RunSpecError
 from h3bench.host import inventory as host
 from h3bench.host.checkpoint import content_identity
-from h3bench.plan.design import design_problems
 from h3bench.runspec import UNPINNED, RunSpec
 from h3bench.server.ports import LOCALHOST
 
@@ -118,7 +118,7 @@ class Preflight:
     host: dict[str, Any]
     unverified: tuple[str, ...]  # pins that the host could not confirm
     reasons: tuple[str, ...] = ()  # why the run is DIAGNOSTIC
-    underpowered: tuple[str, ...] = ()  # why the design cannot reach its verdict (h3bench.plan.design)
+    underpowered: tuple[str, ...] = ()  # why the design cannot reach its verdict (h3bench.course.feasibility)
 
     def manifest(self) -> dict[str, Any]:
         return {"run": {"kind": self.kind, "reasons": list(self.reasons), "unpinned": list(self.unpinned),

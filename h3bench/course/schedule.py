@@ -1,10 +1,10 @@
 """The schedule: a RunSpec's blocks in the order they run, and the session's view of them.
 
-Per duration (in :func:`~h3bench.runspec.design.run_order`), each block one
-fresh server process (:class:`~h3bench.runspec.cases.Block`):
+Per duration (in :func:`~h3bench.course.design.run_order`), each block one
+fresh server process (:class:`~h3bench.course.cases.Block`):
 
 - the fixed design lists its **lossless control blocks** first
-  (:func:`~h3bench.runspec.design.control_blocks`: the spec's
+  (:func:`~h3bench.course.design.control_blocks`: the spec's
   ``protocol.lossless_baseline_blocks``, else 2 when ``gates.lossless`` is
   on: baseline blocks that only add baseline processes to the lossless
   test, never used for speed), then per candidate the spec's order
@@ -13,18 +13,18 @@ fresh server process (:class:`~h3bench.runspec.cases.Block`):
   last look (:func:`h3bench.stats.sequential.series_order`, the order the
   statistics assume), and its control blocks before the pairs of the round
   where PASS is first allowed, as many as a series running alone could need
-  (:meth:`h3bench.runspec.course.Course.control_slots`).
+  (:meth:`h3bench.course.course.Course.control_slots`).
 
 Adjacent blocks form the AB/BA pairs that the statistics pair
 (:func:`h3bench.stats.speed.paired_block_ratios`). The schedule lists; which
-listed blocks run is the course's decision (:mod:`h3bench.runspec.course`): a
+listed blocks run is the course's decision (:mod:`h3bench.course.course`): a
 series stopped by a look, or not past a cheaper duration, and controls no
 series needs, are not run. A shard of a campaign over several hosts runs the
-AB/BA units of its round (:mod:`h3bench.runspec.shards`).
+AB/BA units of its round (:mod:`h3bench.course.shards`).
 
 A candidate-only run (``--arm candidate --baseline-evidence BUNDLE``) runs,
 per duration and candidate, its anchored order instead
-(:func:`~h3bench.runspec.design.anchored_order`: ``BABBAB``, or with the
+(:func:`~h3bench.course.design.anchored_order`: ``BABBAB``, or with the
 lossless test on as many anchors as that test needs): its ``A`` blocks are
 fresh baseline **anchors** of the day, and the speed verdict compares the
 candidate with them
@@ -37,7 +37,7 @@ anchors only (:meth:`Schedule.lossless_processes`).
 A **series** is one comparison: a candidate against its control, the
 ``baseline``. When the spec names an ``original_baseline`` other than the
 baseline, the final combination gets one more series, ``<final>-vs-<original>``
-(:func:`~h3bench.runspec.design.series_of`), whose ``A`` blocks run the
+(:func:`~h3bench.course.design.series_of`), whose ``A`` blocks run the
 original baseline: the direct comparison that campaign acceptance needs. Its
 name cannot be an arm's (arm names have no hyphen).
 
@@ -51,8 +51,7 @@ series' ``A`` blocks.
 
 from __future__ import annotations
 
-from h3bench.runspec import BASELINE, RunSpec
-from h3bench.runspec.cases import (
+from h3bench.course.cases import (
     CASE_FIXTURES,
     CONTROLS,
     Block,
@@ -62,9 +61,10 @@ from h3bench.runspec.cases import (
     MatchedPair,
     OutputRef,
 )
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import DesignMode, Series, anchored_order, control_blocks, looks_of, run_order, series_of
-from h3bench.runspec.shards import Shard, Window
+from h3bench.course.course import Course
+from h3bench.course.design import DesignMode, Series, anchored_order, control_blocks, looks_of, run_order, series_of
+from h3bench.course.shards import Shard, Window
+from h3bench.runspec import BASELINE, RunSpec
 from h3bench.stats.sequential import series_order
 
 __all__ = ["Schedule", "spec_blocks"]
@@ -102,7 +102,7 @@ def spec_blocks(spec: RunSpec, arms: str = "all", *, anchored: bool = False, los
     instead: each series' anchored order, anchors included. The sequential
     design lists every block up to its last look, and every control block a
     series might need: which of them run is the course's decision
-    (:meth:`h3bench.runspec.course.Course.why_not`).
+    (:meth:`h3bench.course.course.Course.why_not`).
     ``lossless``: the lossless test is on (default: the spec's gate).
     """
     course = Course.of(spec, lossless=lossless)

@@ -7,7 +7,7 @@ effect, 76.6 h without an effect and 72.9 h at a true 10 %; 910b1-x8 is
 scaled from the 950PR recipe's 15 s / 5 s ratio. The sequential design's
 figures are means over 8000 simulated campaigns (2 % request and 2 %
 process noise), held to issue 26's targets; its dearest possible campaign
-(:func:`h3bench.plan.devicetime.worst_seconds`) is held to the fixed
+(:func:`h3bench.course.devicetime.worst_seconds`) is held to the fixed
 design's hours for every shipped spec.
 """
 
@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from h3bench.course import designsim
+from h3bench.course.course import Course
+from h3bench.course.design import Design, fixed_design, sequential_design, series_of
+from h3bench.course.devicetime import ArmCost, CampaignCosts, costs_from_spec, device_time, fixed_seconds, worst_seconds
 from h3bench.errors import UsageError
-from h3bench.plan import designsim
-from h3bench.plan.devicetime import ArmCost, CampaignCosts, costs_from_spec, device_time, fixed_seconds, worst_seconds
 from h3bench.plan.estimate import campaign_costs
 from h3bench.runspec import load_runspec
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import Design, fixed_design, sequential_design, series_of
 from h3bench.stats.blockstat import BlockBudget
 
 SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"

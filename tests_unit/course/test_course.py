@@ -1,4 +1,4 @@
-"""h3bench.runspec.course: one rule for which blocks run, asked one campaign at a time and thousands at once.
+"""h3bench.course.course: one rule for which blocks run, asked one campaign at a time and thousands at once.
 
 The vectorised walk (what the plan simulates) is compared, campaign by
 campaign, with the same course asked block by block as the live run asks it
@@ -22,14 +22,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from h3bench.course.cases import Block
+from h3bench.course.course import Course
+from h3bench.course.design import sequential_design
+from h3bench.course.schedule import Schedule, spec_blocks
+from h3bench.course.shards import Shard, Window
 from h3bench.outcome import Outcome
 from h3bench.quality import lossless_design
 from h3bench.runspec import load_runspec, parse_runspec
-from h3bench.runspec.cases import Block
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import sequential_design
-from h3bench.runspec.schedule import Schedule, spec_blocks
-from h3bench.runspec.shards import Shard, Window
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE, PASS
 from h3bench.stats.sequential import FUTILITY, PASSED, LookDecision
 

@@ -1,6 +1,6 @@
 """The units a campaign is made of: a :class:`Block` (one server process), and the cases its tests are parametrized by.
 
-The cases, in schedule order (:meth:`h3bench.runspec.schedule.Schedule.cases`):
+The cases, in schedule order (:meth:`h3bench.course.schedule.Schedule.cases`):
 
 - ``block``: one per block this session runs (the perf tests time it, the
   lifecycle tests check it);

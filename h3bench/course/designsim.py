@@ -1,7 +1,7 @@
 """Whole campaigns simulated through the verdict code and the course: which blocks run, which verdicts come out.
 
-A :class:`~h3bench.runspec.design.Design` is what a spec's protocol declares
-(:meth:`~h3bench.runspec.design.Design.of`): the fixed design (every
+A :class:`~h3bench.course.design.Design` is what a spec's protocol declares
+(:meth:`~h3bench.course.design.Design.of`): the fixed design (every
 duration's ABBAABBA, one look at the end) or the sequential one
 (:mod:`h3bench.stats.sequential`). :func:`simulate_campaigns` draws latencies
 from a :class:`LatencyModel` (lognormal request noise, a lognormal offset per
@@ -9,12 +9,12 @@ server process, and where asked a warmup leak, slow outliers, a step inside
 the first pair, a host that cools, a cache, an audit seed that costs more),
 judges every series through :func:`h3bench.stats.sequential.judge_series`, the
 function a live campaign calls (through :func:`h3bench.stats.sequential.decide`),
-and walks the campaigns' course (:meth:`h3bench.runspec.course.Course.walk`,
+and walks the campaigns' course (:meth:`h3bench.course.course.Course.walk`,
 the rule the live run and the pool's rounds ask): which series reach each
 duration, how many pairs they run, on one host or over N, and which control
 blocks the lossless test needs. Its :class:`CampaignRun` says, per simulated
 campaign, candidate and duration, the outcome, why, and how many pairs and
-control blocks ran; :mod:`h3bench.plan.devicetime` prices them.
+control blocks ran; :mod:`h3bench.course.devicetime` prices them.
 
 Lossless campaigns: the relabelling test's outcome for a truly lossless
 candidate is drawn at its exact level ``floor(α L) / L`` for the processes
@@ -31,10 +31,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from h3bench.course.course import Course
+from h3bench.course.design import Design
 from h3bench.errors import UsageError
 from h3bench.quality import lossless_design
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import Design
 from h3bench.stats.blockstat import BlockBudget
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE, PASS
 from h3bench.stats.sequential import judge_series, series_order

@@ -8,7 +8,7 @@ it is the one look at the end of ``order``; in the sequential design the
 first look that stops the series, or the latest look taken while it runs.
 Both apply the same rules: the first-request rule (a warmup that was not
 enough) and the latency half of the anti-shortcut audit. The looks' levels
-are the course's (:meth:`h3bench.runspec.course.Course.boundaries`), the
+are the course's (:meth:`h3bench.course.course.Course.boundaries`), the
 ones the plan simulates.
 """
 
@@ -16,48 +16,30 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from h3bench.run.records import BlockResult
+from h3bench.course.course import Course
+from h3bench.course.design import budget_of, looks_of, run_order
 from h3bench.runspec import RunSpec
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import budget_of, looks_of, run_order
-from h3bench.stats.blockstat import BlockBudget
 from h3bench.stats.sequential import Boundaries, LookDecision, SeriesBlock, decide
 
-__all__ = ["boundaries_of", "decision", "series_blocks"]
+__all__ = ["boundaries_of", "decision"]
 
 
 def boundaries_of(spec: RunSpec, duration: float, lossless_on: bool) -> Boundaries:
-    """The looks of ``duration`` and their levels (:meth:`h3bench.runspec.design.Design.boundaries`)."""
+    """The looks of ``duration`` and their levels (:meth:`h3bench.course.design.Design.boundaries`)."""
     order = run_order(spec)
     if duration not in order:
         raise ValueError(f"{duration:g} s is not a duration of {spec.name}")
     return Course.of(spec, lossless=lossless_on).boundaries(order.index(duration))
 
 
-def series_blocks(results: Sequence[BlockResult], budget: BlockBudget) -> list[SeriesBlock]:
-    """The series' blocks in order, up to the first one that did not finish with every timed request.
-
-    A failed block stops its candidate (a stop rule), so what follows it never runs.
-    """
-    blocks = []
-    for result in results:
-        measured = [s.e2e_s for s in result.measured if s.ok and s.e2e_s is not None]
-        audit = [s.e2e_s for s in result.samples if s.kind == "audit" and s.phase == "formal" and s.ok]
-        if not result.ok or len(measured) != budget.measured or (budget.audit and not audit):
-            break
-        blocks.append(SeriesBlock(result.block.letter, tuple(measured), audit[0] if audit else None))
-    return blocks
-
-
-def decision(spec: RunSpec, duration: float, results: Sequence[BlockResult], *, lossless_on: bool
+def decision(spec: RunSpec, duration: float, blocks: Sequence[SeriesBlock], *, lossless_on: bool
              ) -> LookDecision | None:
-    """The series' decision from its blocks so far; None before it has a complete pair.
+    """The series' decision from its blocks so far (:func:`h3bench.run.records.series_blocks`); None before a pair.
 
     None too for a diagnostic fixed design of one pair (``order = "AB"``): it
     has no look, and its speed verdict is the interval's INCONCLUSIVE.
     """
     budget = budget_of(spec)
-    blocks = series_blocks(results, budget)
     if len(blocks) < 2 or looks_of(spec, duration)[-1] < 2:
         return None
     b = boundaries_of(spec, duration, lossless_on)
