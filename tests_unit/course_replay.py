@@ -38,7 +38,7 @@ def replay(spec: RunSpec, results: Results, *, shards: int | None = None) -> Cam
         return x
 
     return simulate_campaigns(design, [[1.0] * len(order)] * len(names), n=1, lossless=results.lossless_on,
-                              shards=shards, draw=draw)
+                              shards=shards, draw=draw, control_arms=results.course.control_arms)
 
 
 def planned_blocks(spec: RunSpec, run: CampaignRun) -> set[str]:

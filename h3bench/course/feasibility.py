@@ -133,7 +133,7 @@ def sequential_power(spec: RunSpec, ratio: float = TARGET_RATIO) -> float:
         run = designsim.simulate_campaigns(
             Design.of(spec), [[ratio] * len(spec.workload.durations)] * n_series,
             model=designsim.LatencyModel(request_cv, process_cv), n=_CAMPAIGNS, seed=0,
-            lossless=spec.gates.lossless)
+            lossless=spec.gates.lossless, control_arms=tuple(s.control for s in series_of(spec)))
         _SEQUENTIAL_POWER[key] = float((run.code == intervals.PASS).all(-1).all(-1).mean())
     return _SEQUENTIAL_POWER[key]
 

@@ -219,8 +219,8 @@ def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 20
     lossless = spec.gates.lossless
     estimates = []
     for name, ratios in scenarios.items():
-        run = simulate_campaigns(design, ratios, n=n, lossless=lossless)
-        baseline = simulate_campaigns(fixed, ratios, n=n, lossless=lossless)
+        run = simulate_campaigns(design, ratios, n=n, lossless=lossless, control_arms=course.control_arms)
+        baseline = simulate_campaigns(fixed, ratios, n=n, lossless=lossless, control_arms=course.control_arms)
         passed = float((run.outcome == PASS).all(-1).mean())
         estimates.append(DeviceEstimate(name, device_time(run, costs).summary(),
                                         device_time(baseline, costs).summary(), _extra_h(spec, costs), passed,
@@ -244,7 +244,8 @@ def shard_estimates(spec: RunSpec, shards: int, history: Iterable[Path] = (), *,
     out = []
     for name, ratio in (("no effect", 1.0), ("a true 10 % speedup", 0.9)):
         run = simulate_campaigns(Design.of(spec), [[ratio] * len(costs.durations)] * n_candidates, n=n,
-                                 lossless=spec.gates.lossless, shards=shards)
+                                 lossless=spec.gates.lossless, shards=shards,
+                                 control_arms=Course.of(spec).control_arms)
         out.append((name, sharded_time(run, costs, shards).summary()))
     return tuple(out)
 

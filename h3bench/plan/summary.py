@@ -13,9 +13,11 @@ import math
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
+
 from h3bench.course.cases import Block
 from h3bench.course.course import Course
-from h3bench.course.design import DesignMode, control_blocks, design_text, lossless_level, run_order, series_of
+from h3bench.course.design import DesignMode, control_blocks, design_text, lossless_level, run_order
 from h3bench.course.designsim import SIMULATED_REQUESTS
 from h3bench.h3 import workload_marker
 from h3bench.plan.estimate import Plan, shard_estimates
@@ -68,7 +70,8 @@ def lossless_rate_line(spec: RunSpec) -> str:
     levels = [lossless_level(spec, d) for d in run_order(spec)]
     if spec.protocol.design is DesignMode.FIXED:  # the exact level of the fixed design's processes
         pairs = len(spec.protocol.order) // 2
-        baseline = control_blocks(spec) + pairs * len(series_of(spec))
+        course = Course.of(spec)  # a candidate against the baseline: the controls and every such series' A blocks
+        baseline = int(course.baseline_processes(np.full(course.n_series, pairs), control_blocks(spec))[0])
         rate = lossless_design.false_reject_per_candidate([(baseline, pairs)] * len(levels), levels)
         how = f"exactly, with {baseline} baseline + {pairs} candidate processes per duration"
     else:  # each duration's exact test is at most its level
@@ -92,7 +95,8 @@ def control_lines(spec: RunSpec) -> list[str]:
             lines.append(f"lossless controls at {duration:g} s: up to {slots} before round {f}, where PASS is first "
                          f"allowed; its test needs {needed} baseline processes with {f} candidate ones, and every "
                          f"series' A blocks count, so they run only for what the series still running leave short "
-                         f"(none when {-(-needed // f)} or more series reach round {f})")
+                         f"(none when {-(-needed // f)} or more series reach round {f}; a series against a distinct "
+                         f"original baseline counts only its own A blocks, and no control block makes up for them)")
     return lines
 
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from h3bench.course import looks
-from h3bench.course.cases import Block, OutputRef
+from h3bench.course.cases import Block, CandidateWorkload, OutputRef
 from h3bench.course.course import Course
 from h3bench.course.design import budget_of, series_of
 from h3bench.course.schedule import Schedule
@@ -37,7 +37,7 @@ from h3bench.host import telemetry
 from h3bench.outcome import Outcome
 from h3bench.run.contract import Contract
 from h3bench.run.records import BlockFailed, BlockResult, CandidateStopped, Sample, Stop, load_results, series_blocks
-from h3bench.runspec import BASELINE, RunSpec, parse_runspec, require_same_spec
+from h3bench.runspec import RunSpec, parse_runspec, require_same_spec
 from h3bench.session.baseline import check_stored_baseline, contract_refused
 from h3bench.session.settings import Settings
 from h3bench.stats.sequential import LookDecision
@@ -269,10 +269,11 @@ class Results:
         """The series' highest pair that ran at the duration, plus one (0 before any)."""
         return max((r.block.pair + 1 for r in self.series(duration, series)), default=0)
 
-    def baseline_run(self, duration: float) -> int:
-        """The baseline processes that ran at the duration: every series' A blocks and the controls."""
-        return sum(1 for r in self.ran.values() if r.block.duration == duration and r.block.letter == "A"
-                   and r.block.arm == BASELINE and r.ok)
+    def baseline_run(self, duration: float, series: str) -> int:
+        """The control processes of the series' lossless test that ran: the judge's
+        (:meth:`h3bench.course.schedule.Schedule.lossless_processes`)."""
+        baseline, _ = self.schedule.lossless_processes(CandidateWorkload(series, duration))
+        return sum(1 for b in baseline if (r := self.ran.get(b.id)) is not None and r.ok)
 
     def controls_run(self, duration: float) -> tuple[int, ...]:
         return tuple(sorted(r.block.position for r in self.ran.values()

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from h3bench.course.cases import Block
+from h3bench.course.cases import Block, CandidateWorkload
 from h3bench.course.course import Course
 from h3bench.course.design import sequential_design
 from h3bench.course.schedule import Schedule, spec_blocks
@@ -62,8 +62,10 @@ class Replay:
         return LookDecision(bool(stopped), OUTCOME[code], PASSED if code == PASS else FUTILITY, "drawn", 1, looks,
                             pairs, None, 0.9, 0.8, 1.0, 0.01, 0.01)
 
-    def baseline_run(self, duration: float) -> int:
-        return sum(1 for b in self.blocks if b.duration == duration and b.letter == "A")
+    def baseline_run(self, duration: float, series: str) -> int:
+        """Counted as the judge counts: the blocks that run the series' control arm (a control block: the baseline)."""
+        control = self.course.control_arms[self.course.series.index(series)]
+        return sum(1 for b in self.blocks if b.duration == duration and b.letter == "A" and b.arm == control)
 
     def controls_run(self, duration: float) -> tuple[int, ...]:
         return tuple(b.position for b in self.blocks if b.duration == duration and b.design == "controls")
@@ -126,9 +128,18 @@ def _drawn(course: Course, data: st.DataObject) -> tuple[np.ndarray, np.ndarray]
     return stop, code
 
 
-@pytest.fixture(scope="module", params=["sim.toml", "sim-candidates.toml", "910b1-x8.toml", "950pr-x4.toml"])
+def lossless_research():
+    """sim-research.toml with the lossless test on: its final combination is also compared with a distinct original
+    baseline, whose A blocks count for that series' lossless test alone."""
+    data = load_runspec(SPECS / "sim-research.toml").model_dump(mode="json")
+    data["gates"]["lossless"] = True
+    return parse_runspec(data, source="sim-research-lossless")
+
+
+@pytest.fixture(scope="module", params=["sim.toml", "sim-candidates.toml", "910b1-x8.toml", "950pr-x4.toml",
+                                        "sim-research.toml, lossless"])
 def spec(request):
-    return load_runspec(SPECS / request.param)
+    return lossless_research() if request.param == "sim-research.toml, lossless" else load_runspec(SPECS / request.param)
 
 
 @settings(max_examples=25, deadline=None)
@@ -140,6 +151,11 @@ def test_one_host_runs_block_for_block_what_the_plan_walks(spec, data):
     walk = course.walk(stop[None], code[None])
     pairs, controls = _counts(course, live.blocks)
     assert (pairs == walk.pairs[0]).all() and (controls == walk.controls[0]).all(), (stop, code, pairs, controls)
+    # Each series' lossless test has, by the judge's count of what ran, the control processes the walk counts.
+    schedule = Schedule(spec, lossless=course.lossless)
+    judged = [[sum(1 for b in schedule.lossless_processes(CandidateWorkload(s, duration))[0] if b.id in live.ran)
+               for duration in course.durations] for s in course.series]
+    assert judged == walk.baseline[0].tolist(), (stop, code)
 
 
 @settings(max_examples=15, deadline=None)
@@ -166,7 +182,7 @@ def test_a_candidate_whose_rival_stopped_early_gets_its_controls_before_the_look
     needed = lossless_design.baseline_needed(f, alpha)
     assert len(controls) == needed - (f + 2), "what the A blocks of both series leave short"
     assert all(b.pair == f - 1 for b in at_5[controls[-1] + 1:]), "run before the pairs of round f"
-    assert run.baseline_run(5.0) >= needed
+    assert run.baseline_run(5.0, course.series[0]) >= needed
     # Both series going on: their A blocks are enough, no control runs.
     both = one_host(spec, course, np.array([[f, 4], [f, 4]]), np.array([[PASS, PASS], [PASS, PASS]]))
     assert not both.controls_run(5.0)
@@ -205,7 +221,7 @@ def test_the_fixed_design_runs_its_controls_first_whenever_the_duration_runs():
     course = Course.of(fixed)
     assert [course.control_slots(d) for d in range(2)] == [2, 2]
     walk = course.walk(np.full((1, 1, 2), 4), np.full((1, 1, 2), INCONCLUSIVE))
-    assert walk.controls.tolist() == [[2, 2]] and walk.baseline.tolist() == [[6, 6]]
+    assert walk.controls.tolist() == [[2, 2]] and walk.baseline.tolist() == [[[6, 6]]]
     run = one_host(fixed, course, np.full((1, 2), 4), np.full((1, 2), INCONCLUSIVE))
     assert [b.id for b in run.blocks][:2] == ["5s-baseline-1A-baseline", "5s-baseline-2A-baseline"]
     assert len(run.controls_run(15.0)) == 2

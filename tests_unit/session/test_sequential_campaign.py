@@ -97,7 +97,7 @@ def test_a_candidate_whose_rival_stopped_gets_its_controls_before_the_look_that_
     ran_15 = [b for b in baseline_15 if b.id in results.ran]
     assert len([b for b in candidate_15 if b.id in results.ran]) == 4
     assert len(ran_15) == 6 and len(results.controls_run(15.0)) == 2
-    assert results.baseline_run(5.0) >= 7
+    assert results.baseline_run(5.0, "fast") >= 7
     order = [b.id for b in results.schedule.blocks if b.id in results.ran and b.duration == 15.0]
     assert order.index("15s-baseline-1A-baseline") < order.index("15s-fast-7B-fast"), "before round 4"
 
