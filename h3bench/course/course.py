@@ -5,7 +5,9 @@ campaign), ``h3bench pool --look`` (:meth:`Course.next_window`) and the
 plan's simulation (:meth:`Course.walk`, thousands of campaigns at once)
 all ask this object; the live run asks the same array functions with one
 campaign, as :func:`h3bench.stats.sequential.decide` calls
-:func:`~h3bench.stats.sequential.judge_series`.
+:func:`~h3bench.stats.sequential.judge_series`. A run hands the course its
+blocks (:class:`RunView`), never a verdict: the course takes each series'
+look decision itself (:meth:`Course.decision`, :mod:`h3bench.course.looks`).
 
 The rule
 --------
@@ -50,10 +52,12 @@ from __future__ import annotations
 
 import functools
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from h3bench.course import looks
 from h3bench.course.design import Design, run_order, series_of
 from h3bench.course.shards import SeriesWindow, Shard, Window, round_up, unit_shard
 from h3bench.outcome import Outcome
@@ -61,16 +65,17 @@ from h3bench.quality import lossless_design
 from h3bench.runspec.arms import BASELINE
 from h3bench.runspec.spec import RunSpec
 from h3bench.stats.intervals import PASS
-from h3bench.stats.sequential import REASONS, Boundaries, LookDecision
+from h3bench.stats.sequential import REASONS, Boundaries, LookDecision, SeriesBlock
 
 __all__ = ["Course", "RunView", "Walk"]
 
 
 class RunView(typing.Protocol):
-    """What the course reads of a run (live or pooled): each series' decision and what ran, per duration."""
+    """What the course reads of a run (live or pooled): what ran, per duration and series; never a decision."""
 
-    def decision(self, duration: float, series: str) -> LookDecision | None:
-        """The series' look decision from its blocks so far (None before its first complete pair)."""
+    def series_blocks(self, duration: float, series: str) -> Sequence[SeriesBlock]:
+        """The series' blocks in its order, up to the first that did not run or finish
+        (:func:`h3bench.run.records.series_blocks`); none where the course does not decide (a shard's round)."""
 
     def pairs_run(self, duration: float, series: str) -> int:
         """The pairs of the series that ran: its highest pair run, plus one."""
@@ -95,13 +100,6 @@ class Walk:
     baseline: np.ndarray  # (n, series, durations): control processes of each series' lossless test
 
 
-_COURSES: dict[tuple[str, bool, int | None], Course] = {}  # a spec's course, made once per run
-
-
-@functools.lru_cache(maxsize=256)
-def _boundaries(design: Design, duration: int, n_series: int, lossless: bool) -> Boundaries:
-    return design.boundaries(duration, n_series, lossless=lossless)
-
 
 @dataclass(frozen=True)
 class Course:
@@ -117,20 +115,21 @@ class Course:
 
     @classmethod
     def of(cls, spec: RunSpec, *, lossless: bool | None = None, shards: int | None = None) -> Course:
-        """The course of a spec's campaign (``lossless``: the lossless test is on; default: the spec's gate)."""
+        """The course of a spec's campaign (``lossless``: the lossless test is on; default: the spec's gate).
+
+        Made anew at each call: whoever asks it often holds it (a run's
+        :class:`~h3bench.session.results.Results`, a :class:`~h3bench.course.schedule.Schedule`).
+        """
         on = spec.gates.lossless if lossless is None else lossless
-        key = (spec.spec_id, on, shards)
-        if key not in _COURSES:
-            found = series_of(spec)
-            _COURSES[key] = cls(Design.of(spec), len(found), on, shards, tuple(s.name for s in found),
-                                run_order(spec), tuple(s.control for s in found))
-        return _COURSES[key]
+        found = series_of(spec)
+        return cls(Design.of(spec), len(found), on, shards, tuple(s.name for s in found), run_order(spec),
+                   tuple(s.control for s in found))
 
     # -- each duration's parameters (d: its index in run order) -----------------------------------------------------
 
     def boundaries(self, d: int) -> Boundaries:
         """The duration's looks and their levels (:meth:`h3bench.course.design.Design.boundaries`)."""
-        return _boundaries(self.design, d, self.n_series, self.lossless)
+        return looks.boundaries(self.design, d, self.n_series, self.lossless)
 
     def first_pass(self, d: int) -> int:
         """Pairs of the first look at which PASS is allowed (the boundaries' first look with a PASS level)."""
@@ -269,13 +268,18 @@ class Course:
     def _index(self, duration: float) -> int:
         return self.durations.index(duration)
 
+    def decision(self, view: RunView, duration: float, series: str) -> LookDecision | None:
+        """The series' look decision from the blocks the run hands over (None before its first complete pair)."""
+        return looks.decision(self.design, self._index(duration), self.n_series, self.lossless,
+                              view.series_blocks(duration, series))
+
     def _gate(self, view: RunView, duration: float, series: str) -> tuple[bool | None, str]:
         """Whether the series runs the duration (None: a cheaper duration has not decided yet), and why not."""
         d = self._index(duration)
         if not self.design.in_order_of_cost:
             return True, ""
         for cheaper in self.durations[:d]:
-            found = view.decision(cheaper, series)
+            found = self.decision(view, cheaper, series)
             if found is None or not found.stop:
                 return None, f"waits for a PASS at {cheaper:g} s"
             if found.outcome is not Outcome.PASS:
@@ -294,7 +298,7 @@ class Course:
             gate, why = self._gate(view, duration, series)
             if gate is False:
                 return f"not run: {why}"
-            found = view.decision(duration, series)
+            found = self.decision(view, duration, series)
             if found is not None and found.stop:
                 return (f"not run: {series} stopped at {duration:g} s, look {found.look} ({found.pairs} pairs): "
                         f"{REASONS[found.reason_code]}")
@@ -304,7 +308,7 @@ class Course:
         if None in gates:
             return None  # a cheaper duration decides first
         running = np.array([bool(g) and view.halted(s) is None
-                            and not ((found := view.decision(duration, s)) is not None and found.stop)
+                            and not ((found := self.decision(view, duration, s)) is not None and found.stop)
                             for s, g in zip(self.series, gates, strict=True)])
         if not running.any():
             return "not run: no series at this duration still runs"
@@ -354,7 +358,7 @@ class Course:
             series[key] = {}
             for name in self.series:
                 done = view.pairs_run(duration, name)
-                found = view.decision(duration, name)
+                found = self.decision(view, duration, name)
                 gate, why = self._gate(view, duration, name)
                 halted = view.halted(name)
                 if halted is not None:

@@ -138,8 +138,9 @@ class Schedule:
         self.anchored = anchored
         self.shard = shard
         self.lossless = spec.gates.lossless if lossless is None else lossless
-        self.window = (window if window is not None or shard is None
-                       else Course.of(spec, lossless=self.lossless, shards=shard.count).first_window(spec.spec_id))
+        self._rounds = None if shard is None else Course.of(spec, lossless=self.lossless, shards=shard.count)
+        self.window = (window if window is not None or self._rounds is None
+                       else self._rounds.first_window(spec.spec_id))
         every = spec_blocks(spec, lossless=self.lossless)
         self.blocks = self._own(spec_blocks(spec, arms, anchored=anchored, lossless=self.lossless))
         self.stored_blocks = tuple(b for b in every if b.letter == "A") if anchored else ()
@@ -151,10 +152,9 @@ class Schedule:
 
     def _own(self, blocks: tuple[Block, ...]) -> tuple[Block, ...]:
         """The blocks of ``blocks`` that this session's shard runs in its round (:meth:`Course.shard_runs`)."""
-        shard, window = self.shard, self.window
-        if shard is None or window is None:
+        shard, window, course = self.shard, self.window, self._rounds
+        if shard is None or window is None or course is None:
             return blocks
-        course = Course.of(self.spec, lossless=self.lossless, shards=shard.count)
         return tuple(b for b in blocks if course.shard_runs(b.duration, None if b.design == "controls" else b.candidate,
                                                              b.pair, b.position, shard, window))
 

@@ -23,13 +23,13 @@ What is made of the records lives beside them: the verdict
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from h3bench.course import looks
 from h3bench.course.cases import Block, CandidateWorkload, OutputRef
 from h3bench.course.course import Course
-from h3bench.course.design import budget_of, series_of
+from h3bench.course.design import series_of
 from h3bench.course.schedule import Schedule
 from h3bench.errors import EvidenceError
 from h3bench.evidence import BundleReader, require_verified
@@ -40,7 +40,7 @@ from h3bench.run.records import BlockFailed, BlockResult, CandidateStopped, Samp
 from h3bench.runspec import RunSpec, parse_runspec, require_same_spec
 from h3bench.session.baseline import check_stored_baseline, contract_refused
 from h3bench.session.settings import Settings
-from h3bench.stats.sequential import LookDecision
+from h3bench.stats.sequential import LookDecision, SeriesBlock
 from h3bench.verdict.judge import Judge
 from h3bench.verdict.verdicts import duration_key
 
@@ -239,16 +239,21 @@ class Results:
     def lossless_on(self) -> bool:
         return self.judge.lossless_enabled
 
-    def decision(self, duration: float, series: str) -> LookDecision | None:
-        """The series' look decision from its blocks so far (None in a candidate-only run, or before a pair)."""
-        if self.schedule.anchored or self.schedule.shard is not None:  # a shard's looks are the pooled ones
-            return None
+    def series_blocks(self, duration: float, series: str) -> list[SeriesBlock]:
+        """The series' blocks that ran, up to the first that did not (-k, --arm) or did not finish; none in a
+        candidate-only run or a shard's (a shard's looks are the pooled ones)."""
+        if self.schedule.anchored or self.schedule.shard is not None:
+            return []
         ran = []
-        for block in self.schedule.campaign_series(duration, series):  # up to the first that did not run (-k, --arm)
+        for block in self.schedule.campaign_series(duration, series):
             if (result := self.ran.get(block.id)) is None:
                 break
             ran.append(result)
-        return looks.decision(self.spec, duration, series_blocks(ran, budget_of(self.spec)), lossless_on=self.lossless_on)
+        return series_blocks(ran, self.course.design.budget)
+
+    def decision(self, duration: float, series: str) -> LookDecision | None:
+        """The series' look decision, as the course takes it from its blocks (None before a complete pair)."""
+        return self.course.decision(self, duration, series)
 
     def not_needed(self, block: Block) -> str | None:
         """Why a scheduled block need not run: the course's answer (:meth:`h3bench.course.course.Course.why_not`).
@@ -261,8 +266,9 @@ class Results:
             return None
         return self.course.why_not(self, block.duration, None if block.design == "controls" else block.candidate)
 
-    @property
+    @functools.cached_property
     def course(self) -> Course:
+        """The campaign's course, made once for this store (it asks it at every block)."""
         return Course.of(self.spec, lossless=self.lossless_on)
 
     def pairs_run(self, duration: float, series: str) -> int:

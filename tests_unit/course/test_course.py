@@ -4,9 +4,11 @@ The vectorised walk (what the plan simulates) is compared, campaign by
 campaign, with the same course asked block by block as the live run asks it
 (:meth:`Course.why_not` over the static schedule) and round by round as the
 pool asks it (:meth:`Course.first_window`, :meth:`Course.shard_runs`,
-:meth:`Course.next_window`), for the same decisions. The decisions are
-drawn: each series stops at some look with some outcome, as
-:func:`h3bench.stats.sequential.judge_series` would say. The live simulator
+:meth:`Course.next_window`), for the same latencies. The latencies are
+drawn (:func:`h3bench.course.designsim.draw_samples`); the walk takes each
+series' stop from :func:`h3bench.stats.sequential.judge_series`, as the plan
+does, and the course asked block by block takes its own decisions from the
+blocks the fake run hands it, as the live run does. The live simulator
 campaigns that replay through the plan are in
 tests_unit/session/test_sequential_campaign.py and
 tests_unit/pool/test_pool_rounds.py.
@@ -25,42 +27,66 @@ from hypothesis import strategies as st
 from h3bench.course.cases import Block, CandidateWorkload
 from h3bench.course.course import Course
 from h3bench.course.design import sequential_design
+from h3bench.course.designsim import LatencyModel, draw_samples
 from h3bench.course.schedule import Schedule, spec_blocks
 from h3bench.course.shards import Shard, Window
-from h3bench.outcome import Outcome
 from h3bench.quality import lossless_design
 from h3bench.runspec import load_runspec, parse_runspec
-from h3bench.stats.intervals import FAIL, INCONCLUSIVE, PASS
-from h3bench.stats.sequential import FUTILITY, PASSED, LookDecision
+from h3bench.stats.intervals import INCONCLUSIVE, PASS
+from h3bench.stats.sequential import SeriesBlock, judge_series, series_order
 
 SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"
-OUTCOME = {PASS: Outcome.PASS, FAIL: Outcome.FAIL, INCONCLUSIVE: Outcome.INCONCLUSIVE}
+QUIET = LatencyModel(request_cv=0.002, process_cv=0.001)  # a scenario's latencies: each series stops as its ratio says
+
+
+def latencies(course: Course, ratios: np.ndarray, seed: int = 0, model: LatencyModel = QUIET) -> np.ndarray:
+    """``(series, durations)`` of each series' drawn seconds ``(blocks, columns)``, up to its last look."""
+    rng = np.random.default_rng(seed)
+    xs = np.empty(ratios.shape, object)
+    for d in range(course.design.n_durations):
+        found = course.boundaries(d)
+        for c in range(course.n_series):
+            xs[c, d] = draw_samples(rng, 1, series_order(found.max_pairs), course.design.budget, float(ratios[c, d]),
+                                    model, found.looks[0])[0]
+    return xs
+
+
+def judged(course: Course, xs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each series' stop (pairs) and speed code from all its latencies, as the plan's simulation takes them."""
+    stop, code = np.zeros(xs.shape, int), np.zeros(xs.shape, int)
+    design = course.design
+    for (c, d), x in np.ndenumerate(xs):
+        found = course.boundaries(d)
+        out = judge_series(x[None], series_order(found.max_pairs), design.budget, found,
+                           leak_level=design.leak_level, cache_ratio=design.cache_ratio)
+        stop[c, d], code[c, d] = int(out.pairs[0]), int(out.code[0])
+    return stop, code
 
 
 class Replay:
-    """A run whose series stop where ``stop`` and ``code`` say (``(series, durations)``): a fake RunView."""
+    """A run whose blocks measure the latencies ``xs`` (:func:`latencies`): a fake RunView, handing blocks over."""
 
-    def __init__(self, course: Course, stop: np.ndarray, code: np.ndarray) -> None:
-        self.course, self.stop, self.code = course, stop, code
+    def __init__(self, course: Course, xs: np.ndarray) -> None:
+        self.course, self.xs = course, xs
         self.ran: set[str] = set()
         self.blocks: list[Block] = []
-
-    def _where(self, duration: float, series: str) -> tuple[int, int]:
-        return self.course.series.index(series), self.course.durations.index(duration)
 
     def pairs_run(self, duration: float, series: str) -> int:
         return max((b.pair + 1 for b in self.blocks if b.duration == duration and b.candidate == series), default=0)
 
-    def decision(self, duration: float, series: str) -> LookDecision | None:
-        c, d = self._where(duration, series)
-        pairs = sum(1 for b in self.blocks if b.duration == duration and b.candidate == series) // 2  # complete ones
-        if pairs < 2:
-            return None
-        looks = self.course.design.looks[d]
-        stopped = pairs >= self.stop[c, d]
-        code = int(self.code[c, d]) if stopped else INCONCLUSIVE
-        return LookDecision(bool(stopped), OUTCOME[code], PASSED if code == PASS else FUTILITY, "drawn", 1, looks,
-                            pairs, None, 0.9, 0.8, 1.0, 0.01, 0.01)
+    def series_blocks(self, duration: float, series: str) -> list[SeriesBlock]:
+        x = self.xs[self.course.series.index(series), self.course.durations.index(duration)]
+        measured = self.course.design.budget.measured
+        ran = sorted((b for b in self.blocks if b.duration == duration and b.candidate == series),
+                     key=lambda b: b.position)
+        found = []
+        for position, block in enumerate(ran, start=1):
+            if block.position != position:
+                break
+            row = x[position - 1]
+            found.append(SeriesBlock(block.letter, tuple(map(float, row[:measured])),
+                                     float(row[measured]) if self.course.design.budget.audit else None))
+        return found
 
     def baseline_run(self, duration: float, series: str) -> int:
         """Counted as the judge counts: the blocks that run the series' control arm (a control block: the baseline)."""
@@ -91,9 +117,9 @@ def _counts(course: Course, blocks: list[Block]) -> tuple[np.ndarray, np.ndarray
     return pairs, controls
 
 
-def one_host(spec, course: Course, stop: np.ndarray, code: np.ndarray) -> Replay:
+def one_host(spec, course: Course, xs: np.ndarray) -> Replay:
     """The live rule: every block of the static schedule in order, run unless the course says why not."""
-    run = Replay(course, stop, code)
+    run = Replay(course, xs)
     for block in spec_blocks(spec, lossless=course.lossless):
         why = course.why_not(run, block.duration, None if block.design == "controls" else block.candidate)
         if why is None:
@@ -101,9 +127,9 @@ def one_host(spec, course: Course, stop: np.ndarray, code: np.ndarray) -> Replay
     return run
 
 
-def over_hosts(spec, course: Course, stop: np.ndarray, code: np.ndarray) -> Replay:
+def over_hosts(spec, course: Course, xs: np.ndarray) -> Replay:
     """The pool's rule: round after round, each shard runs its part of the round's window, then a look."""
-    run = Replay(course, stop, code)
+    run = Replay(course, xs)
     window: Window = course.first_window(spec.spec_id)
     blocks = spec_blocks(spec, lossless=course.lossless)
     assert course.shards is not None
@@ -119,13 +145,12 @@ def over_hosts(spec, course: Course, stop: np.ndarray, code: np.ndarray) -> Repl
     raise AssertionError("the rounds never ended")
 
 
-def _drawn(course: Course, data: st.DataObject) -> tuple[np.ndarray, np.ndarray]:
+def _drawn(course: Course, data: st.DataObject) -> np.ndarray:
+    """Latencies of true ratios that stop a series at any look, with any outcome, at the reference noise."""
     shape = (course.n_series, course.design.n_durations)
-    stop = np.array([[data.draw(st.sampled_from(course.design.looks[d])) for d in range(shape[1])]
-                     for _ in range(shape[0])])
-    code = np.array([[data.draw(st.sampled_from([PASS, PASS, INCONCLUSIVE, FAIL])) for _ in range(shape[1])]
-                     for _ in range(shape[0])])
-    return stop, code
+    ratios = np.array([[data.draw(st.sampled_from([0.6, 0.9, 0.96, 1.0, 1.0, 1.5])) for _ in range(shape[1])]
+                       for _ in range(shape[0])])
+    return latencies(course, ratios, data.draw(st.integers(0, 2**16)), LatencyModel())
 
 
 def lossless_research():
@@ -146,24 +171,26 @@ def spec(request):
 @given(data=st.data())
 def test_one_host_runs_block_for_block_what_the_plan_walks(spec, data):
     course = Course.of(spec)
-    stop, code = _drawn(course, data)
-    live = one_host(spec, course, stop, code)
+    xs = _drawn(course, data)
+    stop, code = judged(course, xs)
+    live = one_host(spec, course, xs)
     walk = course.walk(stop[None], code[None])
     pairs, controls = _counts(course, live.blocks)
     assert (pairs == walk.pairs[0]).all() and (controls == walk.controls[0]).all(), (stop, code, pairs, controls)
     # Each series' lossless test has, by the judge's count of what ran, the control processes the walk counts.
     schedule = Schedule(spec, lossless=course.lossless)
-    judged = [[sum(1 for b in schedule.lossless_processes(CandidateWorkload(s, duration))[0] if b.id in live.ran)
-               for duration in course.durations] for s in course.series]
-    assert judged == walk.baseline[0].tolist(), (stop, code)
+    counted = [[sum(1 for b in schedule.lossless_processes(CandidateWorkload(s, duration))[0] if b.id in live.ran)
+                for duration in course.durations] for s in course.series]
+    assert counted == walk.baseline[0].tolist(), (stop, code)
 
 
 @settings(max_examples=15, deadline=None)
 @given(data=st.data(), shards=st.integers(2, 3))
 def test_rounds_over_hosts_run_block_for_block_what_the_plan_walks(spec, data, shards):
     course = Course.of(spec, shards=shards)
-    stop, code = _drawn(course, data)
-    pooled = over_hosts(spec, course, stop, code)
+    xs = _drawn(course, data)
+    stop, code = judged(course, xs)
+    pooled = over_hosts(spec, course, xs)
     walk = course.walk(stop[None], code[None])
     pairs, controls = _counts(course, pooled.blocks)
     assert (pairs == walk.pairs[0]).all() and (controls == walk.controls[0]).all(), (stop, code, pairs, controls)
@@ -175,8 +202,10 @@ def test_a_candidate_whose_rival_stopped_early_gets_its_controls_before_the_look
     spec = load_runspec(SPECS / "910b1-x8.toml")
     course = Course.of(spec)
     f, alpha = course.first_pass(0), course.design.lossless_alpha(0)
-    stop, code = np.array([[f, 4], [2, 3]]), np.array([[PASS, PASS], [INCONCLUSIVE, INCONCLUSIVE]])
-    run = one_host(spec, course, stop, code)
+    xs = latencies(course, np.array([[0.5, 0.5], [1.0, 1.0]]))  # 1: clearly faster; 2: clearly not faster
+    stop, code = judged(course, xs)
+    assert stop[:, 0].tolist() == [f, 2] and code[:, 0].tolist() == [PASS, INCONCLUSIVE] and code[0, 1] == PASS
+    run = one_host(spec, course, xs)
     at_5 = [b for b in run.blocks if b.duration == 5.0]
     controls = [i for i, b in enumerate(at_5) if b.design == "controls"]
     needed = lossless_design.baseline_needed(f, alpha)
@@ -184,7 +213,7 @@ def test_a_candidate_whose_rival_stopped_early_gets_its_controls_before_the_look
     assert all(b.pair == f - 1 for b in at_5[controls[-1] + 1:]), "run before the pairs of round f"
     assert run.baseline_run(5.0, course.series[0]) >= needed
     # Both series going on: their A blocks are enough, no control runs.
-    both = one_host(spec, course, np.array([[f, 4], [f, 4]]), np.array([[PASS, PASS], [PASS, PASS]]))
+    both = one_host(spec, course, latencies(course, np.full((2, 2), 0.5)))
     assert not both.controls_run(5.0)
     # At 15 s the first candidate is alone: its controls before the last look.
     assert len(run.controls_run(15.0)) == lossless_design.baseline_needed(4, course.design.lossless_alpha(1)) - 4
@@ -194,7 +223,7 @@ def test_a_control_is_not_decided_before_the_round_it_precedes():
     """Asked early (the ETA, the unfinished list) the course does not yet skip a control: it may still be needed."""
     spec = load_runspec(SPECS / "sim.toml")
     course = Course.of(spec)
-    run = Replay(course, np.array([[8, 4]]), np.array([[INCONCLUSIVE, PASS]]))
+    run = Replay(course, latencies(course, np.array([[1.0, 0.5]])))
     assert course.why_not(run, 5.0, None) is None
     for block in spec_blocks(spec)[:2]:
         run.take(block)
@@ -222,6 +251,6 @@ def test_the_fixed_design_runs_its_controls_first_whenever_the_duration_runs():
     assert [course.control_slots(d) for d in range(2)] == [2, 2]
     walk = course.walk(np.full((1, 1, 2), 4), np.full((1, 1, 2), INCONCLUSIVE))
     assert walk.controls.tolist() == [[2, 2]] and walk.baseline.tolist() == [[[6, 6]]]
-    run = one_host(fixed, course, np.full((1, 2), 4), np.full((1, 2), INCONCLUSIVE))
+    run = one_host(fixed, course, latencies(course, np.full((1, 2), 1.0)))
     assert [b.id for b in run.blocks][:2] == ["5s-baseline-1A-baseline", "5s-baseline-2A-baseline"]
     assert len(run.controls_run(15.0)) == 2
