@@ -14,7 +14,8 @@ parts (server starts and stops, warmups, measured requests, audits, lossless
 control blocks); :meth:`DeviceTime.summary` the mean, the 90th percentile
 (nearest rank) and the maximum; :func:`worst_seconds` the dearest campaign a
 design can run at all, which the plan holds against the fixed design's
-(:func:`fixed_seconds`). :func:`costs_from_spec` reads a RunSpec's
+(:func:`worst_seconds` too: the fixed design runs every block whatever the
+data, so its dearest campaign is its only one). :func:`costs_from_spec` reads a RunSpec's
 ``[hints]``. Held-out seeds and profiling requests are not priced here: they
 run after the formal blocks and do not depend on the design.
 """
@@ -33,7 +34,7 @@ from h3bench.errors import UsageError
 from h3bench.stats.blockstat import BlockBudget
 
 __all__ = ["DEFAULT_SHUTDOWN_S", "DEFAULT_STARTUP_S", "ArmCost", "CampaignCosts", "DeviceTime", "DeviceTimeSummary",
-           "costs_from_spec", "device_time", "fixed_seconds", "sharded_time", "worst_seconds"]
+           "costs_from_spec", "device_time", "sharded_time", "worst_seconds"]
 
 DEFAULT_STARTUP_S = 600.0  # one NPU server start (weight load), the issue-26 assumption when hints give none
 DEFAULT_SHUTDOWN_S = 60.0
@@ -206,23 +207,6 @@ def worst_seconds(course: Course, costs: CampaignCosts, ratios: np.ndarray | lis
             wall += pairs * (block + own.block_s(design.budget))
             device += pairs * (block * base.devices + own.block_s(design.budget) * own.devices)
     return wall, device
-
-
-def fixed_seconds(costs: CampaignCosts, ratios: np.ndarray | list[list[float]], *, pairs: int = 4,
-                  controls: int = 0) -> tuple[float, float]:
-    """Wall and device seconds of the fixed design (``pairs`` AB/BA pairs at every duration, 1 + 3 + 1 blocks).
-
-    What a campaign's device time is set against ("saved against the fixed
-    design"); ``ratios[c][d]`` the candidates' request times over the
-    baseline's, e.g. as measured.
-    """
-    from h3bench.course.design import fixed_design
-    from h3bench.course.designsim import simulate_campaigns
-
-    run = simulate_campaigns(fixed_design(len(costs.durations), pairs, controls=controls), ratios, n=1,
-                             lossless=controls > 0)
-    found = device_time(run, costs)
-    return float(found.wall_s[0]), float(found.device_s[0])
 
 
 def sharded_time(run: CampaignRun, costs: CampaignCosts, shards: int) -> DeviceTime:

@@ -113,7 +113,7 @@ def _device_lines(p: Plan) -> list[str]:
         extra = f"; held-out and profiling add at most {_one(e.extra_h, 'wall')}" if e.extra_h else ""
         worst = f"; at worst {_one(e.worst_h, 'wall')}" if p.spec.protocol.design is DesignMode.SEQUENTIAL else ""
         lines.append(f"  {e.scenario}: {_three(e.design.wall_h, 'wall')}, {_three(e.design.device_h, 'device')} "
-                     f"(fixed design: {_one(e.fixed.wall_h[0], 'wall')}{worst}; every candidate PASS in "
+                     f"(fixed design: {_one(e.fixed_h, 'wall')}{worst}; every candidate PASS in "
                      f"{e.pass_rate:.0%}){extra}")
     return lines
 
@@ -123,8 +123,8 @@ def dearer_than_fixed(p: Plan) -> list[str]:
     if p.spec.protocol.design is not DesignMode.SEQUENTIAL:
         return []
     return [f"the sequential design can cost up to {e.worst_h:.3g} h of wall time ({e.scenario}), more than the "
-            f"fixed design's {e.fixed.wall_h[0]:.3g} h: end the dearer durations' looks at the fixed design's pairs "
-            "(protocol.looks) or fewer pairs at the cheapest" for e in p.device if e.worst_h > e.fixed.wall_h[0] * 1.0005]
+            f"fixed design's {e.fixed_h:.3g} h: end the dearer durations' looks at the fixed design's pairs "
+            "(protocol.looks) or fewer pairs at the cheapest" for e in p.device if e.worst_h > e.fixed_h * 1.0005]
 
 
 def plan_lines(p: Plan) -> list[str]:

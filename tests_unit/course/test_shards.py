@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 from h3bench.course.schedule import Schedule, spec_blocks
 from h3bench.course.shards import SeriesWindow, Shard, Window, check_shards, read_window, round_up, unit_shard
 from h3bench.errors import UsageError
-from h3bench.plan.hostsim import alternating, simulate_pooled
 from h3bench.runspec import load_runspec
 from h3bench.session import options
 from h3bench.stats import hosts
 from h3bench.stats.blockstat import BlockBudget
 from h3bench.stats.intervals import INCONCLUSIVE, PASS, error_levels
 from h3bench.stats.sequential import FIRST_LOOKS, boundaries
+from tests_unit.hostsim import alternating, simulate_pooled
 
 REPO = Path(__file__).resolve().parents[2]
 SIM = REPO / "fixtures" / "runspecs" / "sim.toml"
