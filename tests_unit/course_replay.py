@@ -47,7 +47,7 @@ def planned_blocks(spec: RunSpec, run: CampaignRun) -> set[str]:
     found = set()
     for block in spec_blocks(spec, lossless=run.lossless):
         d = order.index(block.duration)
-        if block.design == "controls":
+        if block.kind == "controls":
             if block.position <= run.controls[0, d]:
                 found.add(block.id)
         elif block.pair < run.pairs[0, names.index(block.candidate), d]:

@@ -55,7 +55,7 @@ from h3bench.course.cases import (
     CASE_FIXTURES,
     CONTROLS,
     Block,
-    BlockDesign,
+    BlockKind,
     CandidateWorkload,
     Case,
     MatchedPair,
@@ -70,9 +70,9 @@ from h3bench.stats.sequential import series_order
 __all__ = ["Schedule", "spec_blocks"]
 
 
-def _series(duration: float, series: Series, order: str, design: BlockDesign, *, start: int = 1) -> list[Block]:
+def _series(duration: float, series: Series, order: str, kind: BlockKind, *, start: int = 1) -> list[Block]:
     return [Block(duration, series.name, series.control if letter == "A" else series.arm, position,
-                  "A" if letter == "A" else "B", design, series.control)
+                  "A" if letter == "A" else "B", kind, series.control)
             for position, letter in enumerate(order, start=start)]
 
 
@@ -155,7 +155,7 @@ class Schedule:
         shard, window, course = self.shard, self.window, self._rounds
         if shard is None or window is None or course is None:
             return blocks
-        return tuple(b for b in blocks if course.shard_runs(b.duration, None if b.design == "controls" else b.candidate,
+        return tuple(b for b in blocks if course.shard_runs(b.duration, None if b.kind == "controls" else b.candidate,
                                                              b.pair, b.position, shard, window))
 
     def index(self, block: Block) -> int:
@@ -177,7 +177,7 @@ class Schedule:
                     for b in self.blocks if b.letter == "B" for i in range(k)]
         if fixture == "candidate_workload":
             return list(dict.fromkeys(CandidateWorkload(b.candidate, b.duration)
-                                      for b in self.blocks if b.design != "controls"))
+                                      for b in self.blocks if b.kind != "controls"))
         raise ValueError(f"no campaign cases for fixture {fixture!r}")
 
     def partner(self, block: Block) -> Block:
@@ -187,9 +187,9 @@ class Schedule:
         stored baseline block of its series with the same rank (cycling when
         the stored series has fewer).
         """
-        if block.design == "anchored":
+        if block.kind == "anchored":
             stored = [b for b in self.stored_blocks
-                      if b.design == "paired" and b.candidate == block.candidate and b.duration == block.duration]
+                      if b.kind == "paired" and b.candidate == block.candidate and b.duration == block.duration]
             ours = [b for b in self.blocks if b.letter == "B" and b.candidate == block.candidate
                     and b.duration == block.duration]
             return stored[ours.index(block) % len(stored)]
@@ -212,7 +212,7 @@ class Schedule:
     def stored_series(self, duration: float, candidate: str) -> list[Block]:
         """A candidate-only run: the stored baseline blocks of the candidate's series (the shift report)."""
         return [b for b in self.stored_blocks
-                if b.duration == duration and b.candidate == candidate and b.design == "paired"]
+                if b.duration == duration and b.candidate == candidate and b.kind == "paired"]
 
     def lossless_processes(self, case: CandidateWorkload) -> tuple[list[Block], list[Block]]:
         """Control and candidate processes of a series' lossless test, each in schedule order.
@@ -227,7 +227,7 @@ class Schedule:
         """
         control = self._controls.get(case.candidate, BASELINE)
         baseline = [b for b in self.baseline_blocks if b.duration == case.duration and b.arm == control
-                    and (b.design == "anchored" or not self.anchored)]
+                    and (b.kind == "anchored" or not self.anchored)]
         candidate = [b for b in self.blocks
                      if b.letter == "B" and b.candidate == case.candidate and b.duration == case.duration]
         return baseline, candidate

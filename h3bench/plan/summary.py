@@ -42,10 +42,10 @@ def block_groups(blocks: Iterable[Block]) -> str:
     """
     groups: list[tuple[str, list[str]]] = []
     for b in blocks:
-        if b.design == "controls":
+        if b.kind == "controls":
             name, label = "lossless controls", f"{b.position} {b.arm}"
         else:
-            name = b.candidate + (" (anchored)" if b.design == "anchored" else "")
+            name = b.candidate + (" (anchored)" if b.kind == "anchored" else "")
             label = f"{b.position}{b.letter} {b.arm}"
         if not groups or groups[-1][0] != name:
             groups.append((name, []))

@@ -67,7 +67,7 @@ def report_header(spec: RunSpec, *, arms: str, evidence: str, baseline_evidence:
         orders: dict[str, str] = {}
         for block in blocks:
             if block.duration == duration:
-                name = "controls" if block.design == "controls" else block.candidate
+                name = "controls" if block.kind == "controls" else block.candidate
                 orders[name] = orders.get(name, "") + block.letter
         lines.append(f"h3bench {duration:g} s runs: " + "; ".join(f"{name} {letters}" for name, letters in
                                                                   orders.items()))

@@ -165,7 +165,7 @@ class Results:
 
     def source(self, block: Block) -> Results:
         """The results that hold a block: the stored baseline's for a candidate-only run's stored blocks."""
-        return self.stored_baseline if self.stored_baseline and block.design != "anchored" else self
+        return self.stored_baseline if self.stored_baseline and block.kind != "anchored" else self
 
     def ensure(self, block: Block) -> BlockResult:
         """The block's result, made first by the supply when there is one.
@@ -262,9 +262,9 @@ class Results:
         candidate-only run's anchored blocks always run; a shard's round is
         its window.
         """
-        if block.design == "anchored" or self.schedule.shard is not None:
+        if block.kind == "anchored" or self.schedule.shard is not None:
             return None
-        return self.course.why_not(self, block.duration, None if block.design == "controls" else block.candidate)
+        return self.course.why_not(self, block.duration, None if block.kind == "controls" else block.candidate)
 
     @functools.cached_property
     def course(self) -> Course:
@@ -283,7 +283,7 @@ class Results:
 
     def controls_run(self, duration: float) -> tuple[int, ...]:
         return tuple(sorted(r.block.position for r in self.ran.values()
-                            if r.block.duration == duration and r.block.design == "controls"))
+                            if r.block.duration == duration and r.block.kind == "controls"))
 
     def halted(self, series: str) -> tuple[str, str] | None:
         stop = self.stopped(series)

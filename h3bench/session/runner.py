@@ -158,7 +158,7 @@ class Runner:
         """Where the block's series stands (its latest look and interval) and the device time spent so far."""
         results = self.results
         parts = []
-        found = results.decision(block.duration, block.candidate) if block.design == "paired" else None
+        found = results.decision(block.duration, block.candidate) if block.kind == "paired" else None
         if found is not None and found.look is not None and found.ratio is not None:
             parts.append(f"look {found.look}/{len(found.looks)}: {found.ratio:.3f} [{found.lower:.3f}, "
                          f"{found.upper:.3f}]")
@@ -256,7 +256,7 @@ class Runner:
                 progress(f"h3bench: block {block.id}: stopped: {exc}; no later block runs")
                 return
             key = (block.duration, block.candidate)
-            found = self.results.decision(*key) if block.design == "paired" else None
+            found = self.results.decision(*key) if block.kind == "paired" else None
             if found is not None and found.stop and key not in announced:
                 announced.add(key)
                 progress(f"h3bench: {block.candidate} at {block.duration:g} s: {found.reason}")

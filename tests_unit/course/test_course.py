@@ -94,7 +94,7 @@ class Replay:
         return sum(1 for b in self.blocks if b.duration == duration and b.letter == "A" and b.arm == control)
 
     def controls_run(self, duration: float) -> tuple[int, ...]:
-        return tuple(b.position for b in self.blocks if b.duration == duration and b.design == "controls")
+        return tuple(b.position for b in self.blocks if b.duration == duration and b.kind == "controls")
 
     def halted(self, series: str) -> tuple[str, str] | None:
         return None
@@ -109,7 +109,7 @@ def _counts(course: Course, blocks: list[Block]) -> tuple[np.ndarray, np.ndarray
     controls = np.zeros(course.design.n_durations, int)
     for b in blocks:
         d = course.durations.index(b.duration)
-        if b.design == "controls":
+        if b.kind == "controls":
             controls[d] += 1
         else:
             c = course.series.index(b.candidate)
@@ -121,7 +121,7 @@ def one_host(spec, course: Course, xs: np.ndarray) -> Replay:
     """The live rule: every block of the static schedule in order, run unless the course says why not."""
     run = Replay(course, xs)
     for block in spec_blocks(spec, lossless=course.lossless):
-        why = course.why_not(run, block.duration, None if block.design == "controls" else block.candidate)
+        why = course.why_not(run, block.duration, None if block.kind == "controls" else block.candidate)
         if why is None:
             run.take(block)
     return run
@@ -207,7 +207,7 @@ def test_a_candidate_whose_rival_stopped_early_gets_its_controls_before_the_look
     assert stop[:, 0].tolist() == [f, 2] and code[:, 0].tolist() == [PASS, INCONCLUSIVE] and code[0, 1] == PASS
     run = one_host(spec, course, xs)
     at_5 = [b for b in run.blocks if b.duration == 5.0]
-    controls = [i for i, b in enumerate(at_5) if b.design == "controls"]
+    controls = [i for i, b in enumerate(at_5) if b.kind == "controls"]
     needed = lossless_design.baseline_needed(f, alpha)
     assert len(controls) == needed - (f + 2), "what the A blocks of both series leave short"
     assert all(b.pair == f - 1 for b in at_5[controls[-1] + 1:]), "run before the pairs of round f"

@@ -79,7 +79,7 @@ def _false_fail(processes: tuple[list, list], schedule: Schedule, shift: float, 
 def test_the_controls_of_a_candidate_only_run_are_todays_anchors_only():
     schedule = Schedule(_spec(), "candidate", anchored=True)
     baseline, candidate = schedule.lossless_processes(CASE)
-    assert [b.design for b in baseline] == ["anchored", "anchored"] and len(candidate) == 4
+    assert [b.kind for b in baseline] == ["anchored", "anchored"] and len(candidate) == 4
     assert not set(baseline) & set(schedule.stored_blocks)
     before, _ = _pooled(schedule)
     assert len(before) == 8 and sum(b in schedule.stored_blocks for b in before) == 6  # the 8 + 4
