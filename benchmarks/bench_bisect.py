@@ -45,7 +45,7 @@ from h3bench.bisect.simulate import (
     simulated_log_ratios,
     step_range,
 )
-from h3bench.plan.designsim import LatencyModel, draw_samples
+from h3bench.course.designsim import LatencyModel, draw_samples
 from h3bench.runspec import load_runspec
 from h3bench.stats.blockstat import block_log_statistics
 

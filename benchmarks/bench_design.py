@@ -1,16 +1,16 @@
 """Device time per verdict and every guarantee of the sequential design, simulated through h3bench's own code.
 
-Three tables, each from :func:`h3bench.plan.designsim.simulate_campaigns` (the
+Three tables, each from :func:`h3bench.course.designsim.simulate_campaigns` (the
 live run's decision, :func:`h3bench.stats.sequential.judge_series`, and its
-course, :mod:`h3bench.runspec.course`), priced by
-:mod:`h3bench.plan.devicetime`:
+course, :mod:`h3bench.course.course`), priced by
+:mod:`h3bench.course.devicetime`:
 
 1. **Device time**: for ``fixtures/runspecs/950pr-x4.toml`` (one candidate)
    and ``910b1-x8.toml`` (two candidates, lossless) at their hints, the
-   fixed design (:meth:`h3bench.runspec.design.Design.fixed_of`) beside the
+   fixed design (:meth:`h3bench.course.design.Design.fixed_of`) beside the
    spec's own: wall hours mean / p90 / max over the simulated campaigns, the
    dearest campaign the design can run at all
-   (:func:`h3bench.plan.devicetime.worst_seconds`), and PASS per candidate.
+   (:func:`h3bench.course.devicetime.worst_seconds`), and PASS per candidate.
 2. **Guarantees**: every scenario of :data:`h3bench.plan.guarantees.SCENARIOS`,
    its rate ± Monte-Carlo SE against its bound (tests_unit/plan/test_guarantees.py
    holds them at fewer campaigns).
@@ -25,17 +25,19 @@ Run: ``.venv/bin/python benchmarks/bench_design.py [--n 20000] [--scale 5] [--sp
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from h3bench.plan import designsim, guarantees
-from h3bench.plan.devicetime import CampaignCosts, costs_from_spec, device_time, fixed_seconds, worst_seconds
+from h3bench.course import designsim
+from h3bench.course.course import Course
+from h3bench.course.design import Design, series_of
+from h3bench.course.devicetime import CampaignCosts, costs_from_spec, device_time, worst_seconds
+from h3bench.plan import guarantees
 from h3bench.runspec import BASELINE, RunSpec, load_runspec
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import Design, series_of
 from h3bench.stats.intervals import PASS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,8 +139,7 @@ def spec_figures(name: str, n: int) -> None:
     costs = costs_from_spec(spec)
     course = Course.of(spec)
     ones = [[1.0] * durations] * n_cand
-    fixed = fixed_seconds(costs, ones, pairs=len(spec.protocol.order) // 2,
-                          controls=Design.fixed_of(spec).fixed_controls)[0]
+    fixed = worst_seconds(dataclasses.replace(course, design=Design.fixed_of(spec)), costs, ones)[0]  # every block
     print(f"  worst case {worst_seconds(course, costs, ones)[0] / 3600:.1f} h against the fixed design's "
           f"{fixed / 3600:.1f} h (no effect)")
 

@@ -4,10 +4,10 @@ Each row is one design at ``fixtures/runspecs/950pr-x4.toml``'s costs: the
 spec's sequential design (1 warmup + 2 measured + 1 counted audit per block),
 the fixed design, and the sequential design with another block budget
 (``--budgets``, ``warmups,measured,audit_counts``). Campaigns are simulated
-through :func:`h3bench.plan.designsim.simulate_campaigns` (the live run's
+through :func:`h3bench.course.designsim.simulate_campaigns` (the live run's
 :func:`h3bench.stats.sequential.judge_series` and course), 2 % request noise
 and 1 % process noise (2 % for the leak), and priced by
-:func:`h3bench.plan.devicetime.device_time`. The hiccups are put on the
+:func:`h3bench.course.devicetime.device_time`. The hiccups are put on the
 model's draws, among the blocks of each duration's first look (the ones that
 surely run), at +50 %:
 
@@ -32,10 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
+from h3bench.course.design import Design
+from h3bench.course.devicetime import costs_from_spec, device_time
 from h3bench.plan import designsim
-from h3bench.plan.devicetime import costs_from_spec, device_time
 from h3bench.runspec import load_runspec
-from h3bench.runspec.design import Design
 from h3bench.stats.blockstat import BlockBudget
 from h3bench.stats.intervals import FAIL, PASS
 from h3bench.stats.sequential import AUDIT

@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from h3bench import quality
+from h3bench.course.cases import Block
+from h3bench.course.schedule import Schedule
 from h3bench.evidence import Bundle
 from h3bench.evidence.codec import to_json
 from h3bench.evidence.manifest import Manifest, RunKind
 from h3bench.outcome import Outcome
 from h3bench.run.contract import ContractPart, ServerContract
 from h3bench.runspec import RunSpec, load_runspec, parse_runspec
-from h3bench.runspec.cases import Block
-from h3bench.runspec.schedule import Schedule
 from h3bench.session.results import Results
 from h3bench.session.settings import Settings
 from h3bench.verdict.assemble import candidate_verdicts, document

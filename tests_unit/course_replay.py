@@ -1,8 +1,8 @@
 """A live campaign's latencies replayed through the plan's simulation: the blocks the plan says would run.
 
 :func:`replay` feeds the latencies a live (or pooled) campaign measured to
-:func:`h3bench.plan.designsim.simulate_campaigns` as its draw, one campaign,
-so the plan's course (:meth:`h3bench.runspec.course.Course.walk`) and
+:func:`h3bench.course.designsim.simulate_campaigns` as its draw, one campaign,
+so the plan's course (:meth:`h3bench.course.course.Course.walk`) and
 decisions run on the run's own data; :func:`planned_blocks` names the
 blocks that course runs. A block the run did not run is NaN: a plan that
 agrees with the run never reads it.
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from h3bench.course.design import Design, run_order, series_of
+from h3bench.course.designsim import CampaignRun, simulate_campaigns
+from h3bench.course.schedule import spec_blocks
 from h3bench.outcome import Outcome
-from h3bench.plan.designsim import CampaignRun, simulate_campaigns
+from h3bench.run.records import series_blocks
 from h3bench.runspec import RunSpec
-from h3bench.runspec.design import Design, run_order, series_of
-from h3bench.runspec.schedule import spec_blocks
 from h3bench.session.results import Results
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE, PASS
-from h3bench.verdict.looks import series_blocks
 
 CODES = {Outcome.PASS: PASS, Outcome.FAIL: FAIL, Outcome.INCONCLUSIVE: INCONCLUSIVE}
 
@@ -38,7 +38,7 @@ def replay(spec: RunSpec, results: Results, *, shards: int | None = None) -> Cam
         return x
 
     return simulate_campaigns(design, [[1.0] * len(order)] * len(names), n=1, lossless=results.lossless_on,
-                              shards=shards, draw=draw)
+                              shards=shards, draw=draw, control_arms=results.course.control_arms)
 
 
 def planned_blocks(spec: RunSpec, run: CampaignRun) -> set[str]:
@@ -47,7 +47,7 @@ def planned_blocks(spec: RunSpec, run: CampaignRun) -> set[str]:
     found = set()
     for block in spec_blocks(spec, lossless=run.lossless):
         d = order.index(block.duration)
-        if block.design == "controls":
+        if block.kind == "controls":
             if block.position <= run.controls[0, d]:
                 found.add(block.id)
         elif block.pair < run.pairs[0, names.index(block.candidate), d]:

@@ -26,8 +26,8 @@ PACKAGE = ROOT / "h3bench"
 OUTSIDE = ("conformance",)
 # What every stage shares, then the packages from the bottom up: each imports only those before it.
 SHARED = ("errors", "h3", "outcome", "interrupts")
-LAYERS = ("evidence", "media", "metrics", "stats", "quality", "runspec", "host", "server", "sim", "run", "plan",
-          "verdict", "report", "session", "pool", "ledger", "bisect", "plugin", "cli")
+LAYERS = ("evidence", "media", "metrics", "stats", "quality", "runspec", "host", "server", "course", "sim", "run",
+          "plan", "verdict", "report", "session", "pool", "ledger", "bisect", "plugin", "cli")
 # The simulator is a program of its own: it shares only the H3 facts and the error tree with the harness.
 SIM_MAY_IMPORT = {"h3bench.h3", "h3bench.errors"}
 HEAVY = ("numpy", "scipy", "pydantic", "av", "torch", "httpx")

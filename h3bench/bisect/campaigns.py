@@ -109,7 +109,7 @@ def _pairs(campaign: Any, spec: RunSpec, done: Done, say: Callable[[str], None])
     matched = list(campaign.schedule.cases("matched_pair"))
     for pairs in range(1, len(series) // 2 + 1):
         wanted = {b.id for b in series[: 2 * pairs]}
-        campaign.select_blocks(lambda block, wanted=wanted: block.id in wanted or block.design == "controls")
+        campaign.select_blocks(lambda block, wanted=wanted: block.id in wanted or block.kind == "controls")
         campaign.run_selected(lambda line: say(f"  {line}"))
         for case in matched:
             if case.id not in results.judge.pairs and results.available(case.baseline) and \

@@ -16,13 +16,13 @@ from pathlib import Path
 import numpy as np
 
 from h3bench.bisect.specs import duration_of
+from h3bench.course.design import budget_of
 from h3bench.errors import EvidenceError, UsageError
 from h3bench.evidence import require_verified
 from h3bench.evidence.verify import final_sha256
 from h3bench.outcome import Outcome
-from h3bench.run.records import FailureKind
+from h3bench.run.records import FailureKind, series_blocks
 from h3bench.runspec import BASELINE, RunSpec
-from h3bench.runspec.design import budget_of
 from h3bench.session.results import Results
 from h3bench.session.revalidation import load_quality
 from h3bench.session.settings import Settings
@@ -30,7 +30,6 @@ from h3bench.stats import intervals, sequential
 from h3bench.stats.blockstat import block_log_statistics
 from h3bench.verdict.assemble import candidate_verdicts
 from h3bench.verdict.device import device_time
-from h3bench.verdict.looks import series_blocks
 from h3bench.verdict.verdicts import duration_key
 
 __all__ = ["SERVING_FAILURES", "Observation", "observe", "observe_bundle", "pair_log_ratios"]

@@ -16,7 +16,7 @@ import numpy as np
 
 from h3bench.bisect.simulate import setup_of, simulate_searches, step_range
 from h3bench.bisect.specs import bad_arm, duration_of, table_of
-from h3bench.plan.designsim import LatencyModel
+from h3bench.course.designsim import LatencyModel
 from h3bench.runspec import BASELINE, RunSpec
 
 __all__ = ["plan_lines"]

@@ -44,12 +44,12 @@ from h3bench.bisect.probe import DECISIONS, ProbeTest, Step, between_flags, qual
 from h3bench.bisect.search import CONFIRMS, SearchRule, SearchState, threshold_after
 from h3bench.bisect.specs import Kind, campaign_data, duration_of, engine, table_of, write_spec
 from h3bench.bisect.summary import record_line, summary_lines
+from h3bench.course.design import budget_of
 from h3bench.errors import UsageError
 from h3bench.evidence import BundleReader
 from h3bench.evidence.files import now
 from h3bench.outcome import Outcome
 from h3bench.runspec import BASELINE, RunSpec, load_runspec
-from h3bench.runspec.design import budget_of
 from h3bench.session.results import Results
 from h3bench.stats import sequential
 

@@ -3,10 +3,10 @@
 One row per simulated search, every step vectorised over the rows:
 
 1. **verify**: good against bad, latencies drawn by
-   :func:`h3bench.plan.designsim.draw_samples` (lognormal request noise and a
+   :func:`h3bench.course.designsim.draw_samples` (lognormal request noise and a
    lognormal offset per server process) and judged by
    :func:`h3bench.stats.sequential.judge_series` at the verify campaign's own
-   boundaries (the ones :func:`h3bench.verdict.looks.boundaries_of` gives the
+   boundaries (the ones :func:`h3bench.course.looks.boundaries_of` gives the
    live verify). Not FAIL ("slower"): not reproduced, the search stops. Else
    its pairs give the :class:`~h3bench.bisect.probe.Step`;
 2. **probes**: the next commit by :func:`h3bench.bisect.choice.choose`, its
@@ -22,8 +22,8 @@ One row per simulated search, every step vectorised over the rows:
    (:func:`h3bench.bisect.search.threshold_after`), up to
    :data:`~h3bench.bisect.search.CONFIRMS` confirms.
 
-Device time is priced as :mod:`h3bench.plan.devicetime` prices a campaign
-(:class:`~h3bench.plan.devicetime.ArmCost`: start, stop, warmup, measured
+Device time is priced as :mod:`h3bench.course.devicetime` prices a campaign
+(:class:`~h3bench.course.devicetime.ArmCost`: start, stop, warmup, measured
 and audit requests of a block, on the arm's devices), plus an image pull or
 build the first time each commit runs. With several hosts, a round's
 probes run at once and the round's wall time is its longest probe.
@@ -42,16 +42,16 @@ from h3bench.bisect.choice import ProbeCosts, choose, expected_pairs
 from h3bench.bisect.probe import ProbeTest, between_flags
 from h3bench.bisect.search import CONFIRMS, SearchRule, eligible, named_group, threshold_after
 from h3bench.bisect.specs import Kind, campaign_spec, duration_of, table_of
+from h3bench.course.design import budget_of
+from h3bench.course.designsim import LatencyModel, draw_samples
+from h3bench.course.devicetime import ArmCost
+from h3bench.course.looks import boundaries_of
 from h3bench.errors import UsageError
-from h3bench.plan.designsim import LatencyModel, draw_samples
-from h3bench.plan.devicetime import ArmCost
 from h3bench.runspec import BASELINE, RunSpec, parse_runspec
-from h3bench.runspec.design import budget_of
 from h3bench.stats import intervals
 from h3bench.stats.blockstat import BlockBudget, block_log_statistics
 from h3bench.stats.intervals import FAIL
 from h3bench.stats.sequential import Boundaries, judge_series, series_order
-from h3bench.verdict.looks import boundaries_of
 
 __all__ = ["Scenario", "Setup", "SimulatedSearches", "priced_range", "setup_of", "simulate_searches",
            "simulated_campaign", "simulated_log_ratios", "step_range"]
@@ -143,7 +143,7 @@ class SimulatedSearches:
 
 def setup_of(spec: RunSpec, *, hosts: int = 1) -> Setup:
     """What the live bisection of ``spec`` runs with: its blocks, its verify's and confirm's own boundaries
-    (:func:`h3bench.verdict.looks.boundaries_of` of the campaigns :mod:`h3bench.bisect.specs` derives), its probe
+    (:func:`h3bench.course.looks.boundaries_of` of the campaigns :mod:`h3bench.bisect.specs` derives), its probe
     test and rules, and its costs from the hints (a block at the cheaper duration; ``[bisect].image_s``)."""
     table = table_of(spec)
     n = len(table.range)

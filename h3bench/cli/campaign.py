@@ -23,7 +23,7 @@ from h3bench.session import options
 from h3bench.session.settings import Settings
 
 if TYPE_CHECKING:  # the live campaign loads only when one runs
-    from h3bench.runspec.cases import Block
+    from h3bench.course.cases import Block
 
 __all__ = ["EXIT_INTERRUPTED", "configure_plan", "configure_run", "run_campaign", "run_plan", "verbose_flag"]
 

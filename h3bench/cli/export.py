@@ -29,9 +29,9 @@ def configure_export(parser: argparse.ArgumentParser) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    from h3bench.course.shards import ShardRun
     from h3bench.evidence.files import replace_atomic
     from h3bench.report.export import Provenance, export_of, write
-    from h3bench.runspec.shards import ShardRun
     from h3bench.session.stored import open_verified
 
     stored = open_verified(args.bundle)

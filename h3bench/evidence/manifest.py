@@ -33,7 +33,7 @@ FORMAL, DIAGNOSTIC = "FORMAL", "DIAGNOSTIC"
 
 @dataclass(frozen=True)
 class RunKind:
-    """What the run is before its first block (:mod:`h3bench.plan.preflight`): FORMAL, or DIAGNOSTIC and why."""
+    """What the run is before its first block (:mod:`h3bench.course.preflight`): FORMAL, or DIAGNOSTIC and why."""
 
     kind: str  # FORMAL or DIAGNOSTIC
     reasons: tuple[str, ...] = ()  # why DIAGNOSTIC; older bundles name only unpinned fields

@@ -24,9 +24,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from h3bench.course.shards import ShardRun
 from h3bench.evidence.manifest import Manifest
 from h3bench.pool.shards import PooledShard
-from h3bench.runspec.shards import ShardRun
 
 __all__ = ["CampaignKey", "ShardMark", "pooled_shards", "shard_mark"]
 
@@ -51,7 +51,7 @@ class ShardMark:
 def shard_mark(manifest: Manifest, seal: str, *, where: str = "manifest.json") -> ShardMark | None:
     """The manifest's shard record (a bundle of ``--shard I/N``) with the bundle's seal; None for any other bundle.
 
-    EvidenceError naming the field when the record is malformed (:meth:`~h3bench.runspec.shards.ShardRun.of`).
+    EvidenceError naming the field when the record is malformed (:meth:`~h3bench.course.shards.ShardRun.of`).
     """
     found = ShardRun.of(manifest, where=where)
     return None if found is None else ShardMark(found.index, found.count, found.round, found.host.name, seal)

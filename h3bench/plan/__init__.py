@@ -1,6 +1,6 @@
-"""Before anything runs: whether the design can reach its verdict, what it will cost, and what would stop it.
+"""Before anything runs: what a campaign will cost and what would stop it, presented.
 
-:mod:`~h3bench.plan.design` simulates the power of a design,
 :mod:`~h3bench.plan.estimate` prices a campaign, :mod:`~h3bench.plan.summary` prints its plan, and
-:mod:`~h3bench.plan.preflight` checks the pins against what the host runs.
+:mod:`~h3bench.plan.guarantees` states every claimed rate as a simulated scenario. What the plan presents is
+computed by the course (:mod:`h3bench.course`).
 """

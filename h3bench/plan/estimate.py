@@ -27,20 +27,20 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from h3bench.course.cases import Block
+from h3bench.course.course import Course
+from h3bench.course.design import Design, run_order, series_of
+from h3bench.course.designsim import SIMULATED_REQUESTS, simulate_campaigns
+from h3bench.course.devicetime import ArmCost, CampaignCosts, DeviceTimeSummary, device_time, sharded_time, worst_seconds
+from h3bench.course.feasibility import design_problems, design_warnings
+from h3bench.course.schedule import spec_blocks
+from h3bench.course.shards import check_shards
 from h3bench.errors import H3BenchError, UsageError
 from h3bench.evidence import BundleReader, files
 from h3bench.h3 import expected_shape
 from h3bench.host.devices import DeviceLock
-from h3bench.plan.design import design_problems, design_warnings
-from h3bench.plan.designsim import SIMULATED_REQUESTS, simulate_campaigns
-from h3bench.plan.devicetime import ArmCost, CampaignCosts, DeviceTimeSummary, device_time, sharded_time, worst_seconds
 from h3bench.run.records import Lifecycle, load_results
 from h3bench.runspec import BASELINE, UNPINNED, RunSpec
-from h3bench.runspec.cases import Block
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import Design, run_order, series_of
-from h3bench.runspec.schedule import spec_blocks
-from h3bench.runspec.shards import check_shards
 from h3bench.server.startup import StartupPhases, typical
 from h3bench.stats.intervals import PASS
 
@@ -74,10 +74,10 @@ class DeviceEstimate:
 
     scenario: str
     design: DeviceTimeSummary
-    fixed: DeviceTimeSummary
+    fixed_h: float  # wall hours of the fixed design, whose course is the same for every campaign (every block runs)
     extra_h: float  # wall hours of what runs beyond the formal blocks (held-out, profiling), at most
     pass_rate: float  # campaigns in which every candidate passes
-    worst_h: float = 0.0  # wall hours of the dearest campaign the design can run (h3bench.plan.devicetime.worst_seconds)
+    worst_h: float = 0.0  # wall hours of the dearest campaign the design can run (h3bench.course.devicetime.worst_seconds)
 
 
 @dataclass(frozen=True)
@@ -213,8 +213,8 @@ def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 20
     """Expected device time of the spec's design and of the fixed design: no effect, a true 10 %, the costs' own.
 
     Simulated through the campaign's own decision code
-    (:func:`h3bench.plan.designsim.simulate_campaigns`), priced by
-    :func:`h3bench.plan.devicetime.device_time`: server starts and stops,
+    (:func:`h3bench.course.designsim.simulate_campaigns`), priced by
+    :func:`h3bench.course.devicetime.device_time`: server starts and stops,
     warmups, measured requests, audits and lossless control blocks. The
     held-out and profiling phases run on top (``extra_h``: when every
     candidate passes).
@@ -235,12 +235,12 @@ def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 20
     lossless = spec.gates.lossless
     estimates = []
     for name, ratios in scenarios.items():
-        run = simulate_campaigns(design, ratios, n=n, lossless=lossless)
-        baseline = simulate_campaigns(fixed, ratios, n=n, lossless=lossless)
+        run = simulate_campaigns(design, ratios, n=n, lossless=lossless, control_arms=course.control_arms)
         passed = float((run.outcome == PASS).all(-1).mean())
-        estimates.append(DeviceEstimate(name, device_time(run, costs).summary(),
-                                        device_time(baseline, costs).summary(), _extra_h(spec, costs), passed,
-                                        worst_seconds(course, costs, ratios)[0] / 3600))
+        # The fixed design runs every block of its course whatever the data: its dearest campaign is its only one.
+        fixed_h = worst_seconds(dataclasses.replace(course, design=fixed), costs, ratios)[0] / 3600
+        estimates.append(DeviceEstimate(name, device_time(run, costs).summary(), fixed_h, _extra_h(spec, costs),
+                                        passed, worst_seconds(course, costs, ratios)[0] / 3600))
     return tuple(estimates)
 
 
@@ -249,7 +249,7 @@ def shard_estimates(spec: RunSpec, shards: int, history: Iterable[Path] = (), *,
     """Per scenario (no effect, a true 10 %): one host's wall hours and every host's device-hours over ``shards`` hosts.
 
     The same simulated campaigns as :func:`device_estimates`, priced as a
-    sharded campaign runs them (:func:`h3bench.plan.devicetime.sharded_time`).
+    sharded campaign runs them (:func:`h3bench.course.devicetime.sharded_time`).
     """
     found = campaign_costs(spec, history)
     if found is None or not spec.candidates:
@@ -260,7 +260,8 @@ def shard_estimates(spec: RunSpec, shards: int, history: Iterable[Path] = (), *,
     out = []
     for name, ratio in (("no effect", 1.0), ("a true 10 % speedup", 0.9)):
         run = simulate_campaigns(Design.of(spec), [[ratio] * len(costs.durations)] * n_candidates, n=n,
-                                 lossless=spec.gates.lossless, shards=shards)
+                                 lossless=spec.gates.lossless, shards=shards,
+                                 control_arms=Course.of(spec).control_arms)
         out.append((name, sharded_time(run, costs, shards).summary()))
     return tuple(out)
 

@@ -2,12 +2,12 @@
 
 Each :class:`Scenario` is one claim: a design, the candidates' true ratios
 per duration (run order), how latencies are drawn
-(:class:`h3bench.plan.designsim.LatencyModel`: 2 % request noise, a process
+(:class:`h3bench.course.designsim.LatencyModel`: 2 % request noise, a process
 offset, and a leak, a slow request, a step inside a pair or a host that
 cools), what is counted, and the bound. :func:`measure` simulates it through
-:func:`h3bench.plan.designsim.simulate_campaigns`, which judges every series
+:func:`h3bench.course.designsim.simulate_campaigns`, which judges every series
 with :func:`h3bench.stats.sequential.judge_series` (the live run's decision)
-and walks the course (:mod:`h3bench.runspec.course`, the live run's rule for
+and walks the course (:mod:`h3bench.course.course`, the live run's rule for
 which blocks run), and gives the rate with its Monte-Carlo standard error.
 tests_unit/plan/test_guarantees.py holds every bound, within 3.5 standard
 errors at its own (smaller) number of campaigns; ``benchmarks/bench_design.py``
@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from h3bench.plan.designsim import CampaignRun, LatencyModel, simulate_campaigns
-from h3bench.runspec.design import Design, fixed_design, sequential_design
+from h3bench.course.design import Design, fixed_design, sequential_design
+from h3bench.course.designsim import CampaignRun, LatencyModel, simulate_campaigns
 from h3bench.stats.blockstat import LEAK_LEVEL
 from h3bench.stats.intervals import FAIL, PASS
 

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from h3bench.course.schedule import Schedule
 from h3bench.errors import UsageError
 from h3bench.evidence import BundleReader
 from h3bench.h3 import STAGE_PREFIX
 from h3bench.run.records import BlockResult, load_results
 from h3bench.runspec import BASELINE, parse_runspec
-from h3bench.runspec.schedule import Schedule
 
 __all__ = ["PROFILE_VERSION", "FitResult", "fit_profile", "profile_toml"]
 

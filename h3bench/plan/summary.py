@@ -13,14 +13,16 @@ import math
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
+
+from h3bench.course.cases import Block
+from h3bench.course.course import Course
+from h3bench.course.design import DesignMode, control_blocks, design_text, lossless_level, run_order
+from h3bench.course.designsim import SIMULATED_REQUESTS
 from h3bench.h3 import workload_marker
-from h3bench.plan.designsim import SIMULATED_REQUESTS
 from h3bench.plan.estimate import Plan, shard_estimates
 from h3bench.quality import lossless_design
 from h3bench.runspec import RunSpec
-from h3bench.runspec.cases import Block
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import DesignMode, control_blocks, design_text, lossless_level, run_order, series_of
 
 __all__ = ["block_groups", "control_lines", "dearer_than_fixed", "lossless_rate_line", "plan_lines", "shard_lines"]
 
@@ -40,10 +42,10 @@ def block_groups(blocks: Iterable[Block]) -> str:
     """
     groups: list[tuple[str, list[str]]] = []
     for b in blocks:
-        if b.design == "controls":
+        if b.kind == "controls":
             name, label = "lossless controls", f"{b.position} {b.arm}"
         else:
-            name = b.candidate + (" (anchored)" if b.design == "anchored" else "")
+            name = b.candidate + (" (anchored)" if b.kind == "anchored" else "")
             label = f"{b.position}{b.letter} {b.arm}"
         if not groups or groups[-1][0] != name:
             groups.append((name, []))
@@ -68,7 +70,8 @@ def lossless_rate_line(spec: RunSpec) -> str:
     levels = [lossless_level(spec, d) for d in run_order(spec)]
     if spec.protocol.design is DesignMode.FIXED:  # the exact level of the fixed design's processes
         pairs = len(spec.protocol.order) // 2
-        baseline = control_blocks(spec) + pairs * len(series_of(spec))
+        course = Course.of(spec)  # a candidate against the baseline: the controls and every such series' A blocks
+        baseline = int(course.baseline_processes(np.full(course.n_series, pairs), control_blocks(spec))[0])
         rate = lossless_design.false_reject_per_candidate([(baseline, pairs)] * len(levels), levels)
         how = f"exactly, with {baseline} baseline + {pairs} candidate processes per duration"
     else:  # each duration's exact test is at most its level
@@ -92,7 +95,8 @@ def control_lines(spec: RunSpec) -> list[str]:
             lines.append(f"lossless controls at {duration:g} s: up to {slots} before round {f}, where PASS is first "
                          f"allowed; its test needs {needed} baseline processes with {f} candidate ones, and every "
                          f"series' A blocks count, so they run only for what the series still running leave short "
-                         f"(none when {-(-needed // f)} or more series reach round {f})")
+                         f"(none when {-(-needed // f)} or more series reach round {f}; a series against a distinct "
+                         f"original baseline counts only its own A blocks, and no control block makes up for them)")
     return lines
 
 
@@ -109,7 +113,7 @@ def _device_lines(p: Plan) -> list[str]:
         extra = f"; held-out and profiling add at most {_one(e.extra_h, 'wall')}" if e.extra_h else ""
         worst = f"; at worst {_one(e.worst_h, 'wall')}" if p.spec.protocol.design is DesignMode.SEQUENTIAL else ""
         lines.append(f"  {e.scenario}: {_three(e.design.wall_h, 'wall')}, {_three(e.design.device_h, 'device')} "
-                     f"(fixed design: {_one(e.fixed.wall_h[0], 'wall')}{worst}; every candidate PASS in "
+                     f"(fixed design: {_one(e.fixed_h, 'wall')}{worst}; every candidate PASS in "
                      f"{e.pass_rate:.0%}){extra}")
     return lines
 
@@ -119,8 +123,8 @@ def dearer_than_fixed(p: Plan) -> list[str]:
     if p.spec.protocol.design is not DesignMode.SEQUENTIAL:
         return []
     return [f"the sequential design can cost up to {e.worst_h:.3g} h of wall time ({e.scenario}), more than the "
-            f"fixed design's {e.fixed.wall_h[0]:.3g} h: end the dearer durations' looks at the fixed design's pairs "
-            "(protocol.looks) or fewer pairs at the cheapest" for e in p.device if e.worst_h > e.fixed.wall_h[0] * 1.0005]
+            f"fixed design's {e.fixed_h:.3g} h: end the dearer durations' looks at the fixed design's pairs "
+            "(protocol.looks) or fewer pairs at the cheapest" for e in p.device if e.worst_h > e.fixed_h * 1.0005]
 
 
 def plan_lines(p: Plan) -> list[str]:

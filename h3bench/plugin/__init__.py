@@ -219,7 +219,7 @@ def _param_id(nodeid: str) -> str | None:
 
 
 def _case_fixtures() -> tuple[str, ...]:
-    from h3bench.runspec.cases import CASE_FIXTURES
+    from h3bench.course.cases import CASE_FIXTURES
 
     return CASE_FIXTURES
 

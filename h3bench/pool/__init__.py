@@ -9,7 +9,7 @@
 - :mod:`~h3bench.pool.looks`: the look across hosts, and the look file the
   next round of shards reads.
 
-The split itself is :mod:`h3bench.runspec.shards`; the statistics are
+The split itself is :mod:`h3bench.course.shards`; the statistics are
 :mod:`h3bench.stats.hosts`. ``h3bench pool`` is :mod:`h3bench.cli.pool`.
 """
 

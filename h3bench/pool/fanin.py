@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from h3bench import quality
+from h3bench.course.design import budget_of, lossless_level, series_of
 from h3bench.errors import UsageError
 from h3bench.evidence import SAMPLES, Bundle, BundleReader
 from h3bench.evidence.codec import to_json
@@ -58,7 +59,6 @@ from h3bench.pool.shards import ShardBundle, Shards, read_shards
 from h3bench.run.contract import Contract, contract_changes
 from h3bench.run.records import BlockResult, finished_attempts
 from h3bench.runspec import BASELINE, RunSpec
-from h3bench.runspec.design import budget_of, lossless_level, series_of
 from h3bench.session.results import Results
 from h3bench.session.revalidation import load_quality
 from h3bench.session.settings import Settings

@@ -5,10 +5,10 @@ every shard has finished), takes each series' decision at every planned look
 those pairs reach (:meth:`h3bench.session.results.Results.decision`, the one
 a single host takes), and writes the look file that the next round's shards
 take with ``--looks``: the course's next round
-(:meth:`h3bench.runspec.course.Course.next_window`). A series that stopped
+(:meth:`h3bench.course.course.Course.next_window`). A series that stopped
 gets no more pairs, one that continues gets the pairs up to its next look,
 rounded up to whole AB/BA units on every shard
-(:func:`h3bench.runspec.shards.round_up`), a dearer duration run in order of
+(:func:`h3bench.course.shards.round_up`), a dearer duration run in order of
 cost starts once the cheaper one passed, and the control blocks a
 continuing series' lossless test needs run with the pair they precede. A
 round may run pairs past a look inside it (the price of running the hosts at
@@ -20,10 +20,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from h3bench.course.course import Course
+from h3bench.course.shards import Window
 from h3bench.evidence import files
 from h3bench.runspec import RunSpec
-from h3bench.runspec.course import Course
-from h3bench.runspec.shards import Window
 from h3bench.session.results import Results
 
 __all__ = ["next_window", "runs_anything", "window_lines", "write_window"]

@@ -22,10 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from h3bench.course.shards import ShardHost, ShardRun
 from h3bench.errors import EvidenceError, UsageError
 from h3bench.evidence.codec import from_json
 from h3bench.evidence.manifest import Manifest
-from h3bench.runspec.shards import ShardHost, ShardRun
 from h3bench.session.stored import StoredBundle, open_verified
 from h3bench.verdict.verdicts import ShardRecord
 

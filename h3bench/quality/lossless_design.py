@@ -20,7 +20,7 @@ First PASS look
 A lossless campaign does not stop a candidate for efficacy before its
 lossless test can reach a verdict: PASS is allowed from
 :func:`pass_from_pairs` pairs on (4 at 0.01, 3 at 0.04), at a dearer
-duration only at its last look (:meth:`h3bench.runspec.design.Design.pass_from`:
+duration only at its last look (:meth:`h3bench.course.design.Design.pass_from`:
 a PASS one look earlier would need one more control block before it), and
 the sequential boundaries spend the PASS level only from there
 (:func:`h3bench.stats.sequential.boundaries` ``pass_from``). Stops for futility,
@@ -29,10 +29,10 @@ FAIL or the audit need no lossless verdict and stay allowed at every look.
 Control blocks
 --------------
 Every baseline block of the duration is a baseline process (every series'
-``A`` blocks, :meth:`h3bench.runspec.schedule.Schedule.lossless_processes`).
+``A`` blocks, :meth:`h3bench.course.schedule.Schedule.lossless_processes`).
 A control block runs only for the shortfall of those against
 :func:`baseline_needed`, before the look at which a candidate that still runs
-may PASS (:mod:`h3bench.runspec.course`: the one rule the live run, the
+may PASS (:mod:`h3bench.course.course`: the one rule the live run, the
 pool's rounds and the plan follow). Controls all run first would put every
 control process before the candidate processes, so a drift of outputs with
 time reads as a candidate effect (the issue measured 33.9 % false rejects for

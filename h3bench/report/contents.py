@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from h3bench.course.cases import MatchedPair, OutputRef
+from h3bench.course.schedule import Schedule
 from h3bench.errors import EvidenceError, H3BenchError, UsageError
 from h3bench.evidence import BundleReader, VerifyReport, files, verify
 from h3bench.evidence.manifest import Manifest
@@ -29,8 +31,6 @@ from h3bench.quality import Status
 from h3bench.quality.lossless import DEVIATIONS
 from h3bench.run.records import BlockResult, Sample, load_results
 from h3bench.runspec import RunSpec, parse_runspec
-from h3bench.runspec.cases import MatchedPair, OutputRef
-from h3bench.runspec.schedule import Schedule
 from h3bench.stats.speed import RatioEstimate
 from h3bench.stats.stages import DERIVED_STAGE
 from h3bench.verdict.verdicts import DurationVerdict, VerdictDocument, duration_key

@@ -16,10 +16,10 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from h3bench.course.shards import ShardRun
 from h3bench.report.contents import Contents, Series, gate_rows
 from h3bench.report.page import overall_outcome
 from h3bench.report.terminal import part_ratio_text
-from h3bench.runspec.shards import ShardRun
 from h3bench.verdict.acceptance import shard_alone
 from h3bench.verdict.stage_effects import DIT_PER_FORWARD, E2E
 from h3bench.verdict.verdicts import key_marker

@@ -15,12 +15,12 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from h3bench.course.design import design_text
 from h3bench.h3 import STAGE_KEYS, STAGE_PREFIX, profiler_key
 from h3bench.outcome import Outcome
 from h3bench.report.contents import Contents, Series, describe_lpips_source, gate_rows
 from h3bench.report.figures import Figure
 from h3bench.report.terminal import part_ratio_text
-from h3bench.runspec.design import design_text
 from h3bench.verdict.stage_effects import DIT_PER_FORWARD
 from h3bench.verdict.verdicts import key_marker
 

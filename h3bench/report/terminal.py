@@ -22,12 +22,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from h3bench.course.cases import Block
+from h3bench.course.design import anchored_order, design_text, series_of
 from h3bench.evidence.scrub import Scrubber
 from h3bench.h3 import DIFFUSION_EXEC_PER_STEP_S, STAGE_PREFIX, profiler_key
 from h3bench.outcome import Outcome
 from h3bench.runspec import RunSpec
-from h3bench.runspec.cases import Block
-from h3bench.runspec.design import anchored_order, design_text, series_of
 from h3bench.server.ports import LOCALHOST
 from h3bench.stats.speed import Percentile, RatioEstimate
 from h3bench.stats.stages import DERIVED_STAGE
@@ -67,7 +67,7 @@ def report_header(spec: RunSpec, *, arms: str, evidence: str, baseline_evidence:
         orders: dict[str, str] = {}
         for block in blocks:
             if block.duration == duration:
-                name = "controls" if block.design == "controls" else block.candidate
+                name = "controls" if block.kind == "controls" else block.candidate
                 orders[name] = orders.get(name, "") + block.letter
         lines.append(f"h3bench {duration:g} s runs: " + "; ".join(f"{name} {letters}" for name, letters in
                                                                   orders.items()))

@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from h3bench.course.cases import Block
 from h3bench.errors import DiskFullError
 from h3bench.evidence import Bundle
 from h3bench.evidence.codec import to_json
@@ -46,7 +47,6 @@ from h3bench.run.recorder import Recorder
 from h3bench.run.records import BlockResult, FailureKind, Lifecycle
 from h3bench.run.script import Script, formal
 from h3bench.runspec import RunSpec
-from h3bench.runspec.cases import Block
 from h3bench.server.log import read_attention_backends, require_attention_backend
 from h3bench.server.process import ServerProcess
 from h3bench.server.record import ExitCheck, ExitReport

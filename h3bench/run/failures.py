@@ -10,6 +10,7 @@ process on the devices), then the output half of the anti-shortcut audit.
 
 from __future__ import annotations
 
+from h3bench.course.cases import Block
 from h3bench.errors import (
     AttentionBackendError,
     CleanupError,
@@ -21,7 +22,6 @@ from h3bench.errors import (
 )
 from h3bench.outcome import Outcome
 from h3bench.run.records import FailureKind, Sample
-from h3bench.runspec.cases import Block
 from h3bench.server.process import ExitReport
 from h3bench.stats.cache_audit import output_problem
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from h3bench.course.cases import Block
 from h3bench.errors import RunSpecError
 from h3bench.evidence import Bundle
 from h3bench.evidence.hashing import sha256_file
@@ -34,7 +35,6 @@ from h3bench.run.recorder import Recorder
 from h3bench.run.records import BlockResult
 from h3bench.run.script import warmups
 from h3bench.runspec import BASELINE, RunSpec
-from h3bench.runspec.cases import Block
 from h3bench.server.process import ServerProcess
 
 __all__ = ["HELDOUT", "HeldoutCase", "heldout_blocks", "heldout_cases", "run_heldout"]

@@ -13,6 +13,7 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+from h3bench.course.cases import Block
 from h3bench.evidence import Bundle
 from h3bench.evidence.files import now
 from h3bench.host.devices import device_checks
@@ -21,7 +22,6 @@ from h3bench.run.contract import ContractPart, record_help
 from h3bench.run.pace import Pace
 from h3bench.run.profiling import server_args
 from h3bench.runspec import RunSpec, VllmArm
-from h3bench.runspec.cases import Block
 from h3bench.server.ports import LOCALHOST, find_free_port
 from h3bench.server.process import ServerProcess
 from h3bench.server.proctree import CAMPAIGN_ID_ENV

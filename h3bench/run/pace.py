@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Protocol
 
+from h3bench.course.cases import Block
 from h3bench.run.progress import Progress, Step
 from h3bench.runspec import RunSpec
-from h3bench.runspec.cases import Block
 
 __all__ = ["Pace", "StepTimes"]
 

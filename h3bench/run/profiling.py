@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from h3bench.course.cases import Block
 from h3bench.errors import H3BenchError
-from h3bench.runspec.cases import Block
 
 if TYPE_CHECKING:
     from h3bench.evidence import Bundle

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from h3bench.course.cases import Block
 from h3bench.errors import H3BenchError
 from h3bench.evidence import Bundle
 from h3bench.run.client import GenerationRequest, GenerationResult, Reference, VideoClient
@@ -21,7 +22,6 @@ from h3bench.run.profiling import PROFILE, profiled_request
 from h3bench.run.records import Sample
 from h3bench.run.server_metrics import Scrape, metrics_delta, scrape
 from h3bench.runspec import RunSpec
-from h3bench.runspec.cases import Block
 
 __all__ = ["Recorder"]
 

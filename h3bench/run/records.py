@@ -10,17 +10,20 @@ from __future__ import annotations
 
 import enum
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from h3bench.course.cases import Block
 from h3bench.errors import H3BenchError
 from h3bench.evidence import LIFECYCLE, SAMPLES, SERVERS, BundleReader
 from h3bench.evidence.codec import FLAT, from_json, to_json
 from h3bench.outcome import Outcome
 from h3bench.run.contract import ServerContract
-from h3bench.runspec.cases import Block
 from h3bench.server.record import ExitCheck, ServerRecord
 from h3bench.server.startup import StartupPhases
+from h3bench.stats.blockstat import BlockBudget
+from h3bench.stats.sequential import SeriesBlock
 
 if TYPE_CHECKING:
     from h3bench.run.phases import RequestPhases
@@ -40,6 +43,7 @@ __all__ = [
     "headline",
     "incomplete_attempts",
     "load_results",
+    "series_blocks",
 ]
 
 
@@ -307,6 +311,21 @@ def incomplete_attempts(bundle: BundleReader) -> list[dict[str, Any]]:
             attempts.append({"segment": segment, "block": server["block"], "pid": server.get("pid"),
                              "port": server.get("port"), "samples": counts.get(key, 0)})
     return attempts
+
+
+def series_blocks(results: Sequence[BlockResult], budget: BlockBudget) -> list[SeriesBlock]:
+    """The series' blocks in order, up to the first one that did not finish with every timed request.
+
+    A failed block stops its candidate (a stop rule), so what follows it never runs.
+    """
+    blocks = []
+    for result in results:
+        measured = [s.e2e_s for s in result.measured if s.ok and s.e2e_s is not None]
+        audit = [s.e2e_s for s in result.samples if s.kind == "audit" and s.phase == "formal" and s.ok]
+        if not result.ok or len(measured) != budget.measured or (budget.audit and not audit):
+            break
+        blocks.append(SeriesBlock(result.block.letter, tuple(measured), audit[0] if audit else None))
+    return blocks
 
 
 def headline(failure: str) -> str:

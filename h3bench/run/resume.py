@@ -42,6 +42,7 @@ from typing import Any
 
 import psutil
 
+from h3bench.course.shards import Shard, ShardRun
 from h3bench.errors import EvidenceError, NothingToResume, RunSpecError, UsageError
 from h3bench.evidence import Bundle, BundleReader
 from h3bench.evidence.lock import WriterLock
@@ -49,7 +50,6 @@ from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
 from h3bench.run.records import incomplete_attempts
 from h3bench.runspec import RunSpec
-from h3bench.runspec.shards import Shard, ShardRun
 from h3bench.server.ports import port_holder
 from h3bench.server.proctree import CAMPAIGN_ID_ENV, SERVER_ID_ENV, marked_processes, stop_processes
 

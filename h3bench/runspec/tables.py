@@ -23,7 +23,7 @@ _Positive = Annotated[StrictFloat, Field(gt=0)]
 
 
 class DesignMode(StrEnum):
-    """How a campaign's blocks run: a fixed order judged once, or pairs judged at looks (:mod:`h3bench.runspec.design`)."""
+    """How a campaign's blocks run: a fixed order judged once, or pairs judged at looks (:mod:`h3bench.course.design`)."""
 
     FIXED = "fixed"
     SEQUENTIAL = "sequential"
@@ -118,13 +118,13 @@ class Protocol(Frozen):
     ``lossless_baseline_blocks`` baseline blocks per duration run before the
     AB/BA blocks and serve only the lossless test, as extra baseline
     processes (:mod:`h3bench.quality.lossless`); unset, it is 2 when
-    ``gates.lossless`` is on and 0 otherwise (:func:`h3bench.runspec.design.control_blocks`).
+    ``gates.lossless`` is on and 0 otherwise (:func:`h3bench.course.design.control_blocks`).
     ``anchored_order`` is what a candidate-only run (``--arm candidate
     --baseline-evidence``) runs per duration: ``A`` a fresh baseline anchor,
     ``B`` a candidate block; without an ``A`` the speed verdict cannot be
     more than INCONCLUSIVE (:func:`h3bench.stats.speed.anchored_speed_report`).
     Unset, it is ``BABBAB``, or with the lossless test on the fewest anchors
-    that let that test decide (:func:`h3bench.runspec.design.anchored_order`).
+    that let that test decide (:func:`h3bench.course.design.anchored_order`).
 
     ``design`` is ``fixed`` (every block of ``order`` at every duration, one
     look at the end) or ``sequential`` (:mod:`h3bench.stats.sequential`):
@@ -186,7 +186,7 @@ class Protocol(Frozen):
     request_api: Literal["sync", "async"] = "sync"
     telemetry_interval_s: _Positive = 10.0
     lossless_baseline_blocks: Annotated[StrictInt, Field(ge=0)] | None = None
-    anchored_order: StrictStr | None = None  # unset: h3bench.runspec.design.anchored_order chooses
+    anchored_order: StrictStr | None = None  # unset: h3bench.course.design.anchored_order chooses
     profile: StrictBool = False
 
     @field_validator("order")

@@ -16,11 +16,13 @@ import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from h3bench.course.cases import Block, Case
+from h3bench.course.preflight import preflight
+from h3bench.course.schedule import Schedule
 from h3bench.evidence import BundleReader, files
 from h3bench.evidence.files import now
 from h3bench.host.staging import stage_checkpoint
 from h3bench.plan.estimate import bundle_bytes, cost_of
-from h3bench.plan.preflight import preflight
 from h3bench.report.screen import campaign_summary
 from h3bench.report.terminal import report_header
 from h3bench.run.measure import Measure
@@ -29,8 +31,6 @@ from h3bench.run.progress import Progress
 from h3bench.run.records import BlockResult
 from h3bench.run.resume import Resumed, resume_bundle
 from h3bench.runspec import RunSpec, load_runspec
-from h3bench.runspec.cases import Block, Case
-from h3bench.runspec.schedule import Schedule
 from h3bench.session.results import Results
 from h3bench.session.runner import Runner
 from h3bench.session.selection import require_runnable
@@ -164,7 +164,7 @@ def start_campaign(settings: Settings, progress: Progress | None = None) -> Camp
     """Check what must hold before the first server starts, and make the live campaign.
 
     The inputs are hashed against their pins, the host's evidence is recorded
-    and checked against the spec's pins (:mod:`h3bench.plan.preflight`), a
+    and checked against the spec's pins (:mod:`h3bench.course.preflight`), a
     design that cannot reach its verdict is refused (or marked DIAGNOSTIC),
     and the evidence directory must have the space the blocks need.
     """

@@ -21,7 +21,7 @@ from h3bench.errors import UsageError
 from h3bench.session.settings import ARMS, DEFAULT_LOCK_PATH, DEVICE_LOCK_ENV, LPIPS_DIR_ENV, Settings
 
 if TYPE_CHECKING:  # the runspec package loads pydantic: parsed only when --shard is given
-    from h3bench.runspec.shards import Shard
+    from h3bench.course.shards import Shard
 
 __all__ = ["CAMPAIGN", "LPIPS", "RUNSPEC_ENV", "Option", "add_options", "reader", "resolve"]
 
@@ -45,7 +45,7 @@ def _seconds(value: str) -> float:
 
 
 def _shard(value: str) -> Shard:
-    from h3bench.runspec.shards import Shard
+    from h3bench.course.shards import Shard
 
     try:
         return Shard.parse(value)

@@ -23,24 +23,24 @@ What is made of the records lives beside them: the verdict
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from h3bench.course.cases import Block, CandidateWorkload, OutputRef
+from h3bench.course.course import Course
+from h3bench.course.design import series_of
+from h3bench.course.schedule import Schedule
 from h3bench.errors import EvidenceError
 from h3bench.evidence import BundleReader, require_verified
 from h3bench.host import telemetry
 from h3bench.outcome import Outcome
 from h3bench.run.contract import Contract
-from h3bench.run.records import BlockFailed, BlockResult, CandidateStopped, Sample, Stop, load_results
-from h3bench.runspec import BASELINE, RunSpec, parse_runspec, require_same_spec
-from h3bench.runspec.cases import Block, OutputRef
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import series_of
-from h3bench.runspec.schedule import Schedule
+from h3bench.run.records import BlockFailed, BlockResult, CandidateStopped, Sample, Stop, load_results, series_blocks
+from h3bench.runspec import RunSpec, parse_runspec, require_same_spec
 from h3bench.session.baseline import check_stored_baseline, contract_refused
 from h3bench.session.settings import Settings
-from h3bench.stats.sequential import LookDecision
-from h3bench.verdict import looks
+from h3bench.stats.sequential import LookDecision, SeriesBlock
 from h3bench.verdict.judge import Judge
 from h3bench.verdict.verdicts import duration_key
 
@@ -165,7 +165,7 @@ class Results:
 
     def source(self, block: Block) -> Results:
         """The results that hold a block: the stored baseline's for a candidate-only run's stored blocks."""
-        return self.stored_baseline if self.stored_baseline and block.design != "anchored" else self
+        return self.stored_baseline if self.stored_baseline and block.kind != "anchored" else self
 
     def ensure(self, block: Block) -> BlockResult:
         """The block's result, made first by the supply when there is one.
@@ -229,7 +229,7 @@ class Results:
             if left:
                 self.not_selected[series.name] = left
 
-    # -- the course: which block still runs (h3bench.runspec.course.RunView) -----------------------------------
+    # -- the course: which block still runs (h3bench.course.course.RunView) -----------------------------------
 
     def series(self, duration: float, candidate: str) -> list[BlockResult]:
         """The blocks of one candidate's speed comparison that ran, in order (today's in a candidate-only run)."""
@@ -239,44 +239,51 @@ class Results:
     def lossless_on(self) -> bool:
         return self.judge.lossless_enabled
 
-    def decision(self, duration: float, series: str) -> LookDecision | None:
-        """The series' look decision from its blocks so far (None in a candidate-only run, or before a pair)."""
-        if self.schedule.anchored or self.schedule.shard is not None:  # a shard's looks are the pooled ones
-            return None
+    def series_blocks(self, duration: float, series: str) -> list[SeriesBlock]:
+        """The series' blocks that ran, up to the first that did not (-k, --arm) or did not finish; none in a
+        candidate-only run or a shard's (a shard's looks are the pooled ones)."""
+        if self.schedule.anchored or self.schedule.shard is not None:
+            return []
         ran = []
-        for block in self.schedule.campaign_series(duration, series):  # up to the first that did not run (-k, --arm)
+        for block in self.schedule.campaign_series(duration, series):
             if (result := self.ran.get(block.id)) is None:
                 break
             ran.append(result)
-        return looks.decision(self.spec, duration, ran, lossless_on=self.lossless_on)
+        return series_blocks(ran, self.course.design.budget)
+
+    def decision(self, duration: float, series: str) -> LookDecision | None:
+        """The series' look decision, as the course takes it from its blocks (None before a complete pair)."""
+        return self.course.decision(self, duration, series)
 
     def not_needed(self, block: Block) -> str | None:
-        """Why a scheduled block need not run: the course's answer (:meth:`h3bench.runspec.course.Course.why_not`).
+        """Why a scheduled block need not run: the course's answer (:meth:`h3bench.course.course.Course.why_not`).
 
         None when it must run, or when that cannot be known yet. A
         candidate-only run's anchored blocks always run; a shard's round is
         its window.
         """
-        if block.design == "anchored" or self.schedule.shard is not None:
+        if block.kind == "anchored" or self.schedule.shard is not None:
             return None
-        return self.course.why_not(self, block.duration, None if block.design == "controls" else block.candidate)
+        return self.course.why_not(self, block.duration, None if block.kind == "controls" else block.candidate)
 
-    @property
+    @functools.cached_property
     def course(self) -> Course:
+        """The campaign's course, made once for this store (it asks it at every block)."""
         return Course.of(self.spec, lossless=self.lossless_on)
 
     def pairs_run(self, duration: float, series: str) -> int:
         """The series' highest pair that ran at the duration, plus one (0 before any)."""
         return max((r.block.pair + 1 for r in self.series(duration, series)), default=0)
 
-    def baseline_run(self, duration: float) -> int:
-        """The baseline processes that ran at the duration: every series' A blocks and the controls."""
-        return sum(1 for r in self.ran.values() if r.block.duration == duration and r.block.letter == "A"
-                   and r.block.arm == BASELINE and r.ok)
+    def baseline_run(self, duration: float, series: str) -> int:
+        """The control processes of the series' lossless test that ran: the judge's
+        (:meth:`h3bench.course.schedule.Schedule.lossless_processes`)."""
+        baseline, _ = self.schedule.lossless_processes(CandidateWorkload(series, duration))
+        return sum(1 for b in baseline if (r := self.ran.get(b.id)) is not None and r.ok)
 
     def controls_run(self, duration: float) -> tuple[int, ...]:
         return tuple(sorted(r.block.position for r in self.ran.values()
-                            if r.block.duration == duration and r.block.design == "controls"))
+                            if r.block.duration == duration and r.block.kind == "controls"))
 
     def halted(self, series: str) -> tuple[str, str] | None:
         stop = self.stopped(series)

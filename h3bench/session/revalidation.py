@@ -12,10 +12,10 @@ validator writes a new one beside it, as an addendum to the sealed bundle.
 from __future__ import annotations
 
 from h3bench import quality
+from h3bench.course.cases import CandidateWorkload, MatchedPair
 from h3bench.errors import UsageError
 from h3bench.evidence import Bundle
 from h3bench.outcome import Outcome, combine
-from h3bench.runspec.cases import CandidateWorkload, MatchedPair
 from h3bench.session.results import Results
 from h3bench.verdict.assemble import candidate_verdicts
 from h3bench.verdict.judge import Judge

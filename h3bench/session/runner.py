@@ -1,6 +1,6 @@
 """The live campaign's runner: the selected blocks, run in schedule order when first needed, and the bundle sealed.
 
-- the schedule (:mod:`h3bench.runspec.schedule`) gives the blocks and the test cases;
+- the schedule (:mod:`h3bench.course.schedule`) gives the blocks and the test cases;
 - :meth:`Runner.select` keeps only the blocks that the selected tests read,
   so ``-k`` and ``-m`` decide what runs, with or without xdist;
 - blocks run at most once per session, in schedule order, under the device
@@ -34,6 +34,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from h3bench.course.cases import Block, Case
+from h3bench.course.preflight import DIAGNOSTIC, Preflight
+from h3bench.course.schedule import Schedule
+from h3bench.course.shards import ShardHost, ShardRun
 from h3bench.errors import DiskFullError
 from h3bench.evidence import Bundle
 from h3bench.evidence.codec import from_json
@@ -42,7 +46,6 @@ from h3bench.evidence.manifest import ArmLaunch, Manifest
 from h3bench.evidence.verify import final_sha256
 from h3bench.host.environment import environment
 from h3bench.host.inventory import host_identity
-from h3bench.plan.preflight import DIAGNOSTIC, Preflight
 from h3bench.run.block import run_block
 from h3bench.run.failures import interrupt_name
 from h3bench.run.heldout import heldout_cases, run_heldout
@@ -52,9 +55,6 @@ from h3bench.run.profiling import profiled_blocks
 from h3bench.run.records import BlockFailed, BlockResult, CandidateStopped
 from h3bench.run.resume import Resumed
 from h3bench.runspec import Arm, RunSpec, VllmArm
-from h3bench.runspec.cases import Block, Case
-from h3bench.runspec.schedule import Schedule
-from h3bench.runspec.shards import ShardHost, ShardRun
 from h3bench.session.results import Results
 from h3bench.session.revalidation import write_quality
 from h3bench.session.settings import Settings
@@ -160,7 +160,7 @@ class Runner:
         """Where the block's series stands (its latest look and interval) and the device time spent so far."""
         results = self.results
         parts = []
-        found = results.decision(block.duration, block.candidate) if block.design == "paired" else None
+        found = results.decision(block.duration, block.candidate) if block.kind == "paired" else None
         if found is not None and found.look is not None and found.ratio is not None:
             parts.append(f"look {found.look}/{len(found.looks)}: {found.ratio:.3f} [{found.lower:.3f}, "
                          f"{found.upper:.3f}]")
@@ -258,7 +258,7 @@ class Runner:
                 progress(f"h3bench: block {block.id}: stopped: {exc}; no later block runs")
                 return
             key = (block.duration, block.candidate)
-            found = self.results.decision(*key) if block.design == "paired" else None
+            found = self.results.decision(*key) if block.kind == "paired" else None
             if found is not None and found.stop and key not in announced:
                 announced.add(key)
                 progress(f"h3bench: {block.candidate} at {block.duration:g} s: {found.reason}")

@@ -18,8 +18,8 @@ from h3bench.errors import UsageError
 from h3bench.metrics.lpips_weights import DIR_ENV as LPIPS_DIR_ENV
 
 if TYPE_CHECKING:  # the runspec package loads pydantic; a Settings without a shard never needs it
+    from h3bench.course.shards import Shard, Window
     from h3bench.runspec import RunSpec
-    from h3bench.runspec.shards import Shard, Window
 
 __all__ = ["ARMS", "DEFAULT_LOCK_PATH", "DEVICE_LOCK_ENV", "LPIPS_DIR_ENV", "Settings"]
 
@@ -47,7 +47,7 @@ class Settings:
     progress_interval_s: float = 60.0  # without a terminal, a progress line this often during a long step
     device_lock: Path = DEFAULT_LOCK_PATH  # taken around each block of a spec with device checks (not the simulator)
     command: tuple[str, ...] = ()  # the command as typed: a refusal names the one to run instead
-    shard: Shard | None = None  # one shard of a campaign over several hosts (h3bench.runspec.shards)
+    shard: Shard | None = None  # one shard of a campaign over several hosts (h3bench.course.shards)
     looks: Path | None = None  # the look file of the previous round (h3bench pool --look)
     window: Window | None = None  # what the round runs, read from ``looks`` by with_round (None: round 1)
     report: bool = True  # write report.html and summary.md beside the bundle as the campaign ends (pytest)
@@ -66,7 +66,7 @@ class Settings:
         spec has AB/BA units, a look file of another campaign, or a ``--shard``
         or ``--looks`` that is not the resumed bundle's.
         """
-        from h3bench.runspec.shards import check_shards, read_window
+        from h3bench.course.shards import check_shards, read_window
 
         shard = self.shard
         if self.resume is not None:  # a resumed shard stays the shard its bundle ran

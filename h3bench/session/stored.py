@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from h3bench.course.schedule import Schedule
 from h3bench.errors import EvidenceError
 from h3bench.evidence import BundleReader, require_verified
 from h3bench.evidence.files import read_json
@@ -50,7 +51,6 @@ from h3bench.evidence.reader import segments_of
 from h3bench.run.contract import Contract, contract_changes
 from h3bench.run.records import BlockResult, load_results
 from h3bench.runspec import BASELINE, RunSpec, parse_runspec
-from h3bench.runspec.schedule import Schedule
 from h3bench.verdict.verdicts import VerdictDocument
 
 __all__ = ["Contract", "StoredBundle", "contract_changes", "is_diagnostic", "open_verified"]

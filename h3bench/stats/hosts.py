@@ -1,6 +1,6 @@
 """Host as a blocking factor: per-host ratios, the host × arm interaction check, the pooled interval, odd baselines.
 
-A campaign over several hosts (:mod:`h3bench.runspec.shards`) measures every
+A campaign over several hosts (:mod:`h3bench.course.shards`) measures every
 AB/BA pair on one host, so a host's level (one node 5 % slower than the
 others) cancels in each pair's ratio: pairs are nested in hosts, and host is
 a block. What does not cancel is an effect that differs by host (a host ×
@@ -34,7 +34,7 @@ up to 4.8 % of campaigns and cost the fixed design's two hosts 4.8 points of
 power at a true 10 %; at 0.1 % it fires in at most 0.6 % and two hosts of half
 the pairs keep the one-host power to within 2 points, while an effect that is
 present on some hosts and absent on another is still found
-(tests_unit/runspec/test_shards.py measures both).
+(tests_unit/course/test_shards.py measures both).
 
 What "the effect" means: the average effect over the hosts that ran (their
 pairs weighted equally). A ±1 % interaction moves each host's effect, not

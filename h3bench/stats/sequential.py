@@ -38,7 +38,7 @@ to 8): Pocock-type spending wastes level on looks with one or two degrees of
 freedom; O'Brien–Fleming-type keeps almost none for early looks. A dearer
 duration (:data:`DEARER_LOOKS`) ends at the fixed design's 4 pairs, so the
 dearest campaign the design can run costs no more than the fixed design
-(:func:`h3bench.plan.devicetime.worst_seconds`); with one look before it,
+(:func:`h3bench.course.devicetime.worst_seconds`); with one look before it,
 linear spending would waste a quarter of the level at 2 degrees of freedom
 and cost about 5 points of power, so it spends mostly at the last look
 (:data:`DEARER_GAMMA`, HSD γ = -10: 8 % of the level by 3 pairs of 4), which
@@ -140,7 +140,6 @@ __all__ = [
     "SeriesOutcomes",
     "boundaries",
     "decide",
-    "decide_ratios",
     "judge_series",
     "look_levels",
     "sequential_outcomes",
@@ -578,17 +577,6 @@ def _decision(found: SeriesOutcomes, b: Boundaries, pairs: int, notes: tuple[str
     outcome = {PASS: Outcome.PASS, FAIL: Outcome.FAIL}.get(int(found.code.reshape(-1)[0]), Outcome.INCONCLUSIVE)
     return LookDecision(stop, outcome, reason, text, j + 1, b.looks, pairs, next_look, r, lo, hi,
                         b.pass_levels[j], b.fail_levels[j], left, notes)
-
-
-def decide_ratios(ratios: Sequence[float], b: Boundaries) -> LookDecision:
-    """The live decision from the paired ratios so far (no block rules): :func:`sequential_outcomes` on one row."""
-    found = [float(r) for r in ratios]
-    if any(not (math.isfinite(r) and r > 0) for r in found):
-        raise UsageError(f"paired ratios must be positive and finite, got {found}")
-    pairs = min(len(found), b.max_pairs)
-    padded = np.full(b.max_pairs, np.nan)
-    padded[:pairs] = np.log(found[:pairs])
-    return _decision(sequential_outcomes(padded[None], b, available=np.array([pairs])), b, pairs, ())
 
 
 def decide(blocks: Sequence[SeriesBlock], b: Boundaries, budget: BlockBudget, *,

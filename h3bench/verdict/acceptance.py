@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from h3bench.course.design import series_of
+from h3bench.course.shards import Shard
 from h3bench.outcome import Outcome
 from h3bench.runspec import RunSpec
-from h3bench.runspec.design import series_of
-from h3bench.runspec.shards import Shard
 from h3bench.verdict.verdicts import (
     DIAGNOSTIC_VERDICT,
     Acceptance,

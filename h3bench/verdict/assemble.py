@@ -12,7 +12,7 @@ Per candidate and duration (:class:`~h3bench.verdict.verdicts.DurationVerdict`):
 - the latency estimate (:func:`speed`): paired AB/BA ratios at the
   campaign's error levels; in a candidate-only run, against today's anchors,
   with the stored baseline's shift. Its outcome and interval are the look
-  decision's (:mod:`h3bench.verdict.looks`) where the series reached a look;
+  decision's (:mod:`h3bench.course.looks`) where the series reached a look;
 - each block with its warmup check and the reconciliation of its requests'
   three accounts (:func:`block_records`), each arm's figures
   (:func:`arm_stats`) and which stage moved (attribution only);
@@ -33,17 +33,17 @@ from pathlib import Path
 from typing import Protocol
 
 from h3bench import __version__
+from h3bench.course.cases import Block, CandidateWorkload
+from h3bench.course.design import design_text, series_of
+from h3bench.course.feasibility import design_warnings
+from h3bench.course.schedule import Schedule
+from h3bench.course.shards import ShardRun
 from h3bench.evidence import BundleReader
 from h3bench.evidence.manifest import DIAGNOSTIC, FORMAL, RunKind
 from h3bench.host import telemetry
 from h3bench.outcome import Outcome
-from h3bench.plan.design import design_warnings
 from h3bench.run.records import BlockResult, Stop
 from h3bench.runspec import BASELINE, RunSpec
-from h3bench.runspec.cases import Block, CandidateWorkload
-from h3bench.runspec.design import design_text, series_of
-from h3bench.runspec.schedule import Schedule
-from h3bench.runspec.shards import ShardRun
 from h3bench.server.startup import StartupPhases, compile_differs
 from h3bench.stats import intervals, sequential
 from h3bench.stats import speed as speeds
@@ -101,7 +101,7 @@ class RunRecords(Protocol):
         """The blocks of one candidate's speed comparison that ran, in order."""
 
     def decision(self, duration: float, series: str) -> LookDecision | None:
-        """The series' look decision from its blocks so far (:func:`h3bench.verdict.looks.decision`)."""
+        """The series' look decision from its blocks so far (:func:`h3bench.course.looks.decision`)."""
 
     def stopped(self, candidate: str) -> Stop | None: ...
 

@@ -2,14 +2,14 @@
 
 A block's wall time on its devices is its start, warmups, timed requests and
 stop (:func:`block_seconds`); its device time that times its arm's devices.
-The fixed design (:meth:`h3bench.runspec.design.Design.fixed_of`) is priced
+The fixed design (:meth:`h3bench.course.design.Design.fixed_of`) is priced
 at the seconds the blocks that ran took: their start and stop as measured,
 its warmups and timed requests at these blocks' warmup and mean timed
 request (:func:`fixed_block_seconds`). These are the figures ``verdict.json``
 holds (:class:`~h3bench.verdict.verdicts.LookRecord` per series,
 :class:`~h3bench.verdict.verdicts.DeviceTime` per duration) and the live
 line shows; the plan prices designs before anything runs
-(:mod:`h3bench.plan.devicetime`).
+(:mod:`h3bench.course.devicetime`).
 """
 
 from __future__ import annotations
@@ -17,11 +17,11 @@ from __future__ import annotations
 import statistics
 from collections.abc import Collection, Mapping, Sequence
 
+from h3bench.course.cases import Block
+from h3bench.course.design import Design, looks_of, series_of
+from h3bench.course.shards import Shard
 from h3bench.run.records import BlockResult
 from h3bench.runspec import RunSpec
-from h3bench.runspec.cases import Block
-from h3bench.runspec.design import Design, looks_of, series_of
-from h3bench.runspec.shards import Shard
 from h3bench.stats import sequential
 from h3bench.stats.sequential import LookDecision
 from h3bench.verdict.verdicts import DeviceTime, LookRecord, duration_key
@@ -75,7 +75,7 @@ def _share(order: str, shard: Shard | None) -> str:
 
 
 def _controls(count: int, shard: Shard | None) -> int:
-    """The fixed design's control blocks that ``shard`` runs: round-robin over the shards (:mod:`h3bench.runspec.shards`)."""
+    """The fixed design's control blocks that ``shard`` runs: round-robin over the shards (:mod:`h3bench.course.shards`)."""
     return count if shard is None else len([c for c in range(count) if c % shard.count == shard.index - 1])
 
 

@@ -21,6 +21,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from h3bench import media, quality
+from h3bench.course.cases import Block, CandidateWorkload, MatchedPair, OutputRef
+from h3bench.course.design import lossless_level, spread
+from h3bench.course.schedule import Schedule
 from h3bench.errors import H3BenchError
 from h3bench.outcome import Outcome, combine
 from h3bench.quality import QualityReport, Status, json_safe, lossless
@@ -30,9 +33,6 @@ from h3bench.quality.gates import LpipsSettings
 from h3bench.run.progress import Progress
 from h3bench.run.records import Stop
 from h3bench.runspec import RunSpec
-from h3bench.runspec.cases import Block, CandidateWorkload, MatchedPair, OutputRef
-from h3bench.runspec.design import lossless_level, spread
-from h3bench.runspec.schedule import Schedule
 from h3bench.verdict.verdicts import GateValue
 
 if TYPE_CHECKING:  # torch loads only when LPIPS is measured

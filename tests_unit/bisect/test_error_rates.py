@@ -3,9 +3,9 @@
 Each simulated search runs the verify, the probes and the confirm of a 32-commit range priced at the
 950PR 5 s hints (``fixtures/runspecs/950pr-x4.toml``: its sequential design, its blocks of one warmup,
 two measured requests and a counted audit; 600 s per image), through :func:`h3bench.bisect.simulate.simulate_searches`:
-the verify's and the confirm's own boundaries (:func:`h3bench.verdict.looks.boundaries_of` of the
+the verify's and the confirm's own boundaries (:func:`h3bench.course.looks.boundaries_of` of the
 derived campaigns), the probe test, the posterior and the choice the live search uses. Latencies are
-drawn with 2 % request noise and 1 % or 2 % process noise (:class:`h3bench.plan.designsim.LatencyModel`).
+drawn with 2 % request noise and 1 % or 2 % process noise (:class:`h3bench.course.designsim.LatencyModel`).
 
 Sizes: 1500 searches per cell; a rate is asserted through its one-sided 99 % Clopper-Pearson bound,
 so a true rate at the limit fails the test, and a lucky draw cannot pass it. docs/bisect.md states the
@@ -22,7 +22,7 @@ import pytest
 from scipy.stats import beta
 
 from h3bench.bisect.simulate import Scenario, Setup, priced_range, setup_of, simulate_searches, step_range
-from h3bench.plan.designsim import LatencyModel
+from h3bench.course.designsim import LatencyModel
 from h3bench.runspec import load_runspec
 
 SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from h3bench.course.preflight import DIAGNOSTIC, FORMAL, preflight, todo_fields, unpinned_fields
 from h3bench.errors import RunSpecError
 from h3bench.host import inventory as host
 from h3bench.host.checkpoint import content_identity
-from h3bench.plan.preflight import DIAGNOSTIC, FORMAL, preflight, todo_fields, unpinned_fields
 from h3bench.runspec import parse_runspec
 from tests_unit.campaign_project import bundle_of, run_campaign, write_campaign
 

@@ -109,10 +109,10 @@ def test_every_arm_is_given_the_staged_copy(tmp_path: Path, checkpoint: tuple[Pa
 
 def test_a_staged_campaign_records_what_was_staged_and_tells_every_server(tmp_path: Path) -> None:
     """start_campaign stages before any server starts; the manifest keeps it; each block's server is told."""
+    from h3bench.course.schedule import Schedule
     from h3bench.evidence import Bundle
     from h3bench.evidence.manifest import Manifest
     from h3bench.run.launch import block_server
-    from h3bench.runspec.schedule import Schedule
     from h3bench.session.campaign import start_campaign
     from h3bench.session.settings import Settings
 

@@ -1,7 +1,7 @@
 """Every rate a sequential campaign's verdict implies, measured through the project's own code, held to its bound.
 
 Each scenario of :data:`h3bench.plan.guarantees.SCENARIOS` is simulated
-through :func:`h3bench.plan.designsim.simulate_campaigns` (the live run's
+through :func:`h3bench.course.designsim.simulate_campaigns` (the live run's
 :func:`~h3bench.stats.sequential.judge_series` and course) at its own
 number of campaigns, sized by its Monte-Carlo error, and must hold its bound
 within 3.5 standard errors; docs/statistics.md quotes the same scenarios at
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
+from h3bench.course.design import Design
 from h3bench.plan import guarantees
 from h3bench.runspec import load_runspec
-from h3bench.runspec.design import Design
 
 SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"
 

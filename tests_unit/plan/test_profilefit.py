@@ -14,12 +14,12 @@ import numpy as np
 import pytest
 
 from h3bench.cli import main
+from h3bench.course.cases import Block
 from h3bench.errors import UsageError
 from h3bench.evidence.codec import to_json
 from h3bench.h3 import STAGE_PREFIX, frame_count
 from h3bench.plan.profilefit import fit_profile
 from h3bench.runspec import load_runspec, parse_runspec
-from h3bench.runspec.cases import Block
 from h3bench.server.startup import CompileWhere, StartupPhases
 from h3bench.sim.profile import SimProfile, load_profile
 from h3bench.sim.stageplan import StagePlan

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from h3bench.cli import main
+from h3bench.course.cases import Block
 from h3bench.errors import UsageError
 from h3bench.evidence.codec import to_json
 from h3bench.plan.estimate import make_plan, measured_start_up
 from h3bench.runspec import load_runspec
-from h3bench.runspec.cases import Block
 from h3bench.server.startup import CompileWhere, StartupPhases
 from tests_unit.bundlesim import FIXTURES, write_bundle
 

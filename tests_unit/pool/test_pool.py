@@ -115,7 +115,7 @@ def test_three_hosts_pool_into_one_sealed_verdict_with_a_line_per_host(hosts: di
     found = document.pool.series["clean"]["5s"]
     assert [h.host for h in found.hosts] == ["host-1", "host-2", "host-3"] and all(h.pairs == 2 for h in found.hosts)
     assert not found.interaction.disagree  # host-3 is slower in both arms: that cancels within its pairs
-    # Two baseline blocks per host on two shared cores: the 5 % host is not always named (tests_unit/runspec/test_shards.py
+    # Two baseline blocks per host on two shared cores: the 5 % host is not always named (tests_unit/course/test_shards.py
     # checks the rule itself); a host that is named must be the slow one.
     assert {o.host for o in document.pool.baseline_outliers["5s"]} <= {"host-3"}
     assert [r.final_sha256 for r in document.pool.shards] == [document_seal(hosts[n]) for n in ("a1", "a2", "a3")]

@@ -28,6 +28,7 @@ import jsonschema
 import pytest
 
 from h3bench.cli import main
+from h3bench.course.shards import ShardHost, ShardRun
 from h3bench.errors import UsageError
 from h3bench.evidence import BundleReader, verify
 from h3bench.ledger.append import add_bundle
@@ -37,7 +38,6 @@ from h3bench.ledger.verify import verify_ledger
 from h3bench.pool import pool_bundles
 from h3bench.report.contents import read_contents
 from h3bench.report.markdown import render_summary
-from h3bench.runspec.shards import ShardHost, ShardRun
 from h3bench.verdict.verdicts import VerdictDocument
 from tests_unit.bundlesim import npu_spec, write_bundle
 from tests_unit.campaign_project import NO_REPORT, UNUSED_PLUGINS, bundles_in, write_campaign

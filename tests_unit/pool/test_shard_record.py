@@ -1,6 +1,6 @@
 """The shard record (issue 43): one typed record, written by the runner, read through the one codec everywhere.
 
-A shard's manifest holds its ``shard`` record (:class:`h3bench.runspec.shards.ShardRun`) and a pool's manifest
+A shard's manifest holds its ``shard`` record (:class:`h3bench.course.shards.ShardRun`) and a pool's manifest
 names each shard it pooled (:class:`h3bench.pool.shards.PooledShard`). The resume, the pool, the ledger, the export
 and the verdict read them through :mod:`h3bench.evidence.codec`, so a missing or malformed field is the same one-line
 error wherever it is read. Records as the runner and the pool wrote them before they were typed still read.
@@ -17,6 +17,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from h3bench.cli import main
+from h3bench.course.shards import Shard, ShardHost, ShardRun
 from h3bench.errors import EvidenceError
 from h3bench.evidence import BundleReader
 from h3bench.evidence.codec import from_json, to_json
@@ -24,7 +25,6 @@ from h3bench.evidence.manifest import Manifest
 from h3bench.ledger.campaigns import ShardMark, pooled_shards, shard_mark
 from h3bench.pool.shards import PooledShard
 from h3bench.run.resume import resumed_shard
-from h3bench.runspec.shards import Shard, ShardHost, ShardRun
 from h3bench.session.results import Results
 from h3bench.session.settings import Settings
 from h3bench.verdict import assemble

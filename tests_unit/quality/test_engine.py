@@ -18,6 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from h3bench import media, quality
+from h3bench.course.cases import CandidateWorkload
+from h3bench.course.schedule import Schedule
 from h3bench.errors import MediaDecodeError
 from h3bench.media import decode
 from h3bench.quality import Status, Thresholds
@@ -25,8 +27,6 @@ from h3bench.quality import engine as engine_module
 from h3bench.quality.engine import Comparison, Engine, components, decoder_threads
 from h3bench.quality.gates import LpipsSettings
 from h3bench.runspec import load_runspec, parse_runspec
-from h3bench.runspec.cases import CandidateWorkload
-from h3bench.runspec.schedule import Schedule
 from h3bench.verdict.judge import Judge
 
 REPO = Path(__file__).resolve().parents[2]

@@ -2,7 +2,7 @@
 
 A candidate-only run (``--arm candidate --baseline-evidence BUNDLE``) of a
 truly lossless candidate is simulated through the project's own rule and
-verdict: :meth:`~h3bench.runspec.schedule.Schedule.lossless_processes` says
+verdict: :meth:`~h3bench.course.schedule.Schedule.lossless_processes` says
 which processes are controls, and
 :func:`~h3bench.quality.lossless.relabelling_outcomes` (the decision of
 :func:`~h3bench.quality.lossless.judge`) decides. The model: each server
@@ -31,12 +31,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from h3bench.course.cases import CandidateWorkload
+from h3bench.course.design import DesignMode
+from h3bench.course.schedule import Schedule
 from h3bench.outcome import Outcome
 from h3bench.quality import lossless
 from h3bench.runspec import load_runspec
-from h3bench.runspec.cases import CandidateWorkload
-from h3bench.runspec.design import DesignMode
-from h3bench.runspec.schedule import Schedule
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE
 
 SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"
@@ -79,7 +79,7 @@ def _false_fail(processes: tuple[list, list], schedule: Schedule, shift: float, 
 def test_the_controls_of_a_candidate_only_run_are_todays_anchors_only():
     schedule = Schedule(_spec(), "candidate", anchored=True)
     baseline, candidate = schedule.lossless_processes(CASE)
-    assert [b.design for b in baseline] == ["anchored", "anchored"] and len(candidate) == 4
+    assert [b.kind for b in baseline] == ["anchored", "anchored"] and len(candidate) == 4
     assert not set(baseline) & set(schedule.stored_blocks)
     before, _ = _pooled(schedule)
     assert len(before) == 8 and sum(b in schedule.stored_blocks for b in before) == 6  # the 8 + 4

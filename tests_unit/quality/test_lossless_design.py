@@ -13,10 +13,10 @@ import math
 import numpy as np
 import pytest
 
+from h3bench.course import designsim
+from h3bench.course.design import sequential_design
 from h3bench.errors import UsageError
-from h3bench.plan import designsim
 from h3bench.quality import lossless, lossless_design
-from h3bench.runspec.design import sequential_design
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE, PASS
 from tests_unit.stats.test_error_rates import deviations
 

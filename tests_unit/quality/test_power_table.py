@@ -13,12 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from h3bench.course.course import Course
+from h3bench.course.design import anchored_order
 from h3bench.quality import lossless, lossless_design
 from h3bench.quality.power_table import levels
-from h3bench.runspec import course as course_module
 from h3bench.runspec import load_runspec
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import anchored_order
 
 SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"
 TABLE = lossless.power_table()
@@ -58,7 +57,6 @@ def test_a_power_outside_the_table_is_simulated():
 def test_the_specs_of_the_project_plan_their_lossless_designs_from_the_table(spec, monkeypatch):
     simulated = []
     monkeypatch.setattr(lossless, "simulated_power", lambda *args: simulated.append(args) or 0.0)
-    monkeypatch.setattr(course_module, "_COURSES", {})  # a course made earlier in this process would ask nothing
     for cached in (lossless.lossless_power, lossless_design.baseline_needed, lossless_design.pass_from_pairs):
         cached.cache_clear()
     try:

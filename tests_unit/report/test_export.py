@@ -19,13 +19,13 @@ import pytest
 from h3bench.cli import main
 from h3bench.cli.export import FORMAT_NAMES
 from h3bench.cli.schemas import SCHEMAS, derived, shipped
+from h3bench.course.shards import ShardHost, ShardRun
 from h3bench.evidence import BundleReader
 from h3bench.evidence.verify import final_sha256
 from h3bench.ledger.append import add_bundle
 from h3bench.report.export import FORMATS, Provenance, export_of, write
 from h3bench.report.markdown import STEP_SUMMARY_BYTES, fit_summary
 from h3bench.runspec import load_runspec
-from h3bench.runspec.shards import ShardHost, ShardRun
 from h3bench.verdict.verdicts import VerdictDocument
 from tests_unit.bundlesim import FIXTURES, write_bundle
 

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from h3bench.cli import main
+from h3bench.course.schedule import Schedule
 from h3bench.errors import EvidenceError
 from h3bench.evidence import Bundle, verify
 from h3bench.evidence.codec import to_json
@@ -47,7 +48,6 @@ from h3bench.run.contract import (
 )
 from h3bench.run.records import BlockResult, Lifecycle
 from h3bench.runspec import RunSpec, load_runspec
-from h3bench.runspec.schedule import Schedule
 from h3bench.session.results import Results
 from h3bench.session.settings import Settings
 from h3bench.session.stored import open_verified

@@ -34,7 +34,7 @@ FIRST = '''
 import sys
 from pathlib import Path
 from h3bench.run.resume import resume_bundle
-from h3bench.runspec.schedule import Schedule
+from h3bench.course.schedule import Schedule
 from tests_unit.bundlesim import _run_blocks, _seal, npu_spec
 from tests_unit.ledger.test_bundle_identity import latency
 spec = npu_spec(clean={})

@@ -17,11 +17,11 @@ import time
 
 import pytest
 
+from h3bench.course.schedule import spec_blocks
 from h3bench.plan.estimate import cost_of
 from h3bench.run.pace import Pace
 from h3bench.run.progress import Progress, Step, clock
 from h3bench.runspec import load_runspec
-from h3bench.runspec.schedule import spec_blocks
 from tests_unit.campaign_project import NO_REPORT, UNUSED_PLUGINS, write_campaign
 
 

@@ -9,18 +9,18 @@ from typing import Any
 
 import pytest
 
+from h3bench.course.cases import Block
+from h3bench.course.design import series_of
+from h3bench.course.preflight import DIAGNOSTIC, FORMAL, preflight
+from h3bench.course.schedule import Schedule
 from h3bench.errors import EvidenceError, RunSpecError
 from h3bench.evidence import Bundle, verify
 from h3bench.evidence.codec import to_json
 from h3bench.evidence.manifest import Manifest
-from h3bench.plan.preflight import DIAGNOSTIC, FORMAL, preflight
 from h3bench.report.terminal import summary_lines
 from h3bench.run.client import VideoClient
 from h3bench.run.profiling import profiled_request
 from h3bench.runspec import load_runspec, parse_runspec
-from h3bench.runspec.cases import Block
-from h3bench.runspec.design import series_of
-from h3bench.runspec.schedule import Schedule
 from h3bench.server.ports import LOCALHOST, find_free_port
 from h3bench.server.process import ServerProcess
 from h3bench.session.results import Results
@@ -243,7 +243,7 @@ def test_a_shard_alone_is_neither_accepted_nor_rejected(tmp_path: Path) -> None:
     """Issue 37: one shard's summary ended "candidate clean: rejected: formal verdict INCONCLUSIVE"."""
     from dataclasses import replace
 
-    from h3bench.runspec.shards import Shard
+    from h3bench.course.shards import Shard
     from tests_unit.bundlesim import npu_spec, write_bundle
 
     spec = npu_spec(clean={})

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
+from h3bench.course.cases import CandidateWorkload
 from h3bench.evidence import verify
-from h3bench.runspec.cases import CandidateWorkload
 from h3bench.session.results import Results
 from h3bench.session.settings import Settings
 from tests_unit.campaign_project import child_campaign, write_campaign
@@ -97,13 +97,13 @@ def test_a_candidate_whose_rival_stopped_gets_its_controls_before_the_look_that_
     ran_15 = [b for b in baseline_15 if b.id in results.ran]
     assert len([b for b in candidate_15 if b.id in results.ran]) == 4
     assert len(ran_15) == 6 and len(results.controls_run(15.0)) == 2
-    assert results.baseline_run(5.0) >= 7
+    assert results.baseline_run(5.0, "fast") >= 7
     order = [b.id for b in results.schedule.blocks if b.id in results.ran and b.duration == 15.0]
     assert order.index("15s-baseline-1A-baseline") < order.index("15s-fast-7B-fast"), "before round 4"
 
 
 def test_the_plans_simulation_of_the_campaigns_own_latencies_runs_the_same_blocks(ran):
-    """The plan's course and decisions (h3bench.plan.designsim), fed the latencies this campaign measured: the
+    """The plan's course and decisions (h3bench.course.designsim), fed the latencies this campaign measured: the
     same blocks run, block for block, and each series reaches the decision the run took."""
     results = Results.from_bundle(ran.bundle, Settings(None, "all", ran.bundle.parent))
     spec = results.spec

@@ -1,6 +1,6 @@
 """The robust anti-shortcut audit: slow requests do not fail a candidate, a cache of repeated seeds is caught.
 
-Campaigns are simulated through :func:`h3bench.plan.designsim.simulate_campaigns`,
+Campaigns are simulated through :func:`h3bench.course.designsim.simulate_campaigns`,
 which applies :func:`h3bench.stats.cache_audit.cache_flags` at every look (through
 :func:`h3bench.stats.sequential.judge_series`); "FAIL through the audit" is a
 series that stopped with reason AUDIT. Slow requests and bursts of them are
@@ -23,11 +23,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from h3bench.course import designsim
+from h3bench.course.design import fixed_design, sequential_design
 from h3bench.errors import UsageError
-from h3bench.plan import designsim
 from h3bench.run.failures import audit_problem
 from h3bench.run.records import Sample
-from h3bench.runspec.design import fixed_design, sequential_design
 from h3bench.stats.blockstat import BlockBudget
 from h3bench.stats.cache_audit import (
     CACHE_RATIO,

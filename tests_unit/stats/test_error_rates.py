@@ -30,9 +30,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
+from h3bench.course.design import DEFAULT_ANCHORED_ORDER
 from h3bench.quality import lossless
 from h3bench.runspec import Gates, Protocol
-from h3bench.runspec.design import DEFAULT_ANCHORED_ORDER
 from h3bench.stats import intervals
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE, PASS
 from h3bench.stats.warmup import warmup_flags

@@ -5,7 +5,7 @@ requests, drift inside a pair) are scenarios of :mod:`h3bench.plan.guarantees`,
 held in tests_unit/plan/test_guarantees.py. Here: the spending and the look
 levels, the decision at each look, the live decision against the vectorised
 one, and what the first-request rule is for and costs, on simulated
-campaigns through :func:`h3bench.plan.designsim.simulate_campaigns`, within
+campaigns through :func:`h3bench.course.designsim.simulate_campaigns`, within
 3.5 Monte-Carlo standard errors of the numbers docs/statistics.md quotes.
 Run with ``-s`` to print them.
 """
@@ -20,10 +20,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from h3bench.course import designsim
+from h3bench.course.design import fixed_design, sequential_design
 from h3bench.errors import UsageError
 from h3bench.outcome import Outcome
-from h3bench.plan import designsim
-from h3bench.runspec.design import fixed_design, sequential_design
 from h3bench.stats import intervals, sequential
 from h3bench.stats.blockstat import BlockBudget
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE, PASS
@@ -193,16 +193,28 @@ def test_a_series_continues_until_its_next_look():
         sequential.sequential_outcomes(_ratios(0.95, 0.03, n=4), _b())
 
 
+def decide_ratios(ratios: list[float], b: sequential.Boundaries) -> sequential.LookDecision:
+    """The decision from the paired ratios so far (no block rules): :func:`sequential.sequential_outcomes` on one
+    row, as the live decision words it."""
+    found = [float(r) for r in ratios]
+    if any(not (math.isfinite(r) and r > 0) for r in found):
+        raise UsageError(f"paired ratios must be positive and finite, got {found}")
+    pairs = min(len(found), b.max_pairs)
+    padded = np.full(b.max_pairs, np.nan)
+    padded[:pairs] = np.log(found[:pairs])
+    return sequential._decision(sequential.sequential_outcomes(padded[None], b, available=np.array([pairs])), b, pairs, ())
+
+
 def test_the_live_decision_says_where_it_stands():
     b = _b()
-    before = sequential.decide_ratios([0.9], b)
+    before = decide_ratios([0.9], b)
     assert not before.stop and before.look is None and before.next_look == 2
-    going = sequential.decide_ratios([0.93, 0.97], b)
+    going = decide_ratios([0.93, 0.97], b)
     assert going.action == "continue" and going.look == 1 and going.next_look == 3 and "continue to 3 pairs" in going.reason
-    done = sequential.decide_ratios([1.0, 1.01], b)
+    done = decide_ratios([1.0, 1.01], b)
     assert done.stop and done.outcome is Outcome.INCONCLUSIVE and "futility" in done.reason and "not run" in done.reason
     with pytest.raises(UsageError, match="positive and finite"):
-        sequential.decide_ratios([0.9, -1.0], b)
+        decide_ratios([0.9, -1.0], b)
 
 
 def test_series_order_alternates_ab_and_ba():

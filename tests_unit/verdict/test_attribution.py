@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from h3bench.course.cases import Block
+from h3bench.course.schedule import Schedule
 from h3bench.errors import RunSpecError
 from h3bench.h3 import (
     DIFFUSION_EXEC_S,
@@ -26,8 +28,6 @@ from h3bench.run.phases import RequestPhases
 from h3bench.run.records import BlockResult, Lifecycle, Sample
 from h3bench.run.server_metrics import HistogramDelta, RequestMetrics
 from h3bench.runspec import load_runspec, parse_runspec
-from h3bench.runspec.cases import Block
-from h3bench.runspec.schedule import Schedule
 from h3bench.verdict.attribution import SIMULATOR_TOLERANCE, block_reconciliation, recipe_steps, series_effects
 from h3bench.verdict.stage_effects import DIT_PER_FORWARD
 from h3bench.verdict.verdicts import BlockRecord, CandidateVerdict, DurationVerdict, VerdictDocument

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from h3bench.course.cases import Block
 from h3bench.evidence import Bundle
 from h3bench.evidence.codec import to_json
 from h3bench.runspec import load_runspec
-from h3bench.runspec.cases import Block
 from h3bench.server.startup import CompileWhere, StartupPhases, compile_differs
 from h3bench.verdict.verdicts import VerdictDocument
 from tests_unit.bundlesim import FIXTURES, write_bundle

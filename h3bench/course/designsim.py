@@ -1,7 +1,7 @@
 """Whole campaigns simulated through the verdict code and the course: which blocks run, which verdicts come out.
 
-A :class:`~h3bench.runspec.design.Design` is what a spec's protocol declares
-(:meth:`~h3bench.runspec.design.Design.of`): the fixed design (every
+A :class:`~h3bench.course.design.Design` is what a spec's protocol declares
+(:meth:`~h3bench.course.design.Design.of`): the fixed design (every
 duration's ABBAABBA, one look at the end) or the sequential one
 (:mod:`h3bench.stats.sequential`). :func:`simulate_campaigns` draws latencies
 from a :class:`LatencyModel` (lognormal request noise, a lognormal offset per
@@ -9,12 +9,12 @@ server process, and where asked a warmup leak, slow outliers, a step inside
 the first pair, a host that cools, a cache, an audit seed that costs more),
 judges every series through :func:`h3bench.stats.sequential.judge_series`, the
 function a live campaign calls (through :func:`h3bench.stats.sequential.decide`),
-and walks the campaigns' course (:meth:`h3bench.runspec.course.Course.walk`,
+and walks the campaigns' course (:meth:`h3bench.course.course.Course.walk`,
 the rule the live run and the pool's rounds ask): which series reach each
 duration, how many pairs they run, on one host or over N, and which control
 blocks the lossless test needs. Its :class:`CampaignRun` says, per simulated
 campaign, candidate and duration, the outcome, why, and how many pairs and
-control blocks ran; :mod:`h3bench.plan.devicetime` prices them.
+control blocks ran; :mod:`h3bench.course.devicetime` prices them.
 
 Lossless campaigns: the relabelling test's outcome for a truly lossless
 candidate is drawn at its exact level ``floor(α L) / L`` for the processes
@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from h3bench.course.course import Course
+from h3bench.course.design import Design
 from h3bench.errors import UsageError
 from h3bench.quality import lossless_design
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import Design
 from h3bench.stats.blockstat import BlockBudget
 from h3bench.stats.intervals import FAIL, INCONCLUSIVE, PASS
 from h3bench.stats.sequential import judge_series, series_order
@@ -139,7 +139,8 @@ class CampaignRun:
     controls: np.ndarray = field(repr=False)  # (n, durations) lossless control blocks run
     first_requests_out: np.ndarray = field(repr=False)  # judged also without first requests (the rule flagged)
     lossless: bool = False
-    baseline: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)), repr=False)  # (n, durations) processes
+    # (n, candidates, durations) control processes of each lossless test (h3bench.course.course.Course.baseline_processes)
+    baseline: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 0)), repr=False)
 
     @property
     def lossless_fail(self) -> np.ndarray:
@@ -178,13 +179,16 @@ def _lossless_tables(alpha: float, max_processes: int = 40) -> tuple[np.ndarray,
 
 def simulate_campaigns(design: Design, ratios: np.ndarray | list[list[float]], *, model: LatencyModel | None = None,
                        n: int = 20_000, seed: int = 0, lossless: bool = False, shards: int | None = None,
-                       draw: Draw | None = None) -> CampaignRun:
+                       draw: Draw | None = None, control_arms: Sequence[str] = ()) -> CampaignRun:
     """Simulate ``n`` campaigns; ``ratios[c][d]`` is candidate ``c``'s true ratio at the ``d``-th duration run.
 
     ``shards``: over that many hosts, judged at the ends of the pool's rounds
     (None: one host). ``draw`` gives the latencies instead of the model (a
     live run's, replayed: blocks that did not run may be NaN, and are never
-    read by a course that agrees with the run's).
+    read by a course that agrees with the run's). ``control_arms``: each
+    candidate's control arm (a spec's :attr:`Course.control_arms`; default:
+    the baseline for every one), which the lossless test's control processes
+    run (:meth:`h3bench.course.course.Course.baseline_processes`).
     """
     truth = np.asarray(ratios, dtype=float)
     if truth.ndim != 2 or truth.shape[1] != design.n_durations:
@@ -192,7 +196,7 @@ def simulate_campaigns(design: Design, ratios: np.ndarray | list[list[float]], *
     model = model or LatencyModel()
     rng = np.random.default_rng(seed)
     n_cand, n_dur = truth.shape
-    course = Course(design, n_cand, lossless, shards)
+    course = Course(design, n_cand, lossless, shards, control_arms=tuple(control_arms))
     shape = (n, n_cand, n_dur)
     stop, code, reason = np.zeros(shape, np.int16), np.zeros(shape, np.int8), np.zeros(shape, np.int8)
     leaked = np.zeros(shape, bool)
@@ -214,7 +218,7 @@ def simulate_campaigns(design: Design, ratios: np.ndarray | list[list[float]], *
         for d in range(n_dur):
             rates, feasible = _lossless_tables(design.lossless_alpha(d))
             top = rates.shape[0] - 1
-            base = np.minimum(walk.baseline[:, d], top)[:, None]
+            base = np.minimum(walk.baseline[..., d], top)
             own = np.minimum(walk.pairs[:, :, d], top - base)
             rejected = rng.random((n, n_cand)) < rates[base, own]
             lossless_code[:, :, d] = np.where(walk.reached[:, :, d] & feasible[base, own],

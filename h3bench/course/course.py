@@ -5,15 +5,17 @@ campaign), ``h3bench pool --look`` (:meth:`Course.next_window`) and the
 plan's simulation (:meth:`Course.walk`, thousands of campaigns at once)
 all ask this object; the live run asks the same array functions with one
 campaign, as :func:`h3bench.stats.sequential.decide` calls
-:func:`~h3bench.stats.sequential.judge_series`.
+:func:`~h3bench.stats.sequential.judge_series`. A run hands the course its
+blocks (:class:`RunView`), never a verdict: the course takes each series'
+look decision itself (:meth:`Course.decision`, :mod:`h3bench.course.looks`).
 
 The rule
 --------
-Durations run in the design's order (:func:`h3bench.runspec.design.run_order`).
+Durations run in the design's order (:func:`h3bench.course.design.run_order`).
 At each, the series' AB/BA pairs run in **windows**, each ending at a point
 where the series is judged: on one host after every planned look; over N
 hosts at the end of a round, the next look rounded up to whole AB/BA units
-on every shard (:func:`h3bench.runspec.shards.round_up`, so a round may run
+on every shard (:func:`h3bench.course.shards.round_up`, so a round may run
 pairs past a look inside it). Then:
 
 1. **The gate on the dearer duration**: in order of cost, a series runs a
@@ -29,45 +31,57 @@ pairs past a look inside it). Then:
    test has ``f`` candidate processes and needs
    :func:`h3bench.quality.lossless_design.baseline_needed` baseline ones.
    Before a window in which a series may PASS, control blocks run for what
-   every series' ``A`` blocks up to that window's end would leave short,
-   counting only the series that still run. So a candidate whose rival
+   the ``A`` blocks up to that window's end would leave short, counting only
+   the series that still run. So a candidate whose rival
    stopped early gets its controls before the look that needs them, and a
    speed PASS always finds its lossless test able to decide. The schedule
    lists the most that can be needed (one series running alone), all
    before the pairs of round ``f``; the fixed design runs its control
    blocks first, whenever its duration runs.
+
+**The baseline processes of a series' lossless test** are counted by one
+rule (:meth:`Course.baseline_processes`), the judge's
+(:meth:`h3bench.course.schedule.Schedule.lossless_processes`): every block of
+the duration that runs the series' control arm. For a series against the
+baseline, the control blocks and the ``A`` blocks of every series against
+the baseline; for the final combination against a distinct original
+baseline, that series' own ``A`` blocks, which no control block makes up for.
 """
 
 from __future__ import annotations
 
 import functools
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from h3bench.course import looks
+from h3bench.course.design import Design, run_order, series_of
+from h3bench.course.shards import SeriesWindow, Shard, Window, round_up, unit_shard
 from h3bench.outcome import Outcome
 from h3bench.quality import lossless_design
-from h3bench.runspec.design import Design, run_order, series_of
-from h3bench.runspec.shards import SeriesWindow, Shard, Window, round_up, unit_shard
+from h3bench.runspec.arms import BASELINE
 from h3bench.runspec.spec import RunSpec
 from h3bench.stats.intervals import PASS
-from h3bench.stats.sequential import REASONS, Boundaries, LookDecision
+from h3bench.stats.sequential import REASONS, Boundaries, LookDecision, SeriesBlock
 
 __all__ = ["Course", "RunView", "Walk"]
 
 
 class RunView(typing.Protocol):
-    """What the course reads of a run (live or pooled): each series' decision and what ran, per duration."""
+    """What the course reads of a run (live or pooled): what ran, per duration and series; never a decision."""
 
-    def decision(self, duration: float, series: str) -> LookDecision | None:
-        """The series' look decision from its blocks so far (None before its first complete pair)."""
+    def series_blocks(self, duration: float, series: str) -> Sequence[SeriesBlock]:
+        """The series' blocks in its order, up to the first that did not run or finish
+        (:func:`h3bench.run.records.series_blocks`); none where the course does not decide (a shard's round)."""
 
     def pairs_run(self, duration: float, series: str) -> int:
         """The pairs of the series that ran: its highest pair run, plus one."""
 
-    def baseline_run(self, duration: float) -> int:
-        """The baseline processes that ran at the duration: every series' A blocks and the controls."""
+    def baseline_run(self, duration: float, series: str) -> int:
+        """The control processes of the series' lossless test that ran at the duration (:meth:`Course.baseline_processes`)."""
 
     def controls_run(self, duration: float) -> tuple[int, ...]:
         """The positions of the duration's control blocks that ran."""
@@ -83,15 +97,8 @@ class Walk:
     reached: np.ndarray  # the series ran the duration (the gate let it)
     pairs: np.ndarray  # AB/BA pairs run (0 where not reached)
     controls: np.ndarray  # control blocks run per duration
-    baseline: np.ndarray  # baseline processes per duration: every series' A blocks and the controls
+    baseline: np.ndarray  # (n, series, durations): control processes of each series' lossless test
 
-
-_COURSES: dict[tuple[str, bool, int | None], Course] = {}  # a spec's course, made once per run
-
-
-@functools.lru_cache(maxsize=256)
-def _boundaries(design: Design, duration: int, n_series: int, lossless: bool) -> Boundaries:
-    return design.boundaries(duration, n_series, lossless=lossless)
 
 
 @dataclass(frozen=True)
@@ -104,22 +111,25 @@ class Course:
     shards: int | None = None
     series: tuple[str, ...] = ()  # the series' names (a spec's); positions otherwise
     durations: tuple[float, ...] = ()  # in run order (a spec's); positions otherwise
+    control_arms: tuple[str, ...] = ()  # each series' control arm (a spec's); the baseline for every one otherwise
 
     @classmethod
     def of(cls, spec: RunSpec, *, lossless: bool | None = None, shards: int | None = None) -> Course:
-        """The course of a spec's campaign (``lossless``: the lossless test is on; default: the spec's gate)."""
+        """The course of a spec's campaign (``lossless``: the lossless test is on; default: the spec's gate).
+
+        Made anew at each call: whoever asks it often holds it (a run's
+        :class:`~h3bench.session.results.Results`, a :class:`~h3bench.course.schedule.Schedule`).
+        """
         on = spec.gates.lossless if lossless is None else lossless
-        key = (spec.spec_id, on, shards)
-        if key not in _COURSES:
-            names = tuple(s.name for s in series_of(spec))
-            _COURSES[key] = cls(Design.of(spec), len(names), on, shards, names, run_order(spec))
-        return _COURSES[key]
+        found = series_of(spec)
+        return cls(Design.of(spec), len(found), on, shards, tuple(s.name for s in found), run_order(spec),
+                   tuple(s.control for s in found))
 
     # -- each duration's parameters (d: its index in run order) -----------------------------------------------------
 
     def boundaries(self, d: int) -> Boundaries:
-        """The duration's looks and their levels (:meth:`h3bench.runspec.design.Design.boundaries`)."""
-        return _boundaries(self.design, d, self.n_series, self.lossless)
+        """The duration's looks and their levels (:meth:`h3bench.course.design.Design.boundaries`)."""
+        return looks.boundaries(self.design, d, self.n_series, self.lossless)
 
     def first_pass(self, d: int) -> int:
         """Pairs of the first look at which PASS is allowed (the boundaries' first look with a PASS level)."""
@@ -174,6 +184,23 @@ class Course:
 
     # -- the rule, on arrays with leading campaign axes ----------------------------------------------------------------
 
+    @functools.cached_property
+    def _same_control(self) -> np.ndarray:
+        """``(series, series)``: whether two series have one control arm (so each one's A blocks count for both)."""
+        arms = self.control_arms or (BASELINE,) * self.n_series
+        return np.array([[a == b for b in arms] for a in arms])
+
+    @functools.cached_property
+    def _against_baseline(self) -> np.ndarray:
+        """``(series,)``: the series whose control is the baseline, the arm the control blocks run."""
+        return np.array([arm == BASELINE for arm in (self.control_arms or (BASELINE,) * self.n_series)])
+
+    def baseline_processes(self, pairs: np.ndarray, controls: np.ndarray | int) -> np.ndarray:
+        """``(..., series)``: the control processes of each series' lossless test, from the pairs each series ran
+        ``(..., series)`` (one ``A`` block each) and the control blocks run ``(...)``: the one rule (module docstring)."""
+        pairs = np.asarray(pairs)
+        return pairs @ self._same_control.T.astype(pairs.dtype) + np.asarray(controls)[..., None] * self._against_baseline
+
     def reached(self, d: int, earlier: np.ndarray) -> np.ndarray:
         """``(..., series)``: whether each series runs the duration; ``earlier`` ``(..., series, d)`` speed codes."""
         shape = earlier.shape[:-1]
@@ -186,18 +213,21 @@ class Course:
         """``(...)`` control blocks to run now, before the window in which the ``running`` series reach ``through``.
 
         ``pairs`` are the pairs each series has run, ``baseline`` the
-        baseline processes so far (every A block and control at the
-        duration), ``ran`` the controls so far; all ``(..., series)`` or
-        ``(...)``.
+        control processes of each series' lossless test so far
+        (:meth:`baseline_processes`), both ``(..., series)``; ``ran`` the
+        controls so far, ``(...)``. Control blocks run the baseline, so only
+        the series against the baseline are made up for.
         """
         running = np.asarray(running, bool)
         if not self.runs_controls:
             return np.zeros(running.shape[:-1], np.int64)
         table = self._needed_table[d]
-        ends = np.where(running, np.asarray(through), 0)
-        need = table[np.clip(ends, 0, len(table) - 1)].max(-1)
-        coming = np.where(running, ends - np.asarray(pairs), 0).sum(-1)
-        return np.clip(need - (np.asarray(baseline) + coming), 0, self.control_slots(d) - np.asarray(ran))
+        helped = running & self._against_baseline
+        ends = np.where(helped, np.asarray(through), 0)
+        need = table[np.clip(ends, 0, len(table) - 1)]
+        coming = np.where(helped, ends - np.asarray(pairs), 0).sum(-1, keepdims=True)  # their A blocks to come
+        short = np.where(helped, need - (np.asarray(baseline) + coming), 0).max(-1)
+        return np.clip(short, 0, self.control_slots(d) - np.asarray(ran))
 
     def walk(self, stop: np.ndarray, code: np.ndarray) -> Walk:
         """Every campaign's course from its series' decisions: ``stop`` the pairs of the look that stops each series
@@ -219,20 +249,18 @@ class Course:
                 start[..., d] = start[..., d - 1] + last[d - 1] + 1
         pairs = np.zeros(stop.shape, np.int64)
         controls = np.zeros((n, n_durations), np.int64)
-        baseline = np.zeros((n, n_durations), np.int64)
         rounds = int((start + np.array([len(e) for e in ends])).max(initial=0))
         if not self.design.sequential:  # the fixed design's controls run first, whenever their duration runs
             controls[:] = np.where(reached.any(1), self.design.fixed_controls, 0)
-            baseline[:] = controls
         for k in range(rounds):
             for d, e in enumerate(ends):
                 index = k - start[..., d]
                 running = reached[..., d] & (index >= 0) & (index <= last[d])
                 through = np.where(running, e[np.clip(index, 0, len(e) - 1)], pairs[..., d])
-                added = self.controls_needed(d, running, through, pairs[..., d], baseline[:, d], controls[:, d])
-                controls[:, d] += added
-                baseline[:, d] += added + (through - pairs[..., d]).sum(-1)
+                baseline = self.baseline_processes(pairs[..., d], controls[:, d])
+                controls[:, d] += self.controls_needed(d, running, through, pairs[..., d], baseline, controls[:, d])
                 pairs[..., d] = through
+        baseline = np.stack([self.baseline_processes(pairs[..., d], controls[:, d]) for d in range(n_durations)], -1)
         return Walk(reached, pairs, controls, baseline)
 
     # -- the live run and the pool: one campaign, read through a RunView ------------------------------------------------
@@ -240,13 +268,18 @@ class Course:
     def _index(self, duration: float) -> int:
         return self.durations.index(duration)
 
+    def decision(self, view: RunView, duration: float, series: str) -> LookDecision | None:
+        """The series' look decision from the blocks the run hands over (None before its first complete pair)."""
+        return looks.decision(self.design, self._index(duration), self.n_series, self.lossless,
+                              view.series_blocks(duration, series))
+
     def _gate(self, view: RunView, duration: float, series: str) -> tuple[bool | None, str]:
         """Whether the series runs the duration (None: a cheaper duration has not decided yet), and why not."""
         d = self._index(duration)
         if not self.design.in_order_of_cost:
             return True, ""
         for cheaper in self.durations[:d]:
-            found = view.decision(cheaper, series)
+            found = self.decision(view, cheaper, series)
             if found is None or not found.stop:
                 return None, f"waits for a PASS at {cheaper:g} s"
             if found.outcome is not Outcome.PASS:
@@ -265,7 +298,7 @@ class Course:
             gate, why = self._gate(view, duration, series)
             if gate is False:
                 return f"not run: {why}"
-            found = view.decision(duration, series)
+            found = self.decision(view, duration, series)
             if found is not None and found.stop:
                 return (f"not run: {series} stopped at {duration:g} s, look {found.look} ({found.pairs} pairs): "
                         f"{REASONS[found.reason_code]}")
@@ -275,7 +308,7 @@ class Course:
         if None in gates:
             return None  # a cheaper duration decides first
         running = np.array([bool(g) and view.halted(s) is None
-                            and not ((found := view.decision(duration, s)) is not None and found.stop)
+                            and not ((found := self.decision(view, duration, s)) is not None and found.stop)
                             for s, g in zip(self.series, gates, strict=True)])
         if not running.any():
             return "not run: no series at this duration still runs"
@@ -287,8 +320,8 @@ class Course:
             return None  # the controls precede round f: decided once every running series reaches it
         through = np.array([self.window_end(d, int(p)) if r else p for p, r in zip(pairs, running, strict=True)])
         ran = len(view.controls_run(duration))
-        if self.controls_needed(d, running[None], through[None], pairs[None], np.array([view.baseline_run(duration)]),
-                                np.array([ran]))[0] > 0:
+        baseline = np.array([view.baseline_run(duration, s) for s in self.series])
+        if self.controls_needed(d, running[None], through[None], pairs[None], baseline[None], np.array([ran]))[0] > 0:
             return None
         return "not run: every series that may pass here has the baseline processes its lossless test needs"
 
@@ -304,8 +337,9 @@ class Course:
             through = 0 if waits else self.windows(d)[0]
             series[f"{duration:g}s"] = {s: SeriesWindow(0, through) for s in self.series}
             running = np.full((1, self.n_series), not waits)
-            count = self._round_controls(d, running, np.full((1, self.n_series), through),
-                                         np.zeros((1, self.n_series), np.int64), 0, 0, first=True)
+            nothing = np.zeros((1, self.n_series), np.int64)
+            count = self._round_controls(d, running, np.full((1, self.n_series), through), nothing, nothing, 0,
+                                         first=True)
             controls[f"{duration:g}s"] = tuple(range(1, count + 1))
         return Window(1, shards, spec_id, series, controls=controls)
 
@@ -324,7 +358,7 @@ class Course:
             series[key] = {}
             for name in self.series:
                 done = view.pairs_run(duration, name)
-                found = view.decision(duration, name)
+                found = self.decision(view, duration, name)
                 gate, why = self._gate(view, duration, name)
                 halted = view.halted(name)
                 if halted is not None:
@@ -342,18 +376,18 @@ class Course:
             windows = [series[key][name] for name in self.series]
             running = np.array([[w.action == "continue" and w.through > w.done for w in windows]])
             ran = view.controls_run(duration)
+            baseline = np.array([[view.baseline_run(duration, name) for name in self.series]])
             count = self._round_controls(d, running, np.array([[w.through for w in windows]]),
-                                         np.array([[w.done for w in windows]]), view.baseline_run(duration),
-                                         len(ran), first=False)
+                                         np.array([[w.done for w in windows]]), baseline, len(ran), first=False)
             start = max(ran, default=0)
             controls[key] = tuple(range(start + 1, start + count + 1))
         return Window(round_done + 1, shards, spec_id, series, controls=controls)
 
-    def _round_controls(self, d: int, running: np.ndarray, through: np.ndarray, pairs: np.ndarray, baseline: int,
-                        ran: int, *, first: bool) -> int:
+    def _round_controls(self, d: int, running: np.ndarray, through: np.ndarray, pairs: np.ndarray,
+                        baseline: np.ndarray, ran: int, *, first: bool) -> int:
         if not self.design.sequential:  # the fixed design's controls: all in round 1, when the duration runs
             return self.design.fixed_controls if first and running.any() else 0
-        return int(self.controls_needed(d, running, through, pairs, np.array([baseline]), np.array([ran]))[0])
+        return int(self.controls_needed(d, running, through, pairs, baseline, np.array([ran]))[0])
 
     def _shards(self) -> int:
         if self.shards is None:

@@ -1,10 +1,10 @@
 """The schedule: a RunSpec's blocks in the order they run, and the session's view of them.
 
-Per duration (in :func:`~h3bench.runspec.design.run_order`), each block one
-fresh server process (:class:`~h3bench.runspec.cases.Block`):
+Per duration (in :func:`~h3bench.course.design.run_order`), each block one
+fresh server process (:class:`~h3bench.course.cases.Block`):
 
 - the fixed design lists its **lossless control blocks** first
-  (:func:`~h3bench.runspec.design.control_blocks`: the spec's
+  (:func:`~h3bench.course.design.control_blocks`: the spec's
   ``protocol.lossless_baseline_blocks``, else 2 when ``gates.lossless`` is
   on: baseline blocks that only add baseline processes to the lossless
   test, never used for speed), then per candidate the spec's order
@@ -13,18 +13,18 @@ fresh server process (:class:`~h3bench.runspec.cases.Block`):
   last look (:func:`h3bench.stats.sequential.series_order`, the order the
   statistics assume), and its control blocks before the pairs of the round
   where PASS is first allowed, as many as a series running alone could need
-  (:meth:`h3bench.runspec.course.Course.control_slots`).
+  (:meth:`h3bench.course.course.Course.control_slots`).
 
 Adjacent blocks form the AB/BA pairs that the statistics pair
 (:func:`h3bench.stats.speed.paired_block_ratios`). The schedule lists; which
-listed blocks run is the course's decision (:mod:`h3bench.runspec.course`): a
+listed blocks run is the course's decision (:mod:`h3bench.course.course`): a
 series stopped by a look, or not past a cheaper duration, and controls no
 series needs, are not run. A shard of a campaign over several hosts runs the
-AB/BA units of its round (:mod:`h3bench.runspec.shards`).
+AB/BA units of its round (:mod:`h3bench.course.shards`).
 
 A candidate-only run (``--arm candidate --baseline-evidence BUNDLE``) runs,
 per duration and candidate, its anchored order instead
-(:func:`~h3bench.runspec.design.anchored_order`: ``BABBAB``, or with the
+(:func:`~h3bench.course.design.anchored_order`: ``BABBAB``, or with the
 lossless test on as many anchors as that test needs): its ``A`` blocks are
 fresh baseline **anchors** of the day, and the speed verdict compares the
 candidate with them
@@ -37,7 +37,7 @@ anchors only (:meth:`Schedule.lossless_processes`).
 A **series** is one comparison: a candidate against its control, the
 ``baseline``. When the spec names an ``original_baseline`` other than the
 baseline, the final combination gets one more series, ``<final>-vs-<original>``
-(:func:`~h3bench.runspec.design.series_of`), whose ``A`` blocks run the
+(:func:`~h3bench.course.design.series_of`), whose ``A`` blocks run the
 original baseline: the direct comparison that campaign acceptance needs. Its
 name cannot be an arm's (arm names have no hyphen).
 
@@ -51,28 +51,28 @@ series' ``A`` blocks.
 
 from __future__ import annotations
 
-from h3bench.runspec import BASELINE, RunSpec
-from h3bench.runspec.cases import (
+from h3bench.course.cases import (
     CASE_FIXTURES,
     CONTROLS,
     Block,
-    BlockDesign,
+    BlockKind,
     CandidateWorkload,
     Case,
     MatchedPair,
     OutputRef,
 )
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import DesignMode, Series, anchored_order, control_blocks, looks_of, run_order, series_of
-from h3bench.runspec.shards import Shard, Window
+from h3bench.course.course import Course
+from h3bench.course.design import DesignMode, Series, anchored_order, control_blocks, looks_of, run_order, series_of
+from h3bench.course.shards import Shard, Window
+from h3bench.runspec import BASELINE, RunSpec
 from h3bench.stats.sequential import series_order
 
 __all__ = ["Schedule", "spec_blocks"]
 
 
-def _series(duration: float, series: Series, order: str, design: BlockDesign, *, start: int = 1) -> list[Block]:
+def _series(duration: float, series: Series, order: str, kind: BlockKind, *, start: int = 1) -> list[Block]:
     return [Block(duration, series.name, series.control if letter == "A" else series.arm, position,
-                  "A" if letter == "A" else "B", design, series.control)
+                  "A" if letter == "A" else "B", kind, series.control)
             for position, letter in enumerate(order, start=start)]
 
 
@@ -102,7 +102,7 @@ def spec_blocks(spec: RunSpec, arms: str = "all", *, anchored: bool = False, los
     instead: each series' anchored order, anchors included. The sequential
     design lists every block up to its last look, and every control block a
     series might need: which of them run is the course's decision
-    (:meth:`h3bench.runspec.course.Course.why_not`).
+    (:meth:`h3bench.course.course.Course.why_not`).
     ``lossless``: the lossless test is on (default: the spec's gate).
     """
     course = Course.of(spec, lossless=lossless)
@@ -138,8 +138,9 @@ class Schedule:
         self.anchored = anchored
         self.shard = shard
         self.lossless = spec.gates.lossless if lossless is None else lossless
-        self.window = (window if window is not None or shard is None
-                       else Course.of(spec, lossless=self.lossless, shards=shard.count).first_window(spec.spec_id))
+        self._rounds = None if shard is None else Course.of(spec, lossless=self.lossless, shards=shard.count)
+        self.window = (window if window is not None or self._rounds is None
+                       else self._rounds.first_window(spec.spec_id))
         every = spec_blocks(spec, lossless=self.lossless)
         self.blocks = self._own(spec_blocks(spec, arms, anchored=anchored, lossless=self.lossless))
         self.stored_blocks = tuple(b for b in every if b.letter == "A") if anchored else ()
@@ -151,11 +152,10 @@ class Schedule:
 
     def _own(self, blocks: tuple[Block, ...]) -> tuple[Block, ...]:
         """The blocks of ``blocks`` that this session's shard runs in its round (:meth:`Course.shard_runs`)."""
-        shard, window = self.shard, self.window
-        if shard is None or window is None:
+        shard, window, course = self.shard, self.window, self._rounds
+        if shard is None or window is None or course is None:
             return blocks
-        course = Course.of(self.spec, lossless=self.lossless, shards=shard.count)
-        return tuple(b for b in blocks if course.shard_runs(b.duration, None if b.design == "controls" else b.candidate,
+        return tuple(b for b in blocks if course.shard_runs(b.duration, None if b.kind == "controls" else b.candidate,
                                                              b.pair, b.position, shard, window))
 
     def index(self, block: Block) -> int:
@@ -177,7 +177,7 @@ class Schedule:
                     for b in self.blocks if b.letter == "B" for i in range(k)]
         if fixture == "candidate_workload":
             return list(dict.fromkeys(CandidateWorkload(b.candidate, b.duration)
-                                      for b in self.blocks if b.design != "controls"))
+                                      for b in self.blocks if b.kind != "controls"))
         raise ValueError(f"no campaign cases for fixture {fixture!r}")
 
     def partner(self, block: Block) -> Block:
@@ -187,9 +187,9 @@ class Schedule:
         stored baseline block of its series with the same rank (cycling when
         the stored series has fewer).
         """
-        if block.design == "anchored":
+        if block.kind == "anchored":
             stored = [b for b in self.stored_blocks
-                      if b.design == "paired" and b.candidate == block.candidate and b.duration == block.duration]
+                      if b.kind == "paired" and b.candidate == block.candidate and b.duration == block.duration]
             ours = [b for b in self.blocks if b.letter == "B" and b.candidate == block.candidate
                     and b.duration == block.duration]
             return stored[ours.index(block) % len(stored)]
@@ -212,7 +212,7 @@ class Schedule:
     def stored_series(self, duration: float, candidate: str) -> list[Block]:
         """A candidate-only run: the stored baseline blocks of the candidate's series (the shift report)."""
         return [b for b in self.stored_blocks
-                if b.duration == duration and b.candidate == candidate and b.design == "paired"]
+                if b.duration == duration and b.candidate == candidate and b.kind == "paired"]
 
     def lossless_processes(self, case: CandidateWorkload) -> tuple[list[Block], list[Block]]:
         """Control and candidate processes of a series' lossless test, each in schedule order.
@@ -227,7 +227,7 @@ class Schedule:
         """
         control = self._controls.get(case.candidate, BASELINE)
         baseline = [b for b in self.baseline_blocks if b.duration == case.duration and b.arm == control
-                    and (b.design == "anchored" or not self.anchored)]
+                    and (b.kind == "anchored" or not self.anchored)]
         candidate = [b for b in self.blocks
                      if b.letter == "B" and b.candidate == case.candidate and b.duration == case.duration]
         return baseline, candidate

@@ -1,8 +1,8 @@
 """Campaigns over several hosts simulated through the pooled verdict's code: its error rates and power.
 
 Each simulated campaign is one series at one duration: its AB/BA pairs drawn
-as :func:`h3bench.plan.designsim.draw_samples` draws them, then split over
-hosts as a sharded campaign splits them (:func:`h3bench.runspec.shards.unit_shard`:
+as :func:`h3bench.course.designsim.draw_samples` draws them, then split over
+hosts as a sharded campaign splits them (:func:`h3bench.course.shards.unit_shard`:
 whole AB/BA units round-robin). Each host gets its level (``offsets``: every
 block of the host, both arms) and its own share of the effect
 (``interaction``: the host's candidate blocks). The pooled decision is the
@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from h3bench.plan.designsim import LatencyModel, draw_samples
-from h3bench.runspec.shards import unit_shard
+from h3bench.course.designsim import LatencyModel, draw_samples
+from h3bench.course.shards import unit_shard
 from h3bench.stats import hosts as host_stats
 from h3bench.stats import intervals
 from h3bench.stats.blockstat import BlockBudget, block_log_statistics

@@ -15,7 +15,7 @@ at every duration goes to shard ``u mod N + 1``, so
 
 Lossless control blocks go with the pair they precede (the sequential
 design: the round's look file lists the ones that run,
-:mod:`h3bench.runspec.course`) or round-robin over the shards in round 1 (the
+:mod:`h3bench.course.course`) or round-robin over the shards in round 1 (the
 fixed design's controls). A sharded campaign's lossless test is judged within
 hosts (:mod:`h3bench.pool.fanin`).
 
@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from h3bench.course.design import looks_of, run_order
 from h3bench.errors import EvidenceError, UsageError
 from h3bench.evidence.codec import from_json, to_json
 from h3bench.evidence.manifest import Manifest
-from h3bench.runspec.design import looks_of, run_order
 from h3bench.runspec.spec import RunSpec
 
 __all__ = ["LOOKS_FORMAT", "SeriesWindow", "Shard", "ShardHost", "ShardRun", "Window", "check_shards", "read_window",
@@ -181,7 +181,7 @@ class Window:
     """One round's windows by duration key (``"5s"``) and series, from a look file; ``round`` counts from 1.
 
     ``controls``: per duration key, the positions of the control blocks the
-    round runs (:meth:`h3bench.runspec.course.Course.next_window`).
+    round runs (:meth:`h3bench.course.course.Course.next_window`).
     """
 
     round: int

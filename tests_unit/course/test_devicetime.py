@@ -7,7 +7,7 @@ effect, 76.6 h without an effect and 72.9 h at a true 10 %; 910b1-x8 is
 scaled from the 950PR recipe's 15 s / 5 s ratio. The sequential design's
 figures are means over 8000 simulated campaigns (2 % request and 2 %
 process noise), held to issue 26's targets; its dearest possible campaign
-(:func:`h3bench.plan.devicetime.worst_seconds`) is held to the fixed
+(:func:`h3bench.course.devicetime.worst_seconds`) is held to the fixed
 design's hours for every shipped spec.
 """
 
@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from h3bench.course import designsim
+from h3bench.course.course import Course
+from h3bench.course.design import Design, fixed_design, sequential_design, series_of
+from h3bench.course.devicetime import ArmCost, CampaignCosts, costs_from_spec, device_time, worst_seconds
 from h3bench.errors import UsageError
-from h3bench.plan import designsim
-from h3bench.plan.devicetime import ArmCost, CampaignCosts, costs_from_spec, device_time, fixed_seconds, worst_seconds
 from h3bench.plan.estimate import campaign_costs
 from h3bench.runspec import load_runspec
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import Design, fixed_design, sequential_design, series_of
 from h3bench.stats.blockstat import BlockBudget
 
 SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"
@@ -39,6 +39,38 @@ def test_a_block_costs_its_start_stop_and_requests():
     assert cost.block_s(budget) == 1090.0 and cost.scaled(0.5).request_s == 50.0
     with pytest.raises(UsageError, match="devices ≥ 1"):
         ArmCost(1.0, devices=0)
+
+
+def fixed_seconds(costs: CampaignCosts, ratios: list[list[float]], *, pairs: int = 4,
+                  controls: int = 0) -> tuple[float, float]:
+    """Wall and device seconds of one simulated campaign of the fixed design (``pairs`` AB/BA pairs at every
+    duration, the protocol's default block): what the plan computes directly (:func:`fixed_worst`)."""
+    run = designsim.simulate_campaigns(fixed_design(len(costs.durations), pairs, controls=controls), ratios, n=1,
+                                       lossless=controls > 0)
+    found = device_time(run, costs)
+    return float(found.wall_s[0]), float(found.device_s[0])
+
+
+def fixed_worst(costs: CampaignCosts, ratios: list[list[float]], *, pairs: int = 4,
+                controls: int = 0) -> tuple[float, float]:
+    """The fixed design's price as the plan takes it: the dearest campaign of its course, its only one."""
+    design = fixed_design(len(costs.durations), pairs, controls=controls)
+    return worst_seconds(Course(design, len(ratios), controls > 0), costs, ratios)
+
+
+@pytest.mark.parametrize("name", ["950pr-x4.toml", "910b1-x8.toml", "sim.toml", "sim-research.toml"])
+def test_the_fixed_designs_price_computed_directly_is_one_simulated_campaigns(name):
+    """The fixed design's course is deterministic: its dearest campaign (worst_seconds) is what one simulated
+    campaign through the course and the verdict's code costs, to the second, in every scenario."""
+    spec = load_runspec(SPECS / name)
+    found = campaign_costs(spec, ())
+    assert found is not None
+    costs, _ = found
+    n_series = len(series_of(spec))
+    for ratio in (1.0, 0.9, 0.5):
+        ratios = [[ratio] * len(costs.durations)] * n_series
+        kw = {"pairs": len(spec.protocol.order) // 2, "controls": Design.fixed_of(spec).fixed_controls}
+        assert fixed_worst(costs, ratios, **kw) == pytest.approx(fixed_seconds(costs, ratios, **kw), rel=1e-12)
 
 
 def _fixed(spec_name, ratios, **kw):

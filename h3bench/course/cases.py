@@ -1,6 +1,6 @@
 """The units a campaign is made of: a :class:`Block` (one server process), and the cases its tests are parametrized by.
 
-The cases, in schedule order (:meth:`h3bench.runspec.schedule.Schedule.cases`):
+The cases, in schedule order (:meth:`h3bench.course.schedule.Schedule.cases`):
 
 - ``block``: one per block this session runs (the perf tests time it, the
   lifecycle tests check it);
@@ -21,18 +21,18 @@ from typing import Literal
 
 from h3bench.runspec import BASELINE
 
-__all__ = ["CASE_FIXTURES", "CONTROLS", "Block", "BlockDesign", "CandidateWorkload", "Case", "MatchedPair",
+__all__ = ["CASE_FIXTURES", "CONTROLS", "Block", "BlockKind", "CandidateWorkload", "Case", "MatchedPair",
            "OutputRef"]
 
 CONTROLS = BASELINE  # the series of the control blocks: no candidate can be called "baseline"
-BlockDesign = Literal["paired", "controls", "anchored"]
+BlockKind = Literal["paired", "controls", "anchored"]  # which order a block belongs to
 
 
 @dataclass(frozen=True)
 class Block:
     """One server process of one arm, at one position of its series' order.
 
-    ``design`` says which order: ``paired`` (the spec's AB/BA order),
+    ``kind`` says which order: ``paired`` (the spec's AB/BA order),
     ``controls`` (a lossless control block) or ``anchored`` (a candidate-only
     run's anchored order).
     """
@@ -42,7 +42,7 @@ class Block:
     arm: str  # the series' control (A) or the candidate (B)
     position: int  # 1-based position in its series' order
     letter: Literal["A", "B"]  # A: the series' control (the baseline, or the original baseline), B: candidate
-    design: BlockDesign = "paired"
+    kind: BlockKind = "paired"
     control: str = BASELINE  # the arm of the series' A blocks
 
     @property
@@ -52,7 +52,7 @@ class Block:
 
     @property
     def id(self) -> str:
-        tag = "-anchored" if self.design == "anchored" else ""
+        tag = "-anchored" if self.kind == "anchored" else ""
         return f"{self.duration:g}s-{self.candidate}{tag}-{self.position}{self.letter}-{self.arm}"
 
 
@@ -98,7 +98,7 @@ class MatchedPair:
     @property
     def id(self) -> str:
         b = self.candidate.block
-        where = f"anchored{b.position}" if b.design == "anchored" else f"pair{b.pair}"
+        where = f"anchored{b.position}" if b.kind == "anchored" else f"pair{b.pair}"
         return f"{b.duration:g}s-{b.candidate}-{where}-r{self.candidate.index}"
 
 

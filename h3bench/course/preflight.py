@@ -30,12 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from h3bench.course.feasibility import design_problems
 from h3bench.errors import RunSpecError
 from h3bench.evidence.codec import to_json
 from h3bench.evidence.manifest import DIAGNOSTIC, FORMAL, RunKind
 from h3bench.host import inventory as host
 from h3bench.host.checkpoint import content_identity
-from h3bench.plan.design import design_problems
 from h3bench.runspec import UNPINNED, RunSpec
 from h3bench.server.ports import LOCALHOST
 
@@ -105,7 +105,7 @@ class Preflight:
     host: dict[str, Any]
     unverified: tuple[str, ...]  # pins that the host could not confirm
     reasons: tuple[str, ...] = ()  # why the run is DIAGNOSTIC
-    underpowered: tuple[str, ...] = ()  # why the design cannot reach its verdict (h3bench.plan.design)
+    underpowered: tuple[str, ...] = ()  # why the design cannot reach its verdict (h3bench.course.feasibility)
 
     def run_kind(self) -> RunKind:
         """The manifest's ``run`` record (the manifest's ``host`` is :attr:`host`)."""

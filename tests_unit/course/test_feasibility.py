@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from h3bench.plan.design import REFERENCE_NOISE, design_problems, design_warnings, speed_power
+from h3bench.course.feasibility import REFERENCE_NOISE, design_problems, design_warnings, speed_power
 from h3bench.runspec import load_runspec, parse_runspec
 from tests_unit.campaign_project import run_campaign, write_campaign
 
@@ -78,7 +78,7 @@ def test_block_medians_beyond_the_drawn_requests_have_the_medians_own_distributi
     """The order-statistic draw gives the spread that drawing every request gives (odd and even k)."""
     import numpy as np
 
-    from h3bench.plan.design import _DRAWN_REQUESTS, _block_medians
+    from h3bench.course.feasibility import _DRAWN_REQUESTS, _block_medians
 
     for k in (_DRAWN_REQUESTS + 1, _DRAWN_REQUESTS + 2):
         drawn = np.median(np.random.default_rng(1).normal(0.0, 1.0, (20_000, k)), axis=-1)

@@ -2,7 +2,7 @@
 
 :meth:`Design.of` reads a RunSpec's protocol into one frozen :class:`Design`,
 the same for the live run, the pool's rounds and the plan's simulation
-(:mod:`h3bench.runspec.course` walks it). :meth:`Design.boundaries` is the
+(:mod:`h3bench.course.course` walks it). :meth:`Design.boundaries` is the
 one place where a duration's looks get their calibrated levels
 (:func:`h3bench.stats.sequential.boundaries`).
 
@@ -152,7 +152,7 @@ def anchored_order(spec: RunSpec, lossless: bool | None = None) -> str:
     and with the lossless test on, the fewest anchors beside the four
     candidate blocks that let that test decide at every duration's level
     (its controls are today's anchors only,
-    :meth:`h3bench.runspec.schedule.Schedule.lossless_processes`), spread
+    :meth:`h3bench.course.schedule.Schedule.lossless_processes`), spread
     among the candidate blocks: ``AABAABAABAB`` at the sequential design's
     0.01. ``lossless``: the test is on (default: the spec's gate).
     """

@@ -11,16 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from h3bench.course.schedule import Schedule, spec_blocks
+from h3bench.course.shards import SeriesWindow, Shard, Window, check_shards, read_window, round_up, unit_shard
 from h3bench.errors import UsageError
-from h3bench.plan.hostsim import alternating, simulate_pooled
 from h3bench.runspec import load_runspec
-from h3bench.runspec.schedule import Schedule, spec_blocks
-from h3bench.runspec.shards import SeriesWindow, Shard, Window, check_shards, read_window, round_up, unit_shard
 from h3bench.session import options
 from h3bench.stats import hosts
 from h3bench.stats.blockstat import BlockBudget
 from h3bench.stats.intervals import INCONCLUSIVE, PASS, error_levels
 from h3bench.stats.sequential import FIRST_LOOKS, boundaries
+from tests_unit.hostsim import alternating, simulate_pooled
 
 REPO = Path(__file__).resolve().parents[2]
 SIM = REPO / "fixtures" / "runspecs" / "sim.toml"
@@ -50,7 +50,7 @@ def test_units_cover_every_pair_once_and_each_shard_runs_abba(count: int, pairs:
 
 
 def _series_letters(schedule: Schedule) -> str:
-    return "".join(b.letter for b in schedule.blocks if b.design == "paired")
+    return "".join(b.letter for b in schedule.blocks if b.kind == "paired")
 
 
 def test_the_shards_of_a_round_are_disjoint_whole_units_and_together_the_round() -> None:
@@ -58,14 +58,14 @@ def test_the_shards_of_a_round_are_disjoint_whole_units_and_together_the_round()
     shards = [Schedule(spec, shard=Shard(i, 3)) for i in (1, 2, 3)]
     ids = [b.id for s in shards for b in s.blocks]
     assert len(ids) == len(set(ids))
-    paired = {b.id for b in spec_blocks(spec) if b.design == "paired" and b.duration == 5 and b.pair < 6}
+    paired = {b.id for b in spec_blocks(spec) if b.kind == "paired" and b.duration == 5 and b.pair < 6}
     assert {i for i in ids if "-baseline-" not in i or "clean" in i} >= paired  # round 1: up to 6 pairs at 5 s
     assert all(_series_letters(s) == "ABBA" for s in shards)
     assert not any(b.duration == 15 for s in shards for b in s.blocks)  # 15 s waits for a PASS at 5 s
     # A later round from a look file runs only its window: pairs 7-8 at 5 s, on shard 1.
     window = Window(2, 3, spec.spec_id, {"5s": {"clean": SeriesWindow(6, 8)}, "15s": {"clean": SeriesWindow(0, 0)}})
     later = Schedule(spec, shard=Shard(1, 3), window=window)
-    assert [b.id for b in later.blocks if b.design == "paired"] == [
+    assert [b.id for b in later.blocks if b.kind == "paired"] == [
         "5s-clean-13A-baseline", "5s-clean-14B-clean", "5s-clean-15B-clean", "5s-clean-16A-baseline"]
     assert Schedule(spec, shard=Shard(2, 3), window=window).blocks == ()
 
@@ -137,7 +137,7 @@ def test_pooled_false_claims_stay_at_their_levels_with_host_offsets_and_an_inter
 @pytest.mark.slow
 @pytest.mark.parametrize("design", [LOOKS, FIXED], ids=["sequential", "fixed-8"])
 def test_two_hosts_of_half_the_pairs_keep_the_one_host_power(design) -> None:
-    from h3bench.plan.designsim import LatencyModel
+    from h3bench.course.designsim import LatencyModel
 
     for noise in (0.01, 0.02):
         model = LatencyModel(process_cv=noise)

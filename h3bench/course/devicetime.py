@@ -3,7 +3,7 @@
 A block costs ``startup + shutdown + (warmups + measured + audit) × request
 + compile`` seconds of its arm's devices (:class:`ArmCost`); blocks run one
 after another on one node, so a campaign's wall time is the sum over the
-blocks it ran (:class:`h3bench.plan.designsim.CampaignRun`: pairs per candidate
+blocks it ran (:class:`h3bench.course.designsim.CampaignRun`: pairs per candidate
 and duration, control blocks per duration) and its device time the sum of
 each block's seconds times its arm's devices. A candidate's request takes
 the baseline's times its true ratio in the scenario simulated (no effect, a
@@ -14,7 +14,8 @@ parts (server starts and stops, warmups, measured requests, audits, lossless
 control blocks); :meth:`DeviceTime.summary` the mean, the 90th percentile
 (nearest rank) and the maximum; :func:`worst_seconds` the dearest campaign a
 design can run at all, which the plan holds against the fixed design's
-(:func:`fixed_seconds`). :func:`costs_from_spec` reads a RunSpec's
+(:func:`worst_seconds` too: the fixed design runs every block whatever the
+data, so its dearest campaign is its only one). :func:`costs_from_spec` reads a RunSpec's
 ``[hints]``. Held-out seeds and profiling requests are not priced here: they
 run after the formal blocks and do not depend on the design.
 """
@@ -27,13 +28,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from h3bench.course.course import Course
+from h3bench.course.designsim import CampaignRun
 from h3bench.errors import UsageError
-from h3bench.plan.designsim import CampaignRun
-from h3bench.runspec.course import Course
 from h3bench.stats.blockstat import BlockBudget
 
 __all__ = ["DEFAULT_SHUTDOWN_S", "DEFAULT_STARTUP_S", "ArmCost", "CampaignCosts", "DeviceTime", "DeviceTimeSummary",
-           "costs_from_spec", "device_time", "fixed_seconds", "sharded_time", "worst_seconds"]
+           "costs_from_spec", "device_time", "sharded_time", "worst_seconds"]
 
 DEFAULT_STARTUP_S = 600.0  # one NPU server start (weight load), the issue-26 assumption when hints give none
 DEFAULT_SHUTDOWN_S = 60.0
@@ -188,7 +189,7 @@ def worst_seconds(course: Course, costs: CampaignCosts, ratios: np.ndarray | lis
     """Wall and device seconds of the dearest campaign ``course`` can run: an upper bound of its maximum.
 
     Every series runs every pair of every duration, and every control block
-    the schedule lists runs too (:meth:`h3bench.runspec.course.Course.control_slots`,
+    the schedule lists runs too (:meth:`h3bench.course.course.Course.control_slots`,
     what one series alone could need), whatever the data.
     """
     design = course.design
@@ -208,27 +209,10 @@ def worst_seconds(course: Course, costs: CampaignCosts, ratios: np.ndarray | lis
     return wall, device
 
 
-def fixed_seconds(costs: CampaignCosts, ratios: np.ndarray | list[list[float]], *, pairs: int = 4,
-                  controls: int = 0) -> tuple[float, float]:
-    """Wall and device seconds of the fixed design (``pairs`` AB/BA pairs at every duration, 1 + 3 + 1 blocks).
-
-    What a campaign's device time is set against ("saved against the fixed
-    design"); ``ratios[c][d]`` the candidates' request times over the
-    baseline's, e.g. as measured.
-    """
-    from h3bench.plan.designsim import simulate_campaigns
-    from h3bench.runspec.design import fixed_design
-
-    run = simulate_campaigns(fixed_design(len(costs.durations), pairs, controls=controls), ratios, n=1,
-                             lossless=controls > 0)
-    found = device_time(run, costs)
-    return float(found.wall_s[0]), float(found.device_s[0])
-
-
 def sharded_time(run: CampaignRun, costs: CampaignCosts, shards: int) -> DeviceTime:
     """Price the campaigns of ``run`` as ``shards`` hosts run them: wall seconds of one host, device seconds of all.
 
-    ``run`` is simulated over the same ``shards`` (:func:`h3bench.plan.designsim.simulate_campaigns`),
+    ``run`` is simulated over the same ``shards`` (:func:`h3bench.course.designsim.simulate_campaigns`),
     so its pairs are whole rounds: a round may run pairs past a look inside
     it. The busiest host runs ``ceil(pairs / 2N)`` units of each series,
     and that is its wall time (a duration with fewer units than hosts

@@ -1,4 +1,4 @@
-"""h3bench.runspec.schedule: the lossless control blocks, candidate-only anchored orders and what the lossless test counts."""
+"""h3bench.course.schedule: the lossless control blocks, candidate-only anchored orders and what the lossless test counts."""
 
 from __future__ import annotations
 
@@ -6,12 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from h3bench.quality import lossless_design
-from h3bench.quality.lossless import lossless_feasibility
-from h3bench.runspec import load_runspec
-from h3bench.runspec.cases import CONTROLS, CandidateWorkload, MatchedPair
-from h3bench.runspec.course import Course
-from h3bench.runspec.design import (
+from h3bench.course.cases import CONTROLS, CandidateWorkload, MatchedPair
+from h3bench.course.course import Course
+from h3bench.course.design import (
     DesignMode,
     anchored_order,
     control_blocks,
@@ -20,7 +17,10 @@ from h3bench.runspec.design import (
     run_order,
     spread,
 )
-from h3bench.runspec.schedule import Schedule, spec_blocks
+from h3bench.course.schedule import Schedule, spec_blocks
+from h3bench.quality import lossless_design
+from h3bench.quality.lossless import lossless_feasibility
+from h3bench.runspec import load_runspec
 
 SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"
 
@@ -44,7 +44,7 @@ def test_lossless_specs_run_two_control_blocks_first_at_each_duration(sim):
         "5s-clean-5A-baseline", "5s-clean-6B-clean", "5s-clean-7B-clean", "5s-clean-8A-baseline",
     ]
     assert blocks[10].id == "15s-baseline-1A-baseline" and len(blocks) == 20
-    assert {b.design for b in blocks if b.candidate == CONTROLS} == {"controls"}
+    assert {b.kind for b in blocks if b.candidate == CONTROLS} == {"controls"}
 
 
 def test_no_control_blocks_without_lossless_or_when_set_to_zero(sim):
@@ -88,7 +88,7 @@ def test_a_candidate_only_run_runs_the_anchored_order_and_matches_stored_baselin
     pairs = [p for p in schedule.cases("matched_pair") if isinstance(p, MatchedPair) and p.duration == 5.0]
     partners = [p.baseline.block.position for p in pairs if p.candidate.index == 0]
     assert partners == [1, 4, 5, 8]  # the i-th candidate block with the i-th stored A block of its series
-    assert all(p.baseline.block.design == "paired" for p in pairs)
+    assert all(p.baseline.block.kind == "paired" for p in pairs)
     assert len({p.id for p in pairs}) == len(pairs)
     baseline, candidate = schedule.lossless_processes(CandidateWorkload("clean", 5.0))
     assert len(baseline) == 2 and len(candidate) == 4  # today's anchors only: stored processes may have shifted
@@ -128,7 +128,7 @@ def test_the_plan_of_a_candidate_only_run_lists_its_anchored_blocks(sim, tmp_pat
 def test_the_sequential_design_runs_the_series_pairs_round_robin_cheapest_duration_first():
     spec = load_runspec(SPECS / "sim-candidates.toml")
     assert spec.protocol.design is DesignMode.SEQUENTIAL and run_order(spec) == (5.0, 15.0)
-    blocks = [b for b in spec_blocks(spec) if b.duration == 5.0 and b.design == "paired"]
+    blocks = [b for b in spec_blocks(spec) if b.duration == 5.0 and b.kind == "paired"]
     # Pair k of every series before pair k + 1 of any: AB, then BA, as ABBA.
     assert [b.id for b in blocks[:6]] == [
         "5s-clean-1A-baseline", "5s-clean-2B-clean", "5s-noisy-1A-baseline", "5s-noisy-2B-noisy",
@@ -144,14 +144,14 @@ def test_lossless_control_blocks_are_listed_before_the_round_where_pass_is_first
     course = Course.of(spec)
     for d, duration in enumerate(run_order(spec)):
         blocks = [b for b in spec_blocks(spec) if b.duration == duration]
-        controls = [i for i, b in enumerate(blocks) if b.design == "controls"]
+        controls = [i for i, b in enumerate(blocks) if b.kind == "controls"]
         f = course.first_pass(d)
         assert controls and controls[0] == 2 * (f - 1), "right before the pairs of round f, not first"
         assert controls == list(range(controls[0], controls[0] + len(controls)))
         assert lossless_design.baseline_needed(f, lossless_level(spec, duration)) == len(controls) + f
     assert [course.first_pass(d) for d in range(2)] == [4, 4]  # 0.01 at 5 s: 4 pairs; 15 s: its last look
     off = spec.model_copy(update={"gates": spec.gates.model_copy(update={"lossless": False})})
-    assert not [b for b in spec_blocks(off) if b.design == "controls"]
+    assert not [b for b in spec_blocks(off) if b.kind == "controls"]
     assert Course.of(off).first_pass(0) == 2
 
 

@@ -19,7 +19,7 @@ Lossless
 In the sequential design (:mod:`h3bench.stats.sequential`) every look has at
 least two pairs and the control blocks its lossless test needs are part of
 the schedule, so nothing is refused; its power is simulated through the
-campaign's own decisions (:func:`h3bench.plan.designsim.simulate_campaigns`)
+campaign's own decisions (:func:`h3bench.course.designsim.simulate_campaigns`)
 and a design below 80 % is named in the plan and the report header.
 
 Each refusal names the smallest design that can, such as ``order = "ABBAABBA"``
@@ -34,12 +34,12 @@ import math
 
 import numpy as np
 
-from h3bench.plan import designsim
+from h3bench.course import designsim
+from h3bench.course.cases import CandidateWorkload
+from h3bench.course.design import Design, DesignMode, control_blocks, looks_of, lossless_level, run_order, series_of
+from h3bench.course.schedule import Schedule
 from h3bench.quality import lossless
 from h3bench.runspec import RunSpec, parse_runspec
-from h3bench.runspec.cases import CandidateWorkload
-from h3bench.runspec.design import Design, DesignMode, control_blocks, looks_of, lossless_level, run_order, series_of
-from h3bench.runspec.schedule import Schedule
 from h3bench.stats import intervals
 
 __all__ = ["REFERENCE_NOISE", "TARGET_RATIO", "design_problems", "design_warnings", "speed_power"]
@@ -133,7 +133,7 @@ def sequential_power(spec: RunSpec, ratio: float = TARGET_RATIO) -> float:
         run = designsim.simulate_campaigns(
             Design.of(spec), [[ratio] * len(spec.workload.durations)] * n_series,
             model=designsim.LatencyModel(request_cv, process_cv), n=_CAMPAIGNS, seed=0,
-            lossless=spec.gates.lossless)
+            lossless=spec.gates.lossless, control_arms=tuple(s.control for s in series_of(spec)))
         _SEQUENTIAL_POWER[key] = float((run.code == intervals.PASS).all(-1).all(-1).mean())
     return _SEQUENTIAL_POWER[key]
 
