@@ -161,6 +161,25 @@ def test_h3bench_never_imports_the_conformance_lanes_which_import_h3bench():
     assert arrows_back_up(graph) == ["h3bench.cli -> conformance.run"]
 
 
+# The design's mode is asked of the Design (``Design.of(spec).sequential``), never branched on elsewhere (issue 43).
+DESIGN_MODE_HOME = {"h3bench.course.design", "h3bench.runspec.tables", "h3bench.runspec.spec"}
+
+
+def mode_branches(sources: dict[str, str]) -> list[str]:
+    """Every ``DesignMode.<member>`` outside the Design's own module and the spec's tables, as ``module:line``."""
+    return sorted(f"{module}:{node.lineno}" for module, text in sources.items() if module not in DESIGN_MODE_HOME
+                  for node in ast.walk(ast.parse(text))
+                  if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+                  and node.value.id == "DesignMode")
+
+
+def test_the_design_mode_is_asked_of_the_design_not_branched_on_outside_it():
+    sources = {module: path.read_text(encoding="utf-8") for module, path in MODULES.items()}
+    assert mode_branches(sources) == []
+    spoiled = {"h3bench.plan.summary": "if spec.protocol.design is DesignMode.SEQUENTIAL:\n    pass\n"}
+    assert mode_branches(spoiled) == ["h3bench.plan.summary:1"]
+
+
 def test_the_simulator_imports_only_the_h3_facts_and_the_error_tree():
     outside = {f"{m} -> {t}" for m, targets in GRAPH.items() if stage(m) == "sim"
                for t in targets if stage(t) != "sim" and t not in SIM_MAY_IMPORT}

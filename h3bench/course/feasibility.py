@@ -36,7 +36,7 @@ import numpy as np
 
 from h3bench.course import designsim
 from h3bench.course.cases import CandidateWorkload
-from h3bench.course.design import Design, DesignMode, control_blocks, looks_of, lossless_level, run_order, series_of
+from h3bench.course.design import Design, control_blocks, looks_of, lossless_level, run_order, series_of
 from h3bench.course.schedule import Schedule
 from h3bench.quality import lossless
 from h3bench.runspec import RunSpec, parse_runspec
@@ -110,7 +110,7 @@ def _power(spec: RunSpec, order: str) -> float:
 
 
 def _speed_problem(spec: RunSpec) -> str | None:
-    if spec.protocol.design is DesignMode.SEQUENTIAL:
+    if Design.of(spec).sequential:
         return None  # every look has at least two pairs (the spec refuses fewer)
     order = spec.protocol.order
     if not intervals.is_paired_order(order) or len(order) >= 4:
@@ -140,7 +140,7 @@ def sequential_power(spec: RunSpec, ratio: float = TARGET_RATIO) -> float:
 
 def design_warnings(spec: RunSpec) -> list[str]:
     """What a design that can reach a verdict still cannot show: the power figure, and the design that can."""
-    if spec.protocol.design is DesignMode.SEQUENTIAL:
+    if Design.of(spec).sequential:
         if spec.gates.lossless and _sequential_lossless_problem(spec):
             return []  # no power to state: design_problems refuses it
         if spec.protocol.requests_per_block > designsim.SIMULATED_REQUESTS:
@@ -168,7 +168,7 @@ def design_warnings(spec: RunSpec) -> list[str]:
 def _lossless_problem(spec: RunSpec, lossless_on: bool) -> str | None:
     if not lossless_on or not spec.candidates:
         return None
-    if spec.protocol.design is DesignMode.SEQUENTIAL:
+    if Design.of(spec).sequential:
         return _sequential_lossless_problem(spec)
     schedule = Schedule(spec)
     baseline, candidate = schedule.lossless_processes(CandidateWorkload(spec.candidates[0],

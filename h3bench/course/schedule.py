@@ -62,7 +62,7 @@ from h3bench.course.cases import (
     OutputRef,
 )
 from h3bench.course.course import Course
-from h3bench.course.design import DesignMode, Series, anchored_order, control_blocks, looks_of, run_order, series_of
+from h3bench.course.design import Series, anchored_order, control_blocks, looks_of, run_order, series_of
 from h3bench.course.shards import Shard, Window
 from h3bench.runspec import BASELINE, RunSpec
 from h3bench.stats.sequential import series_order
@@ -111,7 +111,7 @@ def spec_blocks(spec: RunSpec, arms: str = "all", *, anchored: bool = False, los
         if anchored:
             for series in series_of(spec):
                 blocks += _series(duration, series, anchored_order(spec, lossless), "anchored")
-        elif spec.protocol.design is DesignMode.SEQUENTIAL:
+        elif course.design.sequential:
             blocks += _sequential(spec, duration, course)
         else:
             blocks += _series(duration, Series(CONTROLS, BASELINE), "A" * control_blocks(spec), "controls")

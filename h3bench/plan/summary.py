@@ -17,7 +17,7 @@ import numpy as np
 
 from h3bench.course.cases import Block
 from h3bench.course.course import Course
-from h3bench.course.design import DesignMode, control_blocks, design_text, lossless_level, run_order
+from h3bench.course.design import Design, control_blocks, design_text, lossless_level, run_order
 from h3bench.course.designsim import SIMULATED_REQUESTS
 from h3bench.h3 import workload_marker
 from h3bench.plan.estimate import Plan, shard_estimates
@@ -68,7 +68,7 @@ def _one(hours: float, unit: str) -> str:
 def lossless_rate_line(spec: RunSpec) -> str:
     """How often a truly lossless candidate is rejected by the lossless test over its durations."""
     levels = [lossless_level(spec, d) for d in run_order(spec)]
-    if spec.protocol.design is DesignMode.FIXED:  # the exact level of the fixed design's processes
+    if not Design.of(spec).sequential:  # the exact level of the fixed design's processes
         pairs = len(spec.protocol.order) // 2
         course = Course.of(spec)  # a candidate against the baseline: the controls and every such series' A blocks
         baseline = int(course.baseline_processes(np.full(course.n_series, pairs), control_blocks(spec))[0])
@@ -84,7 +84,7 @@ def lossless_rate_line(spec: RunSpec) -> str:
 
 def control_lines(spec: RunSpec) -> list[str]:
     """Where a sequential lossless campaign's control blocks go, how many can run, and when they do not."""
-    if spec.protocol.design is not DesignMode.SEQUENTIAL or not spec.gates.lossless:
+    if not Design.of(spec).sequential or not spec.gates.lossless:
         return []
     course = Course.of(spec)
     lines = []
@@ -111,7 +111,7 @@ def _device_lines(p: Plan) -> list[str]:
              "starts, stops, warmups, measured requests, audits and lossless controls):"]
     for e in p.device:
         extra = f"; held-out and profiling add at most {_one(e.extra_h, 'wall')}" if e.extra_h else ""
-        worst = f"; at worst {_one(e.worst_h, 'wall')}" if p.spec.protocol.design is DesignMode.SEQUENTIAL else ""
+        worst = f"; at worst {_one(e.worst_h, 'wall')}" if Design.of(p.spec).sequential else ""
         lines.append(f"  {e.scenario}: {_three(e.design.wall_h, 'wall')}, {_three(e.design.device_h, 'device')} "
                      f"(fixed design: {_one(e.fixed_h, 'wall')}{worst}; every candidate PASS in "
                      f"{e.pass_rate:.0%}){extra}")
@@ -120,7 +120,7 @@ def _device_lines(p: Plan) -> list[str]:
 
 def dearer_than_fixed(p: Plan) -> list[str]:
     """Scenarios in which the dearest campaign the sequential design can run costs more than the fixed design."""
-    if p.spec.protocol.design is not DesignMode.SEQUENTIAL:
+    if not Design.of(p.spec).sequential:
         return []
     return [f"the sequential design can cost up to {e.worst_h:.3g} h of wall time ({e.scenario}), more than the "
             f"fixed design's {e.fixed_h:.3g} h: end the dearer durations' looks at the fixed design's pairs "
@@ -139,7 +139,7 @@ def plan_lines(p: Plan) -> list[str]:
         lines.append(f"estimated wall time: unknown (no hint for some arm or duration; source: {p.source})")
     else:
         every = ("every planned block; a sequential campaign stops most series earlier"
-                 if p.spec.protocol.design is DesignMode.SEQUENTIAL else "the blocks")
+                 if Design.of(p.spec).sequential else "the blocks")
         lines.append(f"estimated wall time: {_duration(p.seconds)} for {every}, quality on top (source: {p.source})")
     lines += _device_lines(p)
     lines += [f"warning: {line}" for line in dearer_than_fixed(p)]
