@@ -109,4 +109,16 @@ def test_a_range_file_becomes_a_vllm_bisect_spec(tmp_path, capsys):
 def test_the_plan_prices_the_search_at_the_hints():
     lines = plan.plan_lines(SIM, n=40)
     assert lines[0].startswith("bisection: 17 commits after good (the last bad)")
-    assert sum("process noise:" in line and "device-min mean" in line for line in lines) == 2
+    assert sum("process noise:" in line and "device-min mean" in line for line in lines) == 3
+    assert any(line.strip().startswith("4% process noise:") for line in lines)
+
+
+def test_the_plan_says_when_the_size_asked_is_out_of_reach():
+    # A 10 % step on the simulator's hints is within reach at 1 % process noise; a 1 % change is not, and the
+    # plan says so before anything runs.
+    lines = plan.plan_lines(SIM, n=40)
+    assert not any("out of reach at 1%" in line for line in lines)
+    small = parse_runspec(edited(size=1.01), source="a 1 % change asked")
+    lines = plan.plan_lines(small, n=40)
+    assert "a step of 1.010 (the size asked: [bisect] size)" in lines[2]
+    assert "out of reach at 1%, 2%, 4% process noise" in lines[-1]
