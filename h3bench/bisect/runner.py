@@ -278,7 +278,7 @@ class Bisection:
             log_lr = float(self.test.log_lr_paths(before.evidence, before.prior, j, x)[-1])
             decision = DECISIONS[int(found.decision)]
             step, _ = before.evidence.step(before.log_post)
-            between = bool(between_flags(x, len(x), float(step)))
+            between = bool(between_flags(x, len(x), float(step), found.decision))
         elif seen.status == "measured":
             common["status"], common["reason"] = "invalid", "no complete AB/BA pair was measured"
         return self._append("probe", {"number": number, **common, "decision": decision, "log_lr": log_lr,

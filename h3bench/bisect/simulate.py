@@ -248,7 +248,7 @@ def simulate_searches(setup: Setup, scenario: Scenario, *, model: LatencyModel |
                 found = test.run(ev, prior, jj, x)
                 used = np.where(np.arange(test.max_pairs) < found.pairs[:, None], x, np.nan)
                 ev = ev.add(jj, used, measured)
-                between[idx] |= measured & between_flags(x, found.pairs, step)
+                between[idx] |= measured & between_flags(x, found.pairs, step, found.decision)
                 image = np.where(pulled[idx, jj], 0.0, setup.image_s)
                 seconds = np.where(fails, setup.block_s(0.0) + setup.good.startup_s,
                                    found.pairs * (setup.block_s(0.0) + commit_block[jj])) + image
