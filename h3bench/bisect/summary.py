@@ -61,9 +61,38 @@ def summary_lines(spec: RunSpec, table: Bisect, directory: Path, records: list[d
             if r["named"] is not None and r["named"][0] != r["named"][1]:
                 names = [engine(spec, p).commit for p in range(r["named"][0], r["named"][1] + 1)]
                 out.append(f"  the culprit is one of {', '.join(names)}: no probe can split them")
-    between = [r for r in records if r["event"] == "probe" and r.get("between")]
-    if between:
-        out.append("  a level between no change and the step at " + ", ".join(r["commit"] for r in between) +
-                   ": the range may hold more than one change")
+    out += [f"  {line}" for line in open_lines(spec, records)]
     out.append(f"bisection: {outcome}")
+    return out
+
+
+def _ratio(records: list[dict[str, Any]]) -> float | None:
+    """The ratio every pair of these records measured together (None without a pair)."""
+    x = [v for r in records for v in r.get("log_ratios") or ()]
+    return math.exp(float(np.mean(x))) if x else None
+
+
+def open_lines(spec: RunSpec, records: list[dict[str, Any]]) -> list[str]:
+    """Where a probe measured a level between no change and the step: which part of the range holds another
+    change that this search did not look for, and about how large it is.
+
+    After the named culprit, the level moved away from the culprit's own (its probes', else the verify's step)
+    somewhere after it up to the probe; before it, away from the good engine's, up to the probe.
+    """
+    named = [r["named"] for r in records if r["event"] == "stop" and r["named"] is not None]
+    out = []
+    for r in records:
+        if r["event"] != "probe" or not r.get("between") or (ratio := _ratio([r])) is None:
+            continue
+        j = int(r["position"])
+        level, start = 1.0, engine(spec, 0).commit
+        if named and j > int(named[-1][1]):
+            last = int(named[-1][1])
+            culprit = [p for p in records if p["event"] in ("probe", "verify") and int(p["position"]) == last]
+            verify = [p for p in records if p["event"] == "verify" and p.get("step")]
+            level = _ratio(culprit) or (float(verify[-1]["step"]["ratio"]) if verify else 1.0)
+            start = engine(spec, last).commit
+        out.append(f"a level between no change and the step at {r['commit']} (ratio {ratio:.4f}, {r['pairs']} "
+                   f"pair(s)): another change of about {ratio / level - 1:+.1%} lies after {start} up to "
+                   f"{r['commit']}, which this search did not look for")
     return out

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from h3bench.bisect.runner import Bisection, Options
+from h3bench.bisect.summary import open_lines
 from h3bench.runspec import load_runspec
 
 SPEC = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs" / "sim-bisect.toml"
@@ -85,3 +86,23 @@ def test_a_quality_bisection_adds_up_the_gates_ratios(tmp_path):
                  log_lr=-5.0, final_sha256="p")
     probs = b.state().probs
     assert probs[:9].sum() < 0.01 and probs[9:].sum() > 0.99  # no change at s09: the culprit comes after it
+
+
+def test_a_level_between_says_which_part_of_the_range_holds_another_change_and_its_size():
+    spec = load_runspec(SPEC)
+    records = [
+        {"event": "verify", "position": 17, "log_ratios": STEP, "step": {"ratio": 1.116}},
+        {"event": "probe", "position": 11, "commit": "s11", "log_ratios": [0.11, 0.113], "pairs": 2, "between": False},
+        {"event": "stop", "named": [11, 11]},
+        {"event": "probe", "position": 14, "commit": "s14", "log_ratios": [0.055, 0.05, 0.052], "pairs": 3,
+         "between": True},
+        {"event": "probe", "position": 5, "commit": "s05", "log_ratios": [0.03, 0.031], "pairs": 2, "between": True},
+        {"event": "probe", "position": 3, "commit": "s03", "log_ratios": [0.0, 0.001], "pairs": 2, "between": False},
+    ]
+    after, before = open_lines(spec, records)
+    # After the culprit the level fell from s11's (ratio 1.118) to 1.054: a change of about -5.7 % after s11.
+    assert after.startswith("a level between no change and the step at s14 (ratio 1.0537, 3 pair(s))")
+    assert "another change of about -5.7% lies after s11 up to s14" in after
+    assert "another change of about +3.1% lies after good up to s05" in before
+    records[1]["log_ratios"] = []  # the culprit not probed: the level after it is the verify's step
+    assert "about -5.6% lies after s11" in open_lines(spec, records)[0]
