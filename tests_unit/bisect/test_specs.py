@@ -72,6 +72,8 @@ def test_the_verify_probe_and_confirm_campaigns():
     assert first.arms["c11_s11"].sim["step_s"] == [16.688, 133.6496]
     confirm = specs.campaign_spec(SIM, "confirm", 10, 11)
     assert confirm.arms["baseline"].description.startswith("engine s10") and not confirm.diagnostic
+    # The verify and the confirm call any slowdown they can show "slower", not only one beyond the ship margin.
+    assert SIM.gates.speed_margin == 0.02 and verify.gates.speed_margin == confirm.gates.speed_margin == 0.0
     with pytest.raises(UsageError, match="not a pair"):
         specs.campaign_data(SIM, "probe", 5, 5)
 
