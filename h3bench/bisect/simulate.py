@@ -31,7 +31,6 @@ probes run at once and the round's wall time is its longest probe.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 
@@ -45,7 +44,7 @@ from h3bench.bisect.specs import Kind, campaign_spec, duration_of, table_of
 from h3bench.errors import UsageError
 from h3bench.plan.designsim import LatencyModel, draw_samples
 from h3bench.plan.devicetime import ArmCost
-from h3bench.runspec import BASELINE, RunSpec, parse_runspec
+from h3bench.runspec import BASELINE, RunSpec
 from h3bench.runspec.design import budget_of
 from h3bench.stats import intervals
 from h3bench.stats.blockstat import BlockBudget, block_log_statistics
@@ -53,8 +52,8 @@ from h3bench.stats.intervals import FAIL
 from h3bench.stats.sequential import Boundaries, judge_series, series_order
 from h3bench.verdict.looks import boundaries_of
 
-__all__ = ["Scenario", "Setup", "SimulatedSearches", "priced_range", "setup_of", "simulate_searches",
-           "simulated_campaign", "simulated_log_ratios", "step_range"]
+__all__ = ["Scenario", "Setup", "SimulatedSearches", "setup_of", "simulate_searches", "simulated_campaign",
+           "simulated_log_ratios", "step_range"]
 
 
 @dataclass(frozen=True)
@@ -278,34 +277,3 @@ def simulate_searches(setup: Setup, scenario: Scenario, *, model: LatencyModel |
     first = np.where(reproduced, first, -1)
     last = np.where(reproduced, last, -1)
     return SimulatedSearches(scenario, reproduced, first, last, mass, confirmed, probes, spent, wall, between)
-
-
-def priced_range(spec: RunSpec, commits: int, *, image_s: float = 0.0) -> RunSpec:
-    """``spec``'s good engine (its baseline) over a range of ``commits`` synthetic commits, as a bisect spec.
-
-    For pricing and simulating a bisection of a configuration before its commits are known (the benchmark,
-    the tests): the spec's design, gates and hints; commit ids and image digests derived from their position.
-    """
-    data = spec.model_dump(mode="json")
-    for key in ("final", "original_baseline", "heldout"):
-        data.pop(key, None)
-    base = data["arms"]["baseline"]
-    data["arms"] = {"baseline": base, "bad": {**base, "description": "the bad engine",
-                                              "hypothesis": "the bad engine carries a regression",
-                                              "source": {"kind": "code", "ref": "the range's last commit"}}}
-    vllm = base.get("type") == "vllm"
-
-    def entry(i: int) -> dict[str, object]:
-        digest = hashlib.sha256(f"{spec.name}/{i}".encode()).hexdigest()
-        return ({"commit": digest[:40], "image_digest": f"sha256:{digest}"} if vllm else {"commit": f"c{i:03d}"})
-
-    data["bisect"] = {"good": entry(0), "bad": entry(commits), "commits": [entry(i) for i in range(1, commits)],
-                      "image_s": image_s}
-    if vllm:
-        data["bisect"].update(image="registry.invalid/engine", launcher=["{image}"])
-    if data.get("hints"):
-        data["hints"]["e2e_s"] = {"baseline": data["hints"]["e2e_s"].get("baseline", {})}
-        data["hints"]["dit_step_s"] = {}
-    for name in ("reference_video", "reference_audio"):
-        data["inputs"][name]["path"] = str(spec.input_files()[name])
-    return parse_runspec(data, source=f"{spec.name} over {commits} synthetic commits")

@@ -9,30 +9,22 @@ drawn with 2 % request noise and 1 % or 2 % process noise (:class:`h3bench.plan.
 
 Sizes: 1500 searches per cell; a rate is asserted through its one-sided 99 % Clopper-Pearson bound,
 so a true rate at the limit fails the test, and a lucky draw cannot pass it. docs/bisect.md states the
-figures with their standard errors (benchmarks/bench_bisect.py --rates prints them).
+figures with their standard errors (benchmarks/bench_bisect.py --write-docs writes them).
 """
 
 from __future__ import annotations
 
-import functools
 import math
-from pathlib import Path
 
 import pytest
 from scipy.stats import beta
 
-from h3bench.bisect.simulate import Scenario, Setup, priced_range, setup_of, simulate_searches, step_range
+from benchmarks.bench_bisect import npu_setup
+from h3bench.bisect.simulate import Scenario, simulate_searches, step_range
 from h3bench.plan.designsim import LatencyModel
-from h3bench.runspec import load_runspec
 
-SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"
 N = 1500
 CULPRIT = 13
-
-
-@functools.cache
-def npu_setup(hosts: int = 1) -> Setup:
-    return setup_of(priced_range(load_runspec(SPECS / "950pr-x4.toml"), 32, image_s=600.0), hosts=hosts)
 
 
 def upper(count: int, n: int, level: float = 0.01) -> float:
