@@ -65,7 +65,7 @@ class Bisect(Frozen):
     level: Annotated[StrictFloat, Field(gt=0, lt=0.5)] = 0.1
     min_pairs: Annotated[StrictInt, Field(ge=1)] = 1
     max_pairs: Annotated[StrictInt, Field(ge=1, le=32)] = 8
-    campaign_pairs: Annotated[StrictInt, Field(ge=3, le=32)] = 12  # the verify's and the confirm's last look
+    campaign_pairs: Annotated[StrictInt, Field(ge=3, le=32)] = 16  # the verify's and the confirm's last look
     image: StrictStr | None = None  # vLLM: the repository the digests are of
     launcher: tuple[StrictStr, ...] | None = None  # vLLM: how to run an image's engine; contains {image}
     image_s: Annotated[StrictFloat, Field(ge=0)] = 0.0  # hint: pulling or building one commit's image on a host

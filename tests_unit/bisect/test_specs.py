@@ -64,7 +64,7 @@ def test_the_verify_probe_and_confirm_campaigns():
     n = len(SIM.bisect.range)
     verify = specs.campaign_spec(SIM, "verify", 0, n)
     assert verify.protocol.design == "sequential" and not verify.protocol.futility
-    assert verify.protocol.looks == (tuple(range(2, 13)),) and verify.workload.durations == (5.0,)
+    assert verify.protocol.looks == (tuple(range(2, 17)),) and verify.workload.durations == (5.0,)
     assert verify.arms["c17_bad"].sim == SIM.arms["bad"].sim and verify.arms["baseline"].sim == SIM.arms["baseline"].sim
     first, second = (specs.campaign_spec(SIM, "probe", 0, 11, number=k) for k in (1, 2))
     assert first.protocol.order.startswith("ABBA") and second.protocol.order.startswith("BAAB")
