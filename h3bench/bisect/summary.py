@@ -61,6 +61,9 @@ def summary_lines(spec: RunSpec, table: Bisect, directory: Path, records: list[d
             if r["named"] is not None and r["named"][0] != r["named"][1]:
                 names = [engine(spec, p).commit for p in range(r["named"][0], r["named"][1] + 1)]
                 out.append(f"  the culprit is one of {', '.join(names)}: no probe can split them")
+    if any(r["event"] == "stop" for r in records):
+        out.append("  looked for one change: the first commit the posterior favours (a range may hold more; a level "
+                   "between no change and the step shows where)")
     out += [f"  {line}" for line in open_lines(spec, records)]
     out.append(f"bisection: {outcome}")
     return out

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from h3bench.bisect.runner import Bisection, Options
-from h3bench.bisect.summary import open_lines
+from h3bench.bisect.summary import open_lines, summary_lines
 from h3bench.runspec import load_runspec
 
 SPEC = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs" / "sim-bisect.toml"
@@ -99,6 +99,10 @@ def test_a_level_between_says_which_part_of_the_range_holds_another_change_and_i
         {"event": "probe", "position": 5, "commit": "s05", "log_ratios": [0.03, 0.031], "pairs": 2, "between": True},
         {"event": "probe", "position": 3, "commit": "s03", "log_ratios": [0.0, 0.001], "pairs": 2, "between": False},
     ]
+    stop = {"event": "stop", "reason": "posterior", "top": [], "skipped": {}, "named": [11, 11]}
+    lines = summary_lines(spec, spec.bisect, SPEC.parent, [stop], "culprit confirmed")
+    assert any(line.startswith("  looked for one change: the first commit the posterior favours") for line in lines)
+    assert not any("looked for" in line for line in summary_lines(spec, spec.bisect, SPEC.parent, [], "unfinished"))
     after, before = open_lines(spec, records)
     # After the culprit the level fell from s11's (ratio 1.118) to 1.054: a change of about -5.7 % after s11.
     assert after.startswith("a level between no change and the step at s14 (ratio 1.0537, 3 pair(s))")
