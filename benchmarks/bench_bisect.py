@@ -8,7 +8,8 @@ as ``h3bench plan`` counts them.
 
 - **h3bench**: :func:`h3bench.bisect.simulate.simulate_searches`, the bisection's own code: the verify
   campaign, probes chosen by information per device-hour and stopped by their SPRT, the posterior to
-  0.95, the confirm campaign. A change is named when the confirmed claim's group holds it.
+  0.95, the confirm campaign; then the segments each claim leaves whose measured ends differ
+  (:mod:`h3bench.bisect.segments`' rules). A change is named when some confirmed claim's group holds it.
 - **Pinpoint's rule, the bench's rendition** (as the rule is usually told): 10 attempts (one block each)
   of the good and the bad engine; adjacent tested changes compared by a two-sided Mann–Whitney U test:
   DIFFERENT at p ≤ 0.01, SAME above 0.10, UNKNOWN between, where both changes' attempts double (10, 20,
@@ -151,7 +152,7 @@ class Outcome:
 def h3bench_outcome(scenario: Scenario, process: float, n: int, seed: int) -> Outcome:
     setup = npu_setup()
     found = simulate_searches(setup, scenario, model=model_at(process), n=n, seed=seed)
-    named = np.stack([found.correct(k) for k in changes_of(scenario)], axis=-1) if scenario.culprits else \
+    named = np.stack([found.named(k) for k in changes_of(scenario)], axis=-1) if scenario.culprits else \
         np.zeros((n, 0), bool)
     return Outcome(named, found.wrong, found.device_s)
 

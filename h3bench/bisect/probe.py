@@ -164,8 +164,12 @@ class ProbeTest:
         at = (np.arange(evidence.n) == j[..., None])[..., None, :]  # (..., 1, N)
         grown = Evidence(evidence.count[..., None, :] + at * n[:, None],
                          evidence.total[..., None, :] + at * np.cumsum(x, -1)[..., None],
-                         evidence.squares[..., None, :] + at * np.cumsum(x * x, -1)[..., None])
-        return side_log_odds(grown.log_posterior(prior), j[..., None]) - before[..., None]
+                         evidence.squares[..., None, :] + at * np.cumsum(x * x, -1)[..., None],
+                         np.asarray(evidence.free_base)[..., None])
+        p = np.asarray(prior, dtype=float)
+        after = side_log_odds(grown.log_posterior(p[..., None, :] if p.ndim > 1 else p), j[..., None])
+        with np.errstate(invalid="ignore"):  # a commit outside the searched segment: no odds either way, no ratio
+            return np.nan_to_num(after - before[..., None], nan=0.0)
 
     def run(self, evidence: Evidence, prior: np.ndarray, commit: np.ndarray | int, log_ratios: np.ndarray,
             available: np.ndarray | int | None = None) -> ProbeRun:

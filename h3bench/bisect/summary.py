@@ -17,7 +17,7 @@ from h3bench.bisect.specs import engine
 from h3bench.runspec import RunSpec
 from h3bench.runspec.bisection import Bisect
 
-__all__ = ["record_line", "summary_lines"]
+__all__ = ["open_lines", "record_line", "segment_lines", "summary_lines"]
 
 
 def record_line(record: dict[str, Any]) -> str:
@@ -61,11 +61,33 @@ def summary_lines(spec: RunSpec, table: Bisect, directory: Path, records: list[d
             if r["named"] is not None and r["named"][0] != r["named"][1]:
                 names = [engine(spec, p).commit for p in range(r["named"][0], r["named"][1] + 1)]
                 out.append(f"  the culprit is one of {', '.join(names)}: no probe can split them")
-    if any(r["event"] == "stop" for r in records):
-        out.append("  looked for one change: the first commit the posterior favours (a range may hold more; a level "
-                   "between no change and the step shows where)")
+    out += [f"  {line}" for line in segment_lines(spec, records)]
     out += [f"  {line}" for line in open_lines(spec, records)]
     out.append(f"bisection: {outcome}")
+    return out
+
+
+def segment_lines(spec: RunSpec, records: list[dict[str, Any]]) -> list[str]:
+    """How many changes the search looked for, which parts of the range it left open at what size, and what
+    looking for more would cost (the device-hours a searched segment took here, on average)."""
+    stops = [r for r in records if r["event"] == "stop"]
+    if not stops:
+        return []
+    segments = [g for r in records if r["event"] == "segments" for g in r["segments"]]
+    searched = 1 + sum(1 for r in segments if r["searched"])
+    claims = sum(1 for r in records if r["event"] == "confirm" and r["claim"])
+    spent = max((float(r.get("spent_device_s", 0.0)) for r in records), default=0.0)
+    out = [f"looked for {searched} change(s), one per segment searched (the whole range, then each segment a claim "
+           f"left whose measured ends differ by half the size asked): {claims} confirmed"]
+    for r in segments:
+        a, b = engine(spec, int(r["lo"]) + 1).commit, engine(spec, int(r["hi"]) + 1).commit
+        what = "searched" if r["searched"] else "not searched"
+        line = (f"after {a} up to {b}: {what}; its ends differ by {math.exp(float(r['difference'])) - 1:+.1%} "
+                f"(the size asked {math.exp(float(r['size'])) - 1:.1%})")
+        if not r["searched"] and float(r["open_to"]) >= float(r["size"]):
+            line += (f"; a change up to {math.exp(float(r['open_to'])) - 1:.1%} is left open there: looking for it "
+                     f"would cost about {spent / searched / 3600:.1f} device-h")
+        out.append(line)
     return out
 
 

@@ -33,6 +33,18 @@ def test_the_shipped_range_has_16_commits_one_slower_dit_and_one_that_does_not_s
     assert [c.commit for c in table.commits if c.sim and "startup_error" in c.sim] == ["s08"]
 
 
+def test_the_shipped_range_with_two_changes_steps_at_s05_and_again_at_s11():
+    two = load_runspec(SPECS / "sim-bisect-two.toml")
+    assert two.bisect is not None
+    # The DiT step's level at each commit (s08 does not start: it has none), and where it changes.
+    levels = [(c.commit, (c.sim or {}).get("step_s", [14.9])[0] / 14.9) for c in two.bisect.commits
+              if c.commit != "s08"]
+    steps = [(name, round(b / a, 4)) for (_, a), (name, b) in zip([("good", 1.0), *levels], levels, strict=False)
+             if b != a]
+    assert steps == [("s05", 1.12), ("s11", 1.12)]
+    assert two.arms["bad"].model_dump()["sim"]["step_s"][0] / 14.9 == pytest.approx(levels[-1][1])
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"commits": [{"commit": "s01"}, {"commit": "s01"}]}, "also commits.0"),
     ({"commits": [{"commit": "s01", "image_digest": "sha256:" + "0" * 64}]}, "simulator arms have no image"),
