@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from h3bench.bisect.segments import claims
 from h3bench.bisect.specs import engine
 from h3bench.runspec import RunSpec
 from h3bench.runspec.bisection import Bisect
@@ -104,19 +105,24 @@ def open_lines(spec: RunSpec, records: list[dict[str, Any]]) -> list[str]:
     After the named culprit, the level moved away from the culprit's own (its probes', else the verify's step)
     somewhere after it up to the probe; before it, away from the good engine's, up to the probe.
     """
-    named = [r["named"] for r in records if r["event"] == "stop" and r["named"] is not None]
+    # The whole range's search: its records come before the first segments a claim left.
+    whole = records[:next((i for i, r in enumerate(records) if r["event"] == "segments"), len(records))]
+    named = [r["named"] for r in whole if r["event"] == "stop" and r["named"] is not None]
+    found = [first + 1 for first, _ in claims(records)]  # each claim's first position
     out = []
     for r in records:
         if r["event"] != "probe" or not r.get("between") or (ratio := _ratio([r])) is None:
             continue
         j = int(r["position"])
-        level, start = 1.0, engine(spec, 0).commit
+        level, since = 1.0, 0
         if named and j > int(named[-1][1]):
-            last = int(named[-1][1])
-            culprit = [p for p in records if p["event"] in ("probe", "verify") and int(p["position"]) == last]
+            since = int(named[-1][1])
+            culprit = [p for p in records if p["event"] in ("probe", "verify") and int(p["position"]) == since]
             verify = [p for p in records if p["event"] == "verify" and p.get("step")]
             level = _ratio(culprit) or (float(verify[-1]["step"]["ratio"]) if verify else 1.0)
-            start = engine(spec, last).commit
+        if any(since < p <= j for p in found):
+            continue  # a claim lies in that part of the range: the change that level showed was found
+        start = engine(spec, since).commit
         out.append(f"a level between no change and the step at {r['commit']} (ratio {ratio:.4f}, {r['pairs']} "
                    f"pair(s)): another change of about {ratio / level - 1:+.1%} lies after {start} up to "
                    f"{r['commit']}, which this search did not look for")

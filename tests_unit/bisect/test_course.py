@@ -114,6 +114,11 @@ def test_a_level_between_says_which_part_of_the_range_holds_another_change_and_i
     assert "another change of about +3.1% lies after good up to s05" in before
     records[1]["log_ratios"] = []  # the culprit not probed: the level after it is the verify's step
     assert "about -5.6% lies after s11" in open_lines(spec, records)[0]
+    # Once a claim lies in the part of the range a hint names, the change it showed was found: no hint.
+    claimed = [{"event": "confirm", "claim": True}, {"event": "segments", "claim": 1, "segments": []},
+               {"event": "stop", "named": [5, 5]}, {"event": "confirm", "claim": True}]
+    (after,) = open_lines(spec, records[:3] + claimed + records[3:])
+    assert after.startswith("a level between no change and the step at s14")
 
 
 def run_course(b: Bisection, level: Callable[[int], float]) -> None:
