@@ -1,44 +1,61 @@
-"""Three searches for one culprit, side by side: h3bench's, Pinpoint's rule, plain bisection.
+"""h3bench's bisection beside Pinpoint's rule in two renditions and plain bisection, simulated; the figures of docs/bisect.md.
 
 A 32-commit range at the 950PR 5 s timings (``fixtures/runspecs/950pr-x4.toml``'s hints: 745.43 s per
 request, blocks of one warmup, two measured requests and a counted audit, 600 s per server start, 60 s
-per stop, 4 NPUs) with one 10 % step at a culprit drawn uniformly from the range, 2 % request noise and
-1 % or 2 % process noise; pulling one commit's image costs 600 s of the node (assumed: the recipe gives
-none). Device-hours are the node's wall hours times its 4 devices, as ``h3bench plan`` counts them.
+per stop, 4 NPUs), 2 % request noise and 1, 2 or 4 % process noise; pulling one commit's image costs 600 s
+of the node (assumed: the recipe gives none). Device-hours are the node's wall hours times its 4 devices,
+as ``h3bench plan`` counts them.
 
 - **h3bench**: :func:`h3bench.bisect.simulate.simulate_searches`, the bisection's own code: the verify
   campaign, probes chosen by information per device-hour and stopped by their SPRT, the posterior to
-  0.95, the confirm campaign; correct means the confirmed claim names the culprit.
-- **Pinpoint's rule**: 10 attempts (one block each) of the good and the bad engine; adjacent tested
-  changes compared by a two-sided Mann–Whitney U test: DIFFERENT at p ≤ 0.01 (Pinpoint's low
-  threshold), SAME above 0.10, UNKNOWN between, where both changes' attempts double (10, 20, 40, 80,
-  160); a DIFFERENT pair with commits between gets its midpoint tested; the culprit is the adjacent
-  DIFFERENT pair with the largest difference of medians. A rendition of the rule as the issue states
-  it, not Pinpoint's code: its high threshold depends on the magnitude and the attempts, here fixed.
-- **plain bisection**: h3bench's verify campaign, then the midpoint of the range left, each probe 3
-  AB/BA pairs against the good engine, "changed" when their mean log ratio exceeds half the verified
-  step; the culprit is where the range closes.
+  0.95, the confirm campaign; then the segments each claim leaves whose measured ends differ
+  (:mod:`h3bench.bisect.segments`' rules). A change is named when some confirmed claim's group holds it.
+- **Pinpoint's rule, the bench's rendition** (as the rule is usually told): 10 attempts (one block each)
+  of the good and the bad engine; adjacent tested changes compared by a two-sided Mann–Whitney U test:
+  DIFFERENT at p ≤ 0.01, SAME above 0.10, UNKNOWN between, where both changes' attempts double (10, 20,
+  40, 80, 160); a DIFFERENT pair with commits between gets its midpoint tested, one at a time; the one
+  culprit is the adjacent DIFFERENT pair with the largest difference of medians.
+- **Pinpoint's rule, catapult's rendition** (after catapult's ``dashboard/pinpoint/models/job_state.py``,
+  ``compare/compare.py``, ``compare/thresholds.py`` and ``exploration.py``; no code copied): each round
+  compares every adjacent pair of tested changes; the p-value is the smaller of the two-sample
+  Kolmogorov–Smirnov and the two-sided Mann–Whitney U test's; DIFFERENT at p ≤ 0.01; SAME above the
+  high threshold, the 99th percentile of the Mann–Whitney p-value between two normal samples of the
+  pair's mean attempt count that differ by the size asked in units of the larger IQR of the two (catapult
+  clips that to 1.0–3.6 IQR and tabulates it by simulation, as :func:`high_threshold` does here, 4000
+  draws per cell, seed 0); UNKNOWN between, where the change with fewer attempts doubles them (10 → 160;
+  catapult's job_state adds 10 at a time, the issue's rule doubles); a DIFFERENT pair with commits
+  between gets its midpoint and the two midpoints beside it (speculation two levels deep); every
+  adjacent DIFFERENT pair is a culprit. A commit that does not start costs its attempts' failed starts
+  and is passed over (``git bisect skip``), in both renditions.
+- **plain bisection**: h3bench's verify campaign, then the midpoint of what is left, 3 AB/BA pairs per
+  probe, "changed" above half the verified step.
 
-Run: ``.venv/bin/python benchmarks/bench_bisect.py [--n 4000] [--pinpoint-n 1000] [--rates]``;
-``--rates`` adds the error rates docs/bisect.md states (each with its standard error).
+Run: ``.venv/bin/python benchmarks/bench_bisect.py [--n 4000] [--pinpoint-n 300] [--write-docs]``:
+``--write-docs`` replaces the generated part of docs/bisect.md with what it printed
+(``tests_unit/bisect/test_bench_docs.py`` reruns some of its cells at a smaller size with the same seeds
+and fails when they disagree beyond their standard errors).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import hashlib
 import itertools
 import math
+import re
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import mannwhitneyu
+from scipy.stats import ks_2samp, mannwhitneyu, norm
 
 from h3bench.bisect.probe import step_statistics
 from h3bench.bisect.simulate import (
     Scenario,
     Setup,
-    priced_range,
     setup_of,
     simulate_searches,
     simulated_campaign,
@@ -46,29 +63,101 @@ from h3bench.bisect.simulate import (
     step_range,
 )
 from h3bench.course.designsim import LatencyModel, draw_samples
-from h3bench.runspec import load_runspec
+from h3bench.runspec import RunSpec, load_runspec, parse_runspec
 from h3bench.stats.blockstat import block_log_statistics
 
 ROOT = Path(__file__).resolve().parents[1]
-COMMITS, RATIO, IMAGE_S = 32, 1.10, 600.0
+DOCS = ROOT / "docs" / "bisect.md"
+COMMITS, RATIO, IMAGE_S, SIZE = 32, 1.10, 600.0, 1.05
+NOISES = (0.01, 0.02, 0.04)
+BEGIN = "<!-- generated by benchmarks/bench_bisect.py --write-docs: begin -->"
+END = "<!-- generated by benchmarks/bench_bisect.py --write-docs: end -->"
 
 
+def priced_range(spec: RunSpec, commits: int, *, image_s: float = 0.0) -> RunSpec:
+    """``spec``'s good engine (its baseline) over a range of ``commits`` synthetic commits, as a bisect spec.
+
+    For pricing and simulating a bisection of a configuration before its commits are known (this bench, the
+    tests): the spec's design, gates and hints; commit ids and image digests derived from their position.
+    """
+    data = spec.model_dump(mode="json")
+    for key in ("final", "original_baseline", "heldout"):
+        data.pop(key, None)
+    base = data["arms"]["baseline"]
+    data["arms"] = {"baseline": base, "bad": {**base, "description": "the bad engine",
+                                              "hypothesis": "the bad engine carries a regression",
+                                              "source": {"kind": "code", "ref": "the range's last commit"}}}
+    vllm = base.get("type") == "vllm"
+
+    def entry(i: int) -> dict[str, object]:
+        digest = hashlib.sha256(f"{spec.name}/{i}".encode()).hexdigest()
+        return ({"commit": digest[:40], "image_digest": f"sha256:{digest}"} if vllm else {"commit": f"c{i:03d}"})
+
+    data["bisect"] = {"good": entry(0), "bad": entry(commits), "commits": [entry(i) for i in range(1, commits)],
+                      "image_s": image_s}
+    if vllm:
+        data["bisect"].update(image="registry.invalid/engine", launcher=["{image}"])
+    if data.get("hints"):
+        data["hints"]["e2e_s"] = {"baseline": data["hints"]["e2e_s"].get("baseline", {})}
+        data["hints"]["dit_step_s"] = {}
+    for name in ("reference_video", "reference_audio"):
+        data["inputs"][name]["path"] = str(spec.input_files()[name])
+    return parse_runspec(data, source=f"{spec.name} over {commits} synthetic commits")
+
+
+@functools.cache
 def npu_setup(hosts: int = 1) -> Setup:
     return setup_of(priced_range(load_runspec(ROOT / "fixtures" / "runspecs" / "950pr-x4.toml"), COMMITS,
                                  image_s=IMAGE_S), hosts=hosts)
 
 
-def h3bench_search(setup: Setup, model: LatencyModel, n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Device-seconds, wall seconds and correct, over culprits drawn uniformly."""
-    culprits = np.random.default_rng(seed).integers(0, COMMITS, n)
-    device, wall, correct = np.zeros(n), np.zeros(n), np.zeros(n, bool)
-    for k in range(COMMITS):
-        rows = culprits == k
-        if rows.any():
-            found = simulate_searches(setup, step_range(COMMITS, k, RATIO), model=model, n=int(rows.sum()),
-                                      seed=seed * 100 + k)
-            device[rows], wall[rows], correct[rows] = found.device_s, found.wall_s, found.correct()
-    return device, wall, correct
+def model_at(process: float) -> LatencyModel:
+    return LatencyModel(0.02, process)
+
+
+# -- the ranges ---------------------------------------------------------------------------------------------------
+
+
+def _levels(*changes: tuple[int, float]) -> tuple[float, ...]:
+    """Each commit's log level: the sum of the ``(commit, ratio)`` changes at or before it."""
+    return tuple(sum(math.log(r) for k, r in changes if i >= k) for i in range(COMMITS))
+
+
+RANGES: tuple[Scenario, ...] = (
+    Scenario("one +10 % step at 13", _levels((13, 1.10))),
+    Scenario("one +5 % step at 13", _levels((13, 1.05))),
+    Scenario("two +5 % steps, at 9 and 22", _levels((9, 1.05), (22, 1.05))),
+    Scenario("+10 % at 13, half undone at 22", _levels((13, 1.10), (22, 1 / math.sqrt(1.10)))),
+    Scenario("+10 % at 13, its parent 12 does not start", _levels((13, 1.10)), tuple(i == 12 for i in range(COMMITS))),
+    Scenario("no change", _levels()),
+)
+
+
+def changes_of(scenario: Scenario) -> tuple[int, ...]:
+    return scenario.culprits
+
+
+# -- one search's outcome -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """``(n,)`` arrays over simulated searches: each change named (``(n, changes)``), a wrong culprit, device-s."""
+
+    named: np.ndarray
+    wrong: np.ndarray
+    device_s: np.ndarray
+
+
+def h3bench_outcome(scenario: Scenario, process: float, n: int, seed: int) -> Outcome:
+    setup = npu_setup()
+    found = simulate_searches(setup, scenario, model=model_at(process), n=n, seed=seed)
+    named = np.stack([found.named(k) for k in changes_of(scenario)], axis=-1) if scenario.culprits else \
+        np.zeros((n, 0), bool)
+    return Outcome(named, found.wrong, found.device_s)
+
+
+# -- Pinpoint's rule ----------------------------------------------------------------------------------------------
 
 
 def _attempts(rng: np.random.Generator, count: int, setup: Setup, level: float, model: LatencyModel) -> np.ndarray:
@@ -76,150 +165,325 @@ def _attempts(rng: np.random.Generator, count: int, setup: Setup, level: float, 
     return block_log_statistics(samples, setup.budget)[:, 0] + level
 
 
-def pinpoint_search(setup: Setup, model: LatencyModel, rng: np.random.Generator, culprit: int,
-                    start: int = 10, most: int = 160, low: float = 0.01, high: float = 0.10) -> tuple[float, bool]:
-    """One search by Pinpoint's rule: its seconds and whether it named the culprit."""
-    levels = np.concatenate([[0.0], np.where(np.arange(COMMITS) >= culprit, math.log(RATIO), 0.0)])
-    values = {0: _attempts(rng, start, setup, 0.0, model), COMMITS: _attempts(rng, start, setup, levels[-1], model)}
-    seconds = start * float(setup.block_s(0.0) + setup.block_s(levels[-1])) + 2 * setup.image_s
+def high_threshold(magnitude_iqr: float, attempts: int) -> float:
+    """catapult's high threshold, recomputed: the 99th percentile of the two-sided Mann–Whitney p-value between
+    two normal samples of ``attempts`` values ``magnitude_iqr`` IQRs apart (clipped to 1.0–3.6, by 0.1)."""
+    return _high(min(max(math.floor(magnitude_iqr * 10 + 1e-9), 10), 36), attempts)
+
+
+@functools.cache
+def _high(tenths: int, attempts: int, draws: int = 4000) -> float:
+    rng = np.random.default_rng(0)
+    shift = tenths / 10 * (norm.ppf(0.75) - norm.ppf(0.25))
+    a = rng.standard_normal((draws, attempts))
+    b = rng.standard_normal((draws, attempts)) + shift
+    return float(np.percentile(mannwhitneyu(a, b, alternative="two-sided", axis=-1).pvalue, 99))
+
+
+def mwu_p(a: np.ndarray, b: np.ndarray) -> float:
+    """The two-sided Mann–Whitney U p-value, normal approximation with continuity correction (scipy's for more
+    than 8 values a side without ties; these values are continuous), without scipy's per-call overhead."""
+    n1, n2 = len(a), len(b)
+    ranks = np.empty(n1 + n2)
+    ranks[np.argsort(np.concatenate([a, b]), kind="stable")] = np.arange(1, n1 + n2 + 1)
+    u = ranks[:n1].sum() - n1 * (n1 + 1) / 2
+    z = (abs(u - n1 * n2 / 2) - 0.5) / math.sqrt(n1 * n2 * (n1 + n2 + 1) / 12)
+    return min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2)))
+
+
+def _iqr(x: np.ndarray) -> float:
+    q1, q3 = np.percentile(x, [25, 75])
+    return float(q3 - q1)
+
+
+class _Job:
+    """Tested changes (positions 0 … COMMITS) with their attempts, and what they cost."""
+
+    def __init__(self, setup: Setup, model: LatencyModel, rng: np.random.Generator, scenario: Scenario) -> None:
+        self.setup, self.model, self.rng = setup, model, rng
+        self.level = np.concatenate([[0.0], scenario.levels])
+        self.fails = np.concatenate([[False], scenario.does_not_start])
+        self.values: dict[int, np.ndarray] = {}
+        self.skipped: set[int] = set()
+        self.seconds = 0.0
+        self.said: dict[tuple[int, int, int, int], str] = {}  # comparisons already made, by pair and sizes
+
+    def add(self, position: int, count: int) -> None:
+        if position not in self.values and position not in self.skipped:
+            self.seconds += self.setup.image_s
+        if self.fails[position]:
+            self.skipped.add(position)
+            self.seconds += count * self.setup.good.startup_s
+            return
+        more = _attempts(self.rng, count, self.setup, float(self.level[position]), self.model)
+        self.values[position] = np.concatenate([self.values.get(position, np.zeros(0)), more])
+        self.seconds += count * float(self.setup.block_s(self.level[position]))
+
+    def midpoint(self, a: int, b: int) -> int | None:
+        """The commit nearest the middle of ``(a, b)`` that starts; those that do not are paid for and passed over."""
+        for m in sorted(range(a + 1, b), key=lambda m: (abs(2 * m - a - b), m)):
+            if m in self.skipped:
+                continue
+            if self.fails[m]:
+                self.add(m, 10)
+                continue
+            return m
+        return None
+
+    def culprit_group(self, a: int, b: int) -> tuple[int, int]:
+        """The commit indices a DIFFERENT pair ``(a, b)`` of positions names: every commit after ``a`` up to ``b``."""
+        return a, b - 1
+
+
+def _adjacent(job: _Job, a: int, b: int) -> bool:
+    return all(m in job.skipped for m in range(a + 1, b))
+
+
+def pinpoint_bench(setup: Setup, model: LatencyModel, rng: np.random.Generator, scenario: Scenario,
+                   start: int = 10, most: int = 160, low: float = 0.01, high: float = 0.10
+                   ) -> tuple[float, list[tuple[int, int]]]:
+    """The bench's rendition: its seconds and its one culprit group (none, or one)."""
+    job = _Job(setup, model, rng, scenario)
+    job.add(0, start)
+    job.add(COMMITS, start)
     while True:
-        points = sorted(values)
         acted = False
-        for a, b in itertools.pairwise(points):
-            p = mannwhitneyu(values[a], values[b], alternative="two-sided").pvalue
-            if p <= low and b - a > 1:
-                m = (a + b) // 2
-                values[m] = _attempts(rng, start, setup, levels[m], model)
-                seconds += start * float(setup.block_s(levels[m])) + setup.image_s
-                acted = True
-                break
-            if low < p <= high and min(len(values[a]), len(values[b])) < most:
+        for a, b in itertools.pairwise(sorted(job.values)):
+            p = mwu_p(job.values[a], job.values[b])
+            if p <= low and not _adjacent(job, a, b):
+                m = job.midpoint(a, b)
+                if m is not None:
+                    job.add(m, start)
+                    acted = True
+                    break
+            if low < p <= high and min(len(job.values[a]), len(job.values[b])) < most:
                 for c in (a, b):
-                    more = min(len(values[c]), most - len(values[c]))
-                    if more > 0:
-                        values[c] = np.concatenate([values[c], _attempts(rng, more, setup, levels[c], model)])
-                        seconds += more * float(setup.block_s(levels[c]))
+                    job.add(c, min(len(job.values[c]), most - len(job.values[c])))
                 acted = True
                 break
         if not acted:
             break
-    points = sorted(values)
-    found = [(abs(float(np.median(values[b]) - np.median(values[a]))), b - 1)
-             for a, b in itertools.pairwise(points)
-             if b - a == 1 and mannwhitneyu(values[a], values[b], alternative="two-sided").pvalue <= low]
-    return seconds, bool(found) and max(found)[1] == culprit
+    found = [(abs(float(np.median(job.values[b]) - np.median(job.values[a]))), job.culprit_group(a, b))
+             for a, b in itertools.pairwise(sorted(job.values)) if _adjacent(job, a, b)
+             and mwu_p(job.values[a], job.values[b]) <= low]
+    return job.seconds, [max(found)[1]] if found else []
 
 
-def plain_search(setup: Setup, model: LatencyModel, rng: np.random.Generator, culprit: int, pairs: int = 3
-                 ) -> tuple[float, bool]:
+def catapult_compare(a: np.ndarray, b: np.ndarray, size: float) -> str:
+    """DIFFERENT, SAME or UNKNOWN, as catapult's compare decides (see the module docstring)."""
+    p = min(ks_2samp(a, b, method="asymp").pvalue, mwu_p(a, b))
+    if p <= 0.01:
+        return "DIFFERENT"
+    spread = max(_iqr(a), _iqr(b))
+    magnitude = abs(size) / spread if spread > 0 else 1000.0
+    return "SAME" if p > high_threshold(magnitude, (len(a) + len(b)) // 2) else "UNKNOWN"
+
+
+def _compared(job: _Job, a: int, b: int, size: float) -> str:
+    """catapult's comparison of the pair, made once per pair and attempt counts (each round compares every pair)."""
+    key = (a, b, len(job.values[a]), len(job.values[b]))
+    if key not in job.said:
+        job.said[key] = catapult_compare(job.values[a], job.values[b], size)
+    return job.said[key]
+
+
+def pinpoint_catapult(setup: Setup, model: LatencyModel, rng: np.random.Generator, scenario: Scenario,
+                      start: int = 10, most: int = 160, size: float = math.log(SIZE)
+                      ) -> tuple[float, list[tuple[int, int]]]:
+    """catapult's rendition: its seconds and every culprit group it reports."""
+    job = _Job(setup, model, rng, scenario)
+    job.add(0, start)
+    job.add(COMMITS, start)
+    while True:
+        tested = sorted(job.values)
+        new: set[int] = set()
+        refine: set[int] = set()
+        for a, b in itertools.pairwise(tested):
+            said = _compared(job, a, b, size)
+            if said == "DIFFERENT" and not _adjacent(job, a, b):
+                m = job.midpoint(a, b)
+                if m is not None:
+                    new.add(m)
+                    for lo, hi in ((a, m), (m, b)):  # speculation two levels deep
+                        side = job.midpoint(lo, hi)
+                        if side is not None:
+                            new.add(side)
+            elif said == "UNKNOWN":
+                fewer = a if len(job.values[a]) <= len(job.values[b]) else b
+                if len(job.values[fewer]) < most:
+                    refine.add(fewer)
+        for m in new - set(job.values):
+            job.add(m, start)
+        for c in refine:
+            job.add(c, min(len(job.values[c]), most - len(job.values[c])))
+        if not new - set(tested) and not refine:
+            break
+    found = [job.culprit_group(a, b) for a, b in itertools.pairwise(sorted(job.values))
+             if _adjacent(job, a, b) and _compared(job, a, b, size) == "DIFFERENT"]
+    return job.seconds, found
+
+
+def rival_outcome(search: Callable[..., tuple[float, list[tuple[int, int]]]], scenario: Scenario, process: float,
+                  n: int, seed: int) -> Outcome:
+    setup, rng = npu_setup(), np.random.default_rng(seed)
+    changes = changes_of(scenario)
+    named, wrong, device = np.zeros((n, len(changes)), bool), np.zeros(n, bool), np.zeros(n)
+    for i in range(n):
+        seconds, groups = search(setup, model_at(process), rng, scenario)
+        device[i] = seconds * setup.good.devices
+        for first, last in groups:
+            inside = [j for j, k in enumerate(changes) if first <= k <= last]
+            named[i, inside] = True
+            wrong[i] |= not inside
+    return Outcome(named, wrong, device)
+
+
+def plain_search(setup: Setup, model: LatencyModel, rng: np.random.Generator, scenario: Scenario, pairs: int = 3
+                 ) -> tuple[float, list[tuple[int, int]]]:
     """Plain bisection after h3bench's verify: 3 pairs per probe, threshold half the verified step."""
-    levels = np.where(np.arange(COMMITS) >= culprit, math.log(RATIO), 0.0)
-    reproduced, v_pairs, v_x = simulated_campaign(rng, setup, setup.verify, np.array([levels[-1]]), np.zeros(1), model)
+    levels = np.asarray(scenario.levels)
+    reproduced, v_pairs, v_x = simulated_campaign(rng, setup, setup.verify, levels[-1:], np.zeros(1), model)
     seconds = float(v_pairs[0] * (setup.block_s(0.0) + setup.block_s(levels[-1]))) + 2 * setup.image_s
     if not reproduced[0]:
-        return seconds, False
+        return seconds, []
     step = float(step_statistics(v_x, v_pairs)[0][0])
     lo, hi = 0, COMMITS  # positions: 0 the good engine (unchanged), COMMITS the bad one (changed)
     while hi - lo > 1:
         m = (lo + hi) // 2
-        x = simulated_log_ratios(rng, 1, pairs, setup.budget, np.array([levels[m - 1]]), model)[0]
+        x = simulated_log_ratios(rng, 1, pairs, setup.budget, levels[m - 1:m], model)[0]
         seconds += pairs * float(setup.block_s(0.0) + setup.block_s(levels[m - 1])) + setup.image_s
         lo, hi = (lo, m) if x.mean() > step / 2 else (m, hi)
-    return seconds, hi - 1 == culprit
+    return seconds, [(hi - 1, hi - 1)]
 
 
-def rival(search, setup: Setup, model: LatencyModel, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(seed)
-    culprits = rng.integers(0, COMMITS, n)
-    found = [search(setup, model, rng, int(k)) for k in culprits]
-    return np.array([f[0] for f in found]), np.array([f[1] for f in found])
-
-
-def p90(x: np.ndarray) -> float:
-    ranked = np.sort(x)
-    return float(ranked[math.ceil(round(0.9 * len(x), 9)) - 1])  # nearest rank, as the plan's
+# -- the tables ---------------------------------------------------------------------------------------------------
 
 
 def se(p: float, n: int) -> float:
     return math.sqrt(max(p * (1 - p), 1e-12) / n)
 
 
-def side_by_side(n: int, pinpoint_n: int) -> None:
-    setup = npu_setup()
-    devices = setup.good.devices
-    print(f"## 32 commits, one 10 % step at a uniform culprit; 950PR 5 s hints, {devices} NPUs, {IMAGE_S:.0f} s "
-          "per image")
-    print("| search | process noise | device-h mean | device-h p90 | node wall-h mean | P(correct) | "
-          "mean device-h vs Pinpoint's |")
-    print("|---|---|---|---|---|---|---|")
-    for process in (0.01, 0.02):
-        model = LatencyModel(0.02, process)
-        t0 = time.perf_counter()
-        ours, wall, ok = h3bench_search(setup, model, n, seed=int(process * 1000))
-        pin, pin_ok = rival(pinpoint_search, setup, model, pinpoint_n, seed=1 + int(process * 1000))
-        plain, plain_ok = rival(plain_search, setup, model, pinpoint_n, seed=2 + int(process * 1000))
-        pin_devh = pin * devices / 3600
-        rows = (("h3bench", ours / 3600, wall / 3600, ok), ("Pinpoint's rule", pin_devh, pin / 3600, pin_ok),
-                ("plain bisection, 3 pairs", plain * devices / 3600, plain / 3600, plain_ok))
-        for name, devh, wallh, good in rows:
-            p = float(good.mean())
-            print(f"| {name} | {process:.0%} | {devh.mean():.0f} | {p90(devh):.0f} | {wallh.mean():.1f} | "
-                  f"{p:.1%} ± {se(p, len(good)):.1%} | {devh.mean() / pin_devh.mean():.0%} |")
-        print(f"<!-- {time.perf_counter() - t0:.0f} s; {n} h3bench searches, {pinpoint_n} of each rival -->")
+def rate(x: np.ndarray) -> str:
+    p = float(np.mean(x))
+    return f"{p:.1%} ± {se(p, len(x)):.1%}"
 
 
-def rates(n: int) -> None:
-    """The error rates docs/bisect.md states: a culprit at 13 of 32, 950PR hints."""
+def hours(device_s: np.ndarray) -> str:
+    h = device_s / 3600
+    return f"{h.mean():.0f} ± {h.std(ddof=1) / math.sqrt(len(h)):.0f}"
+
+
+SEARCHES: dict[str, Callable[[Scenario, float, int, int], Outcome]] = {
+    "h3bench": h3bench_outcome,
+    "Pinpoint (bench's)": functools.partial(rival_outcome, pinpoint_bench),
+    "Pinpoint (catapult's)": functools.partial(rival_outcome, pinpoint_catapult),
+}
+
+
+def seed_of(case: int, noise: int, search: int) -> int:
+    """Every cell's seed: stated in the docs' header, reused by the test that reruns cells."""
+    return 1000 * (search + 1) + 10 * case + noise
+
+
+def ranges_table(n: int, pinpoint_n: int) -> Iterator[str]:
+    yield (f"Each range: 32 commits, 950PR 5 s hints, 2 % request noise; {n} h3bench searches and {pinpoint_n} of "
+           "each Pinpoint rendition per row; the seed of range i (from 0, in this order), noise j (1, 2, 4 % as "
+           "0, 1, 2) and search s (h3bench, the bench's, catapult's as 0, 1, 2) is 1000 (s + 1) + 10 i + j.")
+    yield ""
+    yield ("| range | process noise | search | each change named | a wrong culprit | device-h mean | "
+           "device-h ÷ Pinpoint's (bench's / catapult's) |")
+    yield "|---|---|---|---|---|---|---|"
+    for i, scenario in enumerate(RANGES):
+        for j, process in enumerate(NOISES):
+            found = {name: search(scenario, process, n if s == 0 else pinpoint_n, seed_of(i, j, s))
+                     for s, (name, search) in enumerate(SEARCHES.items())}
+            rivals = [found[name].device_s.mean() for name in list(SEARCHES)[1:]]
+            for name, out in found.items():
+                named = "; ".join(f"{k}: {rate(out.named[:, c])}" for c, k in enumerate(changes_of(scenario))) or "-"
+                ratio = " / ".join(f"{out.device_s.mean() / r:.0%}" for r in rivals)
+                yield (f"| {scenario.name} | {process:.0%} | {name} | {named} | {rate(out.wrong)} | "
+                       f"{hours(out.device_s)} | {ratio} |")
+
+
+def uniform_table(n: int, pinpoint_n: int) -> Iterator[str]:
+    """One +10 % step at a culprit drawn uniformly: the four searches' cost and accuracy."""
     setup = npu_setup()
-    d = math.log(RATIO)
-    print("\n## error rates (culprit 13 of 32; claim = the confirm campaign said slower)")
-    print("| range | process noise | reproduced | claim | correct claim | wrong claim | named wrong (before confirm) | "
-          "level between flagged | device-h mean |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    cases: list[tuple[str, Scenario, int]] = []
-    for ratio in (1.05, 1.10, 1.25):
-        cases.append((f"one {ratio - 1:.0%} step", step_range(COMMITS, 13, ratio), 13))
-    cases += [
-        ("10 % step, later half undone (at 22)",
-         Scenario("half", tuple(d if 13 <= i < 22 else d / 2 if i >= 22 else 0.0 for i in range(COMMITS))), 13),
-        ("two 10 % steps (13 and 24)",
-         Scenario("two", tuple((d if i >= 13 else 0.0) + (d if i >= 24 else 0.0) for i in range(COMMITS))), 13),
-        ("10 % step, commit 20 does not start", step_range(COMMITS, 13, RATIO, skipped=(20,)), 13),
-        ("10 % step, its parent (12) does not start", step_range(COMMITS, 13, RATIO, skipped=(12,)), 13),
-        ("10 % step, the culprit (13) does not start", step_range(COMMITS, 13, RATIO, skipped=(13,)), 13),
-    ]
-    for name, scenario, k in cases:
-        for process in (0.01, 0.02):
-            found = simulate_searches(setup, scenario, model=LatencyModel(0.02, process), n=n,
-                                      seed=int(process * 1e4) + k + len(name))
-            named = found.first >= 0
-            wrong_named = named & ((found.first > k) | (found.last < k))
-            cells = [found.reproduced.mean(), found.confirmed.mean(), found.correct(k).mean(), found.wrong.mean()]
-            nn = max(int(named.sum()), 1)
-            text = " | ".join(f"{c:.1%} ± {se(float(c), n):.1%}" for c in cells)
-            print(f"| {name} | {process:.0%} | {text} | {wrong_named.sum() / nn:.1%} ± "
-                  f"{se(wrong_named.sum() / nn, nn):.1%} | {found.between.mean():.1%} | "
-                  f"{found.device_s.mean() / 3600:.0f} |")
-    print("\n## several hosts (10 % step, culprit 13, 1 % process noise)")
-    print("| hosts | node wall-h mean | device-h mean | correct claim |")
-    print("|---|---|---|---|")
+    yield ""
+    yield (f"One +10 % step at a culprit drawn uniformly from the 32 commits: {n} h3bench searches and {pinpoint_n} "
+           "of each other search per noise; the seed of noise j (as above) and search s (h3bench, the bench's "
+           "Pinpoint, catapult's, plain bisection as 0 … 3) is 500 + 10 s + j.")
+    yield ""
+    yield "| search | process noise | device-h mean | device-h p90 | node wall-h mean | P(correct) |"
+    yield "|---|---|---|---|---|---|"
+    searches = {"h3bench": None, "Pinpoint (bench's)": pinpoint_bench, "Pinpoint (catapult's)": pinpoint_catapult,
+                "plain bisection, 3 pairs": plain_search}
+    for j, process in enumerate(NOISES):
+        for s, (name, search) in enumerate(searches.items()):
+            rng = np.random.default_rng(500 + 10 * s + j)
+            count = n if search is None else pinpoint_n
+            culprits = rng.integers(0, COMMITS, count)
+            device, correct = np.zeros(count), np.zeros(count, bool)
+            for k in np.unique(culprits):
+                rows = culprits == k
+                scenario = step_range(COMMITS, int(k), RATIO)
+                if search is None:
+                    found = simulate_searches(setup, scenario, model=model_at(process), n=int(rows.sum()),
+                                              seed=int(rng.integers(1 << 30)))
+                    device[rows], correct[rows] = found.device_s, found.correct()
+                    continue
+                for i in np.flatnonzero(rows):
+                    seconds, groups = search(setup, model_at(process), rng, scenario)
+                    device[i] = seconds * setup.good.devices
+                    correct[i] = len(groups) == 1 and groups[0][0] <= k <= groups[0][1]
+            devh = np.sort(device / 3600)
+            p90 = float(devh[math.ceil(round(0.9 * count, 9)) - 1])  # nearest rank, as the plan's
+            yield (f"| {name} | {process:.0%} | {devh.mean():.0f} | {p90:.0f} | "
+                   f"{devh.mean() / setup.good.devices:.1f} | {rate(correct)} |")
+
+
+def hosts_table(n: int) -> Iterator[str]:
+    """Several hosts: a round's probes run at once, and a round waits for its slowest probe."""
+    yield ""
+    yield (f"Several hosts, one +10 % step at 13, 1 % process noise: {n} h3bench searches per row, seed 30 + hosts.")
+    yield ""
+    yield "| hosts | node wall-h mean | device-h mean | the change named |"
+    yield "|---|---|---|---|"
     for hosts in (1, 2, 4):
-        found = simulate_searches(npu_setup(hosts), step_range(COMMITS, 13, RATIO), model=LatencyModel(0.02, 0.01),
-                                  n=n, seed=31 + hosts)
-        p = float(found.correct().mean())
-        print(f"| {hosts} | {found.wall_s.mean() / 3600:.1f} | {found.device_s.mean() / 3600:.0f} | "
-              f"{p:.1%} ± {se(p, n):.1%} |")
+        found = simulate_searches(npu_setup(hosts), RANGES[0], model=model_at(0.01), n=n, seed=30 + hosts)
+        yield (f"| {hosts} | {found.wall_s.mean() / 3600:.1f} | {hours(found.device_s)} | {rate(found.correct())} |")
+
+
+def generated(n: int, pinpoint_n: int) -> list[str]:
+    t0 = time.perf_counter()
+    lines = [BEGIN, f"`benchmarks/bench_bisect.py --n {n} --pinpoint-n {pinpoint_n}` "
+             "(each figure ± its standard error). "]
+    lines[-1] += next(body := ranges_table(n, pinpoint_n))
+    lines += list(body)
+    lines += list(uniform_table(n, pinpoint_n))
+    lines += list(hosts_table(n))
+    lines.append(f"<!-- {time.perf_counter() - t0:.0f} s -->")
+    lines.append(END)
+    return lines
+
+
+def write_docs(lines: list[str], path: Path = DOCS) -> None:
+    text = path.read_text(encoding="utf-8")
+    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.S)
+    if not pattern.search(text):
+        raise SystemExit(f"{path}: no generated part ({BEGIN} … {END}) to replace")
+    path.write_text(pattern.sub(lambda _: "\n".join(lines), text), encoding="utf-8")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--n", type=int, default=4000, help="h3bench searches per noise level (default 4000)")
-    parser.add_argument("--pinpoint-n", type=int, default=1000, help="searches of each rival (default 1000)")
-    parser.add_argument("--rates", action="store_true", help="also the error rates docs/bisect.md states")
+    parser.add_argument("--n", type=int, default=4000, help="h3bench searches per row (default 4000)")
+    parser.add_argument("--pinpoint-n", type=int, default=300, help="searches of each rival per row (default 300)")
+    parser.add_argument("--write-docs", action="store_true", help="replace docs/bisect.md's generated part")
     args = parser.parse_args()
-    side_by_side(args.n, args.pinpoint_n)
-    if args.rates:
-        rates(args.n)
+    lines = generated(args.n, args.pinpoint_n)
+    print("\n".join(lines))
+    if args.write_docs:
+        write_docs(lines)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@
 - :mod:`~h3bench.bisect.probe`: one probe's likelihood ratio and its sequential test (Wald's SPRT);
 - :mod:`~h3bench.bisect.choice`: the next probe by expected information per device-hour, one per host;
 - :mod:`~h3bench.bisect.search`: when the search stops, what it names, and its live state;
+- :mod:`~h3bench.bisect.segments`: every change: the segments of the range a claim leaves, searched in turn;
 - :mod:`~h3bench.bisect.specs`: the verify, probe and confirm campaigns derived from the bisect spec;
 - :mod:`~h3bench.bisect.log`: the hash-chained bisection log;
 - :mod:`~h3bench.bisect.runner`: the live search; :mod:`~h3bench.bisect.campaigns` runs each campaign by the

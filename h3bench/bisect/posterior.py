@@ -58,7 +58,7 @@ import numpy as np
 
 from h3bench.errors import UsageError
 
-__all__ = ["Evidence", "group_mass", "groups", "log_prior", "probabilities", "side_log_odds", "top"]
+__all__ = ["Evidence", "group_mass", "groups", "log_prior", "probabilities", "segment_prior", "side_log_odds", "top"]
 
 
 def log_prior(n: int, weights: np.ndarray | list[float] | None = None) -> np.ndarray:
@@ -73,6 +73,14 @@ def log_prior(n: int, weights: np.ndarray | list[float] | None = None) -> np.nda
     return np.log(w / w.sum())
 
 
+def segment_prior(prior: np.ndarray, lo: np.ndarray | int, hi: np.ndarray | int) -> np.ndarray:
+    """``(..., N)``: ``prior`` over the culprits of the segment ``(lo, hi]`` only, normalised again."""
+    k = np.arange(np.asarray(prior).shape[-1])
+    inside = (k > np.asarray(lo)[..., None]) & (k <= np.asarray(hi)[..., None])
+    out = np.where(inside, prior, -np.inf)
+    return out - np.logaddexp.reduce(out, axis=-1, keepdims=True)
+
+
 @dataclass(frozen=True)
 class Evidence:
     """Per commit, ``(..., N)``: how many pairs were measured, the sum of their log ratios and of their squares."""
@@ -80,10 +88,23 @@ class Evidence:
     count: np.ndarray
     total: np.ndarray
     squares: np.ndarray
+    # ``(...)``: the first measured commit is a segment's base, at a level of its own (see :meth:`within`).
+    free_base: np.ndarray | bool = False
 
     @classmethod
     def empty(cls, shape: tuple[int, ...]) -> Evidence:
         return cls(np.zeros(shape), np.zeros(shape), np.zeros(shape))
+
+    def within(self, lo: np.ndarray | int, hi: np.ndarray | int) -> Evidence:
+        """Only the pairs of one segment ``(lo, hi]`` of the range, its base ``lo`` included (``(...)`` each).
+
+        ``lo = -1``: the good endpoint is the base, its level 0 known. Else the base is commit ``lo``, whose
+        level every change before it set and its pairs measure: the culprit's step is then the level after
+        it less the level before it, both unknown (:meth:`log_likelihood`).
+        """
+        lo_, hi_ = np.asarray(lo)[..., None], np.asarray(hi)[..., None]
+        keep = (np.arange(self.n) >= lo_) & (np.arange(self.n) <= hi_)
+        return Evidence(self.count * keep, self.total * keep, self.squares * keep, np.asarray(lo) >= 0)
 
     @property
     def n(self) -> int:
@@ -99,7 +120,7 @@ class Evidence:
         at = (np.arange(self.n) == np.asarray(commit)[..., None]) & np.asarray(where)[..., None]
         return Evidence(self.count + at * seen.sum(-1)[..., None],
                         self.total + at * np.where(seen, x, 0.0).sum(-1)[..., None],
-                        self.squares + at * np.where(seen, x * x, 0.0).sum(-1)[..., None])
+                        self.squares + at * np.where(seen, x * x, 0.0).sum(-1)[..., None], self.free_base)
 
     def pairs_at(self, commit: int) -> int:
         return int(self.count[..., commit].max())
@@ -111,12 +132,22 @@ class Evidence:
         return n1, t1, self.count.sum(-1), self.squares.sum(-1)
 
     def log_likelihood(self) -> np.ndarray:
-        """``(..., N)`` log marginal likelihood of every pair under each culprit (see the module docstring)."""
+        """``(..., N)`` log marginal likelihood of every pair under each culprit (see the module docstring).
+
+        With a free base the level before the culprit is a second unknown mean (flat prior): one more
+        ``-½ log n₀(k)`` and one degree of freedom less, and no culprit without a pair before it.
+        """
         n1, t1, n, q = self._sides()
+        n0, t0 = n[..., None] - n1, self.total.sum(-1)[..., None] - t1
+        free = np.asarray(self.free_base)[..., None]
         with np.errstate(divide="ignore", invalid="ignore"):
-            residual = q[..., None] - np.where(n1 > 0, t1 * t1 / n1, 0.0)
-            out = -0.5 * np.log(n1) - 0.5 * (n[..., None] - 1) * np.log(np.maximum(residual, 1e-300))
+            before = np.where(free & (n0 > 0), t0 * t0 / n0, 0.0)
+            residual = q[..., None] - np.where(n1 > 0, t1 * t1 / n1, 0.0) - before
+            df = n[..., None] - np.where(free, 2, 1)
+            out = (-0.5 * np.log(n1) - np.where(free, 0.5 * np.log(n0), 0.0)
+                   - 0.5 * df * np.log(np.maximum(residual, 1e-300)))
         # Before any pair every culprit is as likely as its prior says.
+        out = np.where(free & (n0 == 0), -np.inf, out)
         return np.where(n1 > 0, out, np.where(n[..., None] > 0, -np.inf, 0.0))
 
     def log_posterior(self, prior: np.ndarray) -> np.ndarray:
@@ -128,9 +159,13 @@ class Evidence:
         """``(...)``: the step ``μ`` (log ratio) and the spread ``σ`` of one pair, averaged over the posterior."""
         n1, t1, n, q = self._sides()
         p = probabilities(log_post)
+        n0, t0 = n[..., None] - n1, self.total.sum(-1)[..., None] - t1
+        free = np.asarray(self.free_base)[..., None] & (n0 > 0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            mu = np.where(n1 > 0, t1 / n1, 0.0)
-            var = (q[..., None] - np.where(n1 > 0, t1 * t1 / n1, 0.0)) / np.maximum(n[..., None] - 1, 1)
+            base = np.where(free, t0 / n0, 0.0)
+            mu = np.where(n1 > 0, t1 / n1, 0.0) - base
+            residual = q[..., None] - np.where(n1 > 0, t1 * t1 / n1, 0.0) - np.where(free, t0 * t0 / n0, 0.0)
+            var = residual / np.maximum(n[..., None] - np.where(free, 2, 1), 1)
         return (p * mu).sum(-1), np.sqrt(np.maximum((p * var).sum(-1), 0.0))
 
 

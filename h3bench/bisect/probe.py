@@ -164,8 +164,12 @@ class ProbeTest:
         at = (np.arange(evidence.n) == j[..., None])[..., None, :]  # (..., 1, N)
         grown = Evidence(evidence.count[..., None, :] + at * n[:, None],
                          evidence.total[..., None, :] + at * np.cumsum(x, -1)[..., None],
-                         evidence.squares[..., None, :] + at * np.cumsum(x * x, -1)[..., None])
-        return side_log_odds(grown.log_posterior(prior), j[..., None]) - before[..., None]
+                         evidence.squares[..., None, :] + at * np.cumsum(x * x, -1)[..., None],
+                         np.asarray(evidence.free_base)[..., None])
+        p = np.asarray(prior, dtype=float)
+        after = side_log_odds(grown.log_posterior(p[..., None, :] if p.ndim > 1 else p), j[..., None])
+        with np.errstate(invalid="ignore"):  # a commit outside the searched segment: no odds either way, no ratio
+            return np.nan_to_num(after - before[..., None], nan=0.0)
 
     def run(self, evidence: Evidence, prior: np.ndarray, commit: np.ndarray | int, log_ratios: np.ndarray,
             available: np.ndarray | int | None = None) -> ProbeRun:
@@ -197,10 +201,11 @@ class ProbeTest:
 
 
 def between_flags(log_ratios: np.ndarray, pairs: np.ndarray | int, step: np.ndarray | float,
-                  level: float = BETWEEN_LEVEL) -> np.ndarray:
+                  decision: np.ndarray | int = UNDECIDED, level: float = BETWEEN_LEVEL) -> np.ndarray:
     """``(...)``: the probe's two-sided t interval excludes both no change and the step (a level in between).
 
-    Needs two pairs; fewer never flag.
+    Needs two pairs; fewer never flag. A probe whose test ``decision`` was "unchanged" never flags: a hint
+    never points at a commit the search measured as unchanged.
     """
     mean, squares, df = step_statistics(log_ratios, pairs)
     d = np.asarray(step, dtype=float)
@@ -208,7 +213,7 @@ def between_flags(log_ratios: np.ndarray, pairs: np.ndarray | int, step: np.ndar
         half = stdtrit(np.maximum(df, 1), 1 - level / 2) * np.sqrt(squares / np.maximum(df, 1)) / np.sqrt(df + 1)
         low, high = mean - half, mean + half
         inside = np.where(d > 0, (low > 0) & (high < d), (high < 0) & (low > d))
-    return np.asarray(inside & (df >= 1))
+    return np.asarray(inside & (df >= 1) & (np.asarray(decision) != UNCHANGED))
 
 
 def quality_log_lr(failing: int, pairs: int, verify_failing: int, verify_pairs: int,

@@ -1,29 +1,24 @@
 """The live bisection: verify, probes, stop, confirm, each a campaign of the project's own, and the log.
 
-A bisection lives in one directory (``<evidence>/bisect-<spec>-<time>/``):
-``bisect-log.jsonl`` (:mod:`h3bench.bisect.log`), ``specs/`` (each campaign's
-derived RunSpec, :mod:`h3bench.bisect.specs`) and ``bundles/`` (each
-campaign's sealed evidence bundle). Every campaign is run as ``h3bench run``
-runs one (:mod:`h3bench.bisect.campaigns`). A probe's blocks run one AB/BA
-pair at a time and the probe test (:class:`h3bench.bisect.probe.ProbeTest`)
-decides after each pair whether another is needed; the matched pairs' gates are judged after each pair too,
-so a probe whose output breaks stops there and is recorded as broken, never
-as slow.
+A bisection lives in one directory (``<evidence>/bisect-<spec>-<time>/``): ``bisect-log.jsonl``
+(:mod:`h3bench.bisect.log`), ``specs/`` (each campaign's derived RunSpec, :mod:`h3bench.bisect.specs`) and
+``bundles/`` (each campaign's sealed evidence bundle). Every campaign is run as ``h3bench run`` runs one
+(:mod:`h3bench.bisect.campaigns`). A probe's blocks run one AB/BA pair at a time and the probe test
+(:class:`h3bench.bisect.probe.ProbeTest`) decides after each pair whether another is needed; the matched
+pairs' gates are judged after each pair too, so a probe whose output breaks stops there and is recorded as
+broken, never as slow. After each claim the search goes on into the segments of the range it leaves
+(:mod:`h3bench.bisect.segments`), so that every change is named.
 
-What a campaign showed is read back from its sealed bundle
-(:func:`h3bench.bisect.observe.observe`), whether this process ran it or another host did
-(``--take``), so a resume and a fan-in reach what the run reached.
+What a campaign showed is read back from its sealed bundle (:func:`h3bench.bisect.observe.observe`),
+whether this process ran it or another host did (``--take``), so a resume and a fan-in reach what the run
+reached. A commit whose server fails to start or serve (or whose output breaks, in a speed bisection) is
+skipped with its reason; a block of the good engine that fails makes the probe invalid, and a commit
+invalid twice is skipped too.
 
-A commit whose server fails to start or serve (or whose output breaks, in a
-speed bisection) is skipped with its reason; a block of the good engine that
-fails makes the probe invalid, and a commit invalid twice is skipped too.
-
-Several hosts (``--next N`` / ``--run probe:K`` / ``--take``): ``--next``
-chooses a round of N probes at once and records it, each host runs one
-with ``--run`` into its own sealed bundle, and ``--take`` verifies the
-bundles and appends what they showed. One host runs the same steps in one
-process. The log's lines and summary are :mod:`h3bench.bisect.summary`'s.
-"""
+Several hosts (``--next N`` / ``--run probe:K`` / ``--take``): ``--next`` chooses a round of N probes at
+once and records it, each host runs one with ``--run`` into its own sealed bundle, and ``--take`` verifies
+the bundles and appends what they showed. One host runs the same steps in one process. The log's lines and
+summary are :mod:`h3bench.bisect.summary`'s."""
 
 from __future__ import annotations
 
@@ -36,12 +31,13 @@ from typing import Any
 
 import numpy as np
 
+from h3bench.bisect import segments
 from h3bench.bisect.campaigns import Options, run_campaign
 from h3bench.bisect.choice import ProbeCosts
 from h3bench.bisect.log import LOG_NAME, BisectionLog
 from h3bench.bisect.observe import Observation, observe_bundle, pair_log_ratios
 from h3bench.bisect.probe import DECISIONS, ProbeTest, Step, between_flags, quality_log_lr
-from h3bench.bisect.search import CONFIRMS, SearchRule, SearchState, threshold_after
+from h3bench.bisect.search import SearchRule, SearchState, threshold_after
 from h3bench.bisect.specs import Kind, campaign_data, duration_of, engine, table_of, write_spec
 from h3bench.bisect.summary import record_line, summary_lines
 from h3bench.course.design import budget_of
@@ -125,9 +121,11 @@ class Bisection:
     def state(self, more: Sequence[dict[str, Any]] = ()) -> SearchState:
         """The search as the log's records leave it (and ``more``, a record about to be appended)."""
         state = SearchState.start(self.n, [e.weight for e in self.table.range])
+        records = [*self.log.read(), *more]
+        state.lo, state.hi = segments.current(records, self.n)[:2]
         invalid: dict[int, int] = {}
         gates = np.zeros(self.n)
-        for record in [*self.log.read(), *more]:
+        for record in records:
             if record["event"] not in ("verify", "probe"):
                 continue
             j = int(record["position"]) - 1
@@ -176,7 +174,10 @@ class Bisection:
     def run_campaign(self, kind: Kind, control: int, candidate: int, number: int = 0, *,
                      prior_state: SearchState | None = None) -> Path:
         """Run (or resume) one campaign into a sealed bundle; its path. KeyboardInterrupt after sealing it."""
-        if kind == "probe":
+        done: Callable[[Results, str, int], bool]
+        if kind == "probe" and segments.is_top_up(self.log.read(), number):
+            done = lambda results, name, pairs: pairs >= self.test.max_pairs  # noqa: E731  (a segment's end)
+        elif kind == "probe":
             assert prior_state is not None
             done = self._probe_done(candidate - 1, prior_state)
         else:
@@ -201,7 +202,7 @@ class Bisection:
                 log_lr = quality_log_lr(failing, len(outcomes), int(verify["failing"]), int(verify["matched"]))
                 return abs(log_lr) >= self.test.threshold or pairs >= self.test.max_pairs
             x = pair_log_ratios(results, results.spec, name)
-            found = self.test.run(state.evidence, state.prior, commit, np.asarray(x))
+            found = self.test.run(state.segment_evidence, state.segment_prior, commit, np.asarray(x))
             self.say(f"  probe of {engine(self.spec, commit + 1).commit}: {pairs} pair(s), log LR "
                      f"{float(found.log_lr):+.2f} ({DECISIONS[int(found.decision)]})")
             return bool(found.stopped)
@@ -274,23 +275,53 @@ class Bisection:
             decision = DECISIONS[1 if log_lr >= self.test.threshold else -1 if log_lr <= -self.test.threshold else 0]
         elif seen.status == "measured" and seen.log_ratios:
             x = np.asarray(seen.log_ratios)
-            found = self.test.run(before.evidence, before.prior, j, x)
-            log_lr = float(self.test.log_lr_paths(before.evidence, before.prior, j, x)[-1])
+            evidence, prior = before.segment_evidence, before.segment_prior
+            found = self.test.run(evidence, prior, j, x)
+            log_lr = float(self.test.log_lr_paths(evidence, prior, j, x)[-1])
             decision = DECISIONS[int(found.decision)]
-            step, _ = before.evidence.step(before.log_post)
-            between = bool(between_flags(x, len(x), float(step)))
+            step, _ = evidence.step(before.log_post)
+            # Against the good engine's level: the whole range's search only (a segment's base has its own).
+            between = before.lo < 0 and bool(between_flags(x, len(x), float(step), found.decision))
         elif seen.status == "measured":
             common["status"], common["reason"] = "invalid", "no complete AB/BA pair was measured"
         return self._append("probe", {"number": number, **common, "decision": decision, "log_lr": log_lr,
                                       "between": between})
 
     def _take_confirm(self, seen: Observation, common: dict[str, Any]) -> dict[str, Any]:
+        lo, hi, direction = segments.current(self.log.read(), self.n)
         if self.quality_mode():
             claim = seen.quality is Outcome.FAIL
         else:
-            claim = seen.speed == sequential.REASONS[sequential.FAILED] and seen.status == "measured"
-        return self.log.append("confirm", **common, claim=claim, speed=seen.speed, interval=seen.interval,
-                               speed_reasons=list(seen.reasons), quality=str(seen.quality) if seen.quality else None)
+            # The change the segment's ends show: slower, or faster (a later commit that undoes part of a step).
+            shown = sequential.FAILED if direction > 0 else sequential.PASSED
+            claim = seen.speed == sequential.REASONS[shown] and seen.status == "measured"
+        record = self.log.append("confirm", **common, claim=claim, speed=seen.speed, interval=seen.interval,
+                                 speed_reasons=list(seen.reasons), quality=str(seen.quality) if seen.quality else None)
+        if claim and not self.quality_mode():
+            stop = self.records("stop")[-1]
+            self.log.append("claimed", number=common["number"], lo=lo, hi=hi, first=int(stop["named"][0]) - 1,
+                            last=int(stop["named"][1]) - 1)
+        return record
+
+    def _open_segments(self) -> list[tuple[Kind, int, int]]:
+        """After a claim: the probes that measure its segments' ends more, when some are due; else the segments
+        decided and recorded (:func:`h3bench.bisect.segments.after_claim`), and nothing to run."""
+        records = self.log.read()
+        found = segments.after_claim(records, self.state().evidence, segments.size_of(self.table, records))
+        if found is not None and found[1]:
+            return self._round(records, found[1], self.state().spent_device_s, top_up=found[0])
+        if found is not None:
+            self.log.append("segments", claim=found[0], segments=found[2])
+        return []
+
+    def _round(self, records: list[dict[str, Any]], chosen: list[int], spent_device_s: float, **more: Any
+               ) -> list[tuple[Kind, int, int]]:
+        """Record a round of probes of the ``chosen`` commits (culprit indices), numbered on from the log's."""
+        number = sum(len(r["probes"]) for r in records if r["event"] == "round") + 1
+        probes = [{"number": number + i, "position": j + 1, "commit": engine(self.spec, j + 1).commit}
+                  for i, j in enumerate(chosen)]
+        self.log.append("round", probes=probes, spent_device_s=spent_device_s, **more)
+        return [("probe", int(j) + 1, number + i) for i, j in enumerate(chosen)]
 
     # -- the course -------------------------------------------------------------------------------------------
 
@@ -315,28 +346,26 @@ class Bisection:
         A confirm that does not confirm sends the search back to its probes, at a higher posterior
         (:func:`h3bench.bisect.search.threshold_after`), up to :data:`~h3bench.bisect.search.CONFIRMS` confirms.
         """
-        left = self.pending()
+        left = self.pending() or self._open_segments()
         if left:
             return left
         records = self.log.read()
         verify = [r for r in records if r["event"] == "verify"][-1]
-        confirms = [r for r in records if r["event"] == "confirm"]
-        if not verify["reproduced"] or any(r["event"] == "end" for r in records) or \
-                any(r["claim"] for r in confirms) or len(confirms) >= CONFIRMS:
+        todo, done, start = segments.course(records, self.n)
+        if not verify["reproduced"] or any(r["event"] == "end" for r in records) or done >= len(todo):
             return []
-        since = records[max((r["seq"] for r in confirms), default=0):]  # this search's records, after a failed confirm
+        section = [r for r in records if int(r.get("seq", 0)) > start]  # the current segment's records
+        confirms = [r for r in section if r["event"] == "confirm"]
+        since = section[max((section.index(r) + 1 for r in confirms), default=0):]  # after a failed confirm
         threshold = threshold_after(self.rule.posterior, len(confirms))
         if not any(r["event"] == "stop" for r in since):
             state = self.state()
+            state.segment_probed = sum(1 for r in section if r["event"] == "probe")
             rule = dataclasses.replace(self.rule, posterior=threshold)
             chosen = state.next_probes(self.test, self.costs(state), hosts)
-            reason = state.stop_reason(rule, chosen[0] if chosen else -1)
-            if reason is None:
-                number = sum(len(r["probes"]) for r in records if r["event"] == "round") + 1
-                probes = [{"number": number + i, "position": j + 1, "commit": engine(self.spec, j + 1).commit}
-                          for i, j in enumerate(chosen)]
-                self.log.append("round", probes=probes, spent_device_s=state.spent_device_s)
-                return [("probe", int(j) + 1, number + i) for i, j in enumerate(chosen)]
+            reason = state.stop_reason(rule, chosen[0] if chosen else -1, segments.size_of(self.table, records) / 2)
+            if reason is None:  # a round of probes; else the search stops
+                return self._round(records, chosen, state.spent_device_s)
             first, last, mass = state.named(threshold)
             self.log.append("stop", reason=reason, posterior=threshold,
                             named=[first + 1, last + 1] if first >= 0 else None, mass=mass,
@@ -346,8 +375,8 @@ class Bisection:
                             spent_device_s=state.spent_device_s)
         stop = [r for r in self.log.read() if r["event"] == "stop"][-1]
         if stop["named"] is None:
-            return []
-        number = len(confirms) + 1
+            return self.next_round(hosts)  # the next segment, if any
+        number = len(self.records("confirm")) + 1
         self.log.append("confirming", number=number, position=int(stop["named"][1]), parent=int(stop["named"][0]) - 1)
         return [("confirm", int(stop["named"][1]), number)]
 
@@ -399,39 +428,39 @@ class Bisection:
         return self.finish()
 
     def finish(self) -> int:
-        """Enter a confirmed claim into the ledger, write the end record once; the exit code."""
+        """Enter every confirmed claim into the ledger, write the end record once; the exit code."""
         records = self.log.read()
-        confirm = [r for r in records if r["event"] == "confirm"]
-        claim = bool(confirm and confirm[-1]["claim"])
-        if claim and self.options.ledger is not None and not any(r["event"] == "ledger" for r in records):
+        claims = [r for r in records if r["event"] == "confirm" and r["claim"]]
+        if claims and self.options.ledger is not None and not any(r["event"] == "ledger" for r in records):
             from h3bench.ledger.append import add_bundle
 
-            added = add_bundle(self.directory / confirm[-1]["bundle"], self.options.ledger)
-            self.log.append("ledger", ledger=str(self.options.ledger), entries=[e["hash"] for e in added.entries])
+            entries = [e["hash"] for r in claims
+                       for e in add_bundle(self.directory / r["bundle"], self.options.ledger).entries]
+            self.log.append("ledger", ledger=str(self.options.ledger), entries=entries)
         if not any(r["event"] == "end" for r in self.log.read()):
             self.log.append("end", outcome=self.outcome())
         for line in summary_lines(self.spec, self.table, self.directory, self.log.read(), self.outcome()):
             self.say(line)
-        return 0 if claim else 3
+        return 0 if claims else 3
+
+    def claims(self) -> list[list[str]]:
+        """Each confirmed claim's commits (one, or a group no probe could split), in the order they were found."""
+        return [[engine(self.spec, p).commit for p in range(a + 1, b + 2)] for a, b in segments.claims(self.log.read())]
 
     def claimed(self) -> list[str]:
-        """The commits of the confirmed claim (one, or a group no probe could split); empty without a claim."""
-        records = self.log.read()
-        confirm = [r for r in records if r["event"] == "confirm"]
-        if not confirm or not confirm[-1]["claim"]:
-            return []
-        stop = [r for r in records if r["event"] == "stop" and r["named"] is not None][-1]
-        first, last = stop["named"]
-        return [engine(self.spec, p).commit for p in range(int(first), int(last) + 1)]
+        """The commits of every confirmed claim; empty without a claim."""
+        return [c for claim in self.claims() for c in claim]
 
     def outcome(self) -> str:
         records = self.log.read()
         verify = [r for r in records if r["event"] == "verify"]
         if verify and not verify[-1]["reproduced"]:
             return "not reproduced"
-        confirm = [r for r in records if r["event"] == "confirm"]
-        if confirm:
-            return "culprit confirmed" if confirm[-1]["claim"] else "not confirmed"
+        found = len(self.claims())
+        if found:
+            return "culprit confirmed" if found == 1 else f"{found} changes confirmed"
+        if any(r["event"] == "confirm" for r in records):
+            return "not confirmed"
         stop = [r for r in records if r["event"] == "stop"]
         return f"no culprit named ({stop[-1]['reason']})" if stop else "unfinished"
 

@@ -30,12 +30,14 @@ from h3bench.bisect.choice import ProbeCosts, choose, expected_pairs
 from h3bench.bisect.probe import ProbeTest
 from h3bench.errors import UsageError
 
-__all__ = ["BUDGET", "CONFIDENT", "CONFIRMS", "RESOLVED", "SearchRule", "SearchState", "eligible", "named_group",
-           "threshold_after"]
+__all__ = ["BUDGET", "CONFIDENT", "CONFIRMS", "FADED", "MAX_SEGMENTS", "RESOLVED", "SearchRule", "SearchState", "differs",
+           "eligible", "level_at", "named_group", "segment_probes", "threshold_after", "top_up"]
 
+MAX_SEGMENTS = 6  # segments one bisection searches in turn: the whole range, then those its claims leave
 CONFIRMS = 2  # confirm campaigns a search may run: after a failed one it probes on, at a higher posterior
 # Why a search stopped.
 CONFIDENT, BUDGET, RESOLVED, PROBES = "posterior", "budget", "nothing left to resolve", "probe limit"
+FADED = "the segment's step fell below half the size asked"  # a segment's ends no longer differ: no change there
 
 
 @dataclass(frozen=True)
@@ -54,15 +56,63 @@ class SearchRule:
                              f"and {self.max_probes}")
 
 
+def segment_probes(lo: np.ndarray | int, hi: np.ndarray | int) -> np.ndarray:
+    """The probes a segment's search may run (not the whole range's): twice a bisection's, and two more."""
+    return 2 * np.ceil(np.log2(np.maximum(np.asarray(hi) - np.asarray(lo), 2))).astype(int) + 2
+
+
 def threshold_after(posterior: float, failed: int) -> float:
     """The posterior to stop at after ``failed`` confirms that did not confirm: 0.95, then 0.99, ..."""
     return 1 - (1 - posterior) / 5**failed
 
 
-def eligible(skipped: np.ndarray) -> np.ndarray:
-    """``(..., N)``: commits a probe may run: not skipped, and not the bad endpoint (the verify measured it)."""
+def eligible(skipped: np.ndarray, lo: np.ndarray | int = -1, hi: np.ndarray | int | None = None) -> np.ndarray:
+    """``(..., N)``: commits a probe may run: not skipped, inside the segment ``(lo, hi)`` (by default the range),
+    and not its end ``hi`` (the bad endpoint, which the verify measured, or a segment's end, measured before)."""
     s = np.asarray(skipped, dtype=bool)
-    return ~s & (np.arange(s.shape[-1]) < s.shape[-1] - 1)
+    k = np.arange(s.shape[-1])
+    end = s.shape[-1] - 1 if hi is None else np.asarray(hi)[..., None]
+    return ~s & (k < end) & (k > np.asarray(lo)[..., None])
+
+
+def level_at(evidence: posterior.Evidence, commit: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+    """``(...)``: the mean log ratio of the pairs at ``commit`` against the good endpoint, and their count
+    (``commit = -1``: the good endpoint itself, level 0 known: an infinite count)."""
+    c = np.asarray(commit)
+    at = np.maximum(c, 0)[..., None]
+    count = np.take_along_axis(evidence.count, at, -1)[..., 0]
+    total = np.take_along_axis(evidence.total, at, -1)[..., 0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(c < 0, 0.0, total / count), np.where(c < 0, np.inf, count)
+
+
+def top_up(evidence: posterior.Evidence, a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
+    """``(...)``: the end of the segment ``(a, b]`` with fewer pairs (never the good endpoint, ``a = -1``): where
+    more pairs tell best whether its ends differ."""
+    _, n_a = level_at(evidence, a)
+    _, n_b = level_at(evidence, b)
+    return np.where((np.asarray(a) >= 0) & (n_a < n_b), a, b)
+
+
+def differs(evidence: posterior.Evidence, a: np.ndarray | int, b: np.ndarray | int, size: np.ndarray | float
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Whether the segment ``(a, b]`` may hold a change of ``size`` (a log ratio) or more, from its measured ends.
+
+    ``(...)`` each: searched (the ends differ by at least half the size and by two standard errors, the spread
+    pooled within every commit's pairs), the difference of the ends' levels, and the largest change two standard
+    errors leave open (NaN where an end has no pair or the segment is empty).
+    """
+    level_a, n_a = level_at(evidence, a)
+    level_b, n_b = level_at(evidence, b)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        within = evidence.squares.sum(-1) - np.where(evidence.count > 0, evidence.total ** 2 / evidence.count,
+                                                     0.0).sum(-1)
+        dof = evidence.count.sum(-1) - (evidence.count > 0).sum(-1)
+        se = np.sqrt(within / np.maximum(dof, 1) * (1 / n_a + 1 / n_b))
+        diff = level_b - level_a
+        ok = (np.asarray(b) > np.asarray(a)) & (n_a > 0) & (n_b > 0)
+        searched = ok & (np.abs(diff) >= size / 2) & (np.abs(diff) >= 2 * se)
+        return searched, np.where(ok, diff, np.nan), np.where(ok, np.abs(diff) + 2 * se, np.nan)
 
 
 def named_group(log_post: np.ndarray, skipped: np.ndarray, threshold: float
@@ -92,6 +142,9 @@ class SearchState:
     pulled: set[int] = field(default_factory=set)
     spent_device_s: float = 0.0
     probes: int = 0
+    lo: int = -1  # the segment searched: culprits lo+1 … hi (the whole range by default)
+    hi: int | None = None
+    segment_probed: int = 0  # probes the segment's search ran so far
 
     @classmethod
     def start(cls, n: int, weights: list[float] | None = None) -> SearchState:
@@ -106,8 +159,21 @@ class SearchState:
         return np.isin(np.arange(self.n), list(self.skipped))
 
     @property
+    def end(self) -> int:
+        return self.n - 1 if self.hi is None else self.hi
+
+    @property
+    def segment_evidence(self) -> posterior.Evidence:
+        """The pairs the segment's search weighs: those of its base, its commits and its end."""
+        return self.evidence.within(self.lo, self.end)
+
+    @property
+    def segment_prior(self) -> np.ndarray:
+        return posterior.segment_prior(self.prior, self.lo, self.end)
+
+    @property
     def log_post(self) -> np.ndarray:
-        return self.evidence.log_posterior(self.prior)
+        return self.segment_evidence.log_posterior(self.segment_prior)
 
     @property
     def probs(self) -> np.ndarray:
@@ -127,11 +193,19 @@ class SearchState:
         self.pulled.add(commit)
         self.probes += 1
 
-    def stop_reason(self, rule: SearchRule, next_probe: int) -> str | None:
-        """Why the search stops now (None: it goes on to ``next_probe``, -1 when no probe is worth running)."""
+    def stop_reason(self, rule: SearchRule, next_probe: int, floor: float = 0.0) -> str | None:
+        """Why the search stops now (None: it goes on to ``next_probe``, -1 when no probe is worth running).
+
+        ``floor``: a segment's search (not the whole range's) stops once its step, from every pair it weighs,
+        is smaller than this (half the size asked): the change its ends seemed to show is not there.
+        """
         first, _, _ = named_group(self.log_post, self.skipped_mask, rule.posterior)
         if first >= 0:
             return CONFIDENT
+        if self.lo >= 0 and abs(float(self.segment_evidence.step(self.log_post)[0])) < floor:
+            return FADED
+        if self.lo >= 0 and self.segment_probed >= int(segment_probes(self.lo, self.end)):
+            return PROBES
         if self.spent_device_s >= rule.budget_device_s:
             return BUDGET
         if self.probes >= rule.max_probes:
@@ -142,9 +216,9 @@ class SearchState:
 
     def next_probes(self, test: ProbeTest, costs: ProbeCosts, hosts: int = 1) -> list[int]:
         """The commits to probe now, one per host, by expected information per device-second."""
-        step, spread = self.evidence.step(self.log_post)
+        step, spread = self.segment_evidence.step(self.log_post)
         cost = costs.probe_s(expected_pairs(test, step, spread))
-        chosen = choose(self.probs, eligible(self.skipped_mask), cost, test.level, hosts)
+        chosen = choose(self.probs, eligible(self.skipped_mask, self.lo, self.end), cost, test.level, hosts)
         return [int(j) for j in chosen if j >= 0]
 
     def named(self, threshold: float) -> tuple[int, int, float]:

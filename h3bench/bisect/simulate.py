@@ -31,7 +31,6 @@ probes run at once and the round's wall time is its longest probe.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import dataclass
 
@@ -40,21 +39,31 @@ import numpy as np
 from h3bench.bisect import posterior
 from h3bench.bisect.choice import ProbeCosts, choose, expected_pairs
 from h3bench.bisect.probe import ProbeTest, between_flags
-from h3bench.bisect.search import CONFIRMS, SearchRule, eligible, named_group, threshold_after
+from h3bench.bisect.search import (
+    CONFIRMS,
+    MAX_SEGMENTS,
+    SearchRule,
+    differs,
+    eligible,
+    named_group,
+    segment_probes,
+    threshold_after,
+    top_up,
+)
 from h3bench.bisect.specs import Kind, campaign_spec, duration_of, table_of
 from h3bench.course.design import budget_of
 from h3bench.course.designsim import LatencyModel, draw_samples
 from h3bench.course.devicetime import ArmCost
 from h3bench.course.looks import boundaries_of
 from h3bench.errors import UsageError
-from h3bench.runspec import BASELINE, RunSpec, parse_runspec
+from h3bench.runspec import BASELINE, RunSpec
 from h3bench.stats import intervals
 from h3bench.stats.blockstat import BlockBudget, block_log_statistics
-from h3bench.stats.intervals import FAIL
+from h3bench.stats.intervals import FAIL, PASS
 from h3bench.stats.sequential import Boundaries, judge_series, series_order
 
-__all__ = ["Scenario", "Setup", "SimulatedSearches", "priced_range", "setup_of", "simulate_searches",
-           "simulated_campaign", "simulated_log_ratios", "step_range"]
+__all__ = ["Scenario", "Setup", "SimulatedSearches", "setup_of", "simulate_searches", "simulated_campaign",
+           "simulated_log_ratios", "step_range"]
 
 
 @dataclass(frozen=True)
@@ -104,6 +113,7 @@ class Setup:
     good: ArmCost  # a good block's costs (its request time sets every commit's, by its level)
     image_s: float = 0.0  # pulling or building one commit's image, once per commit
     hosts: int = 1
+    size: float | None = None  # the change to find (log ratio); None: half the verified step
 
     def block_s(self, log_level: np.ndarray | float) -> np.ndarray:
         """Seconds of one block of a commit at ``log_level`` against the good endpoint."""
@@ -126,19 +136,25 @@ class SimulatedSearches:
     device_s: np.ndarray  # verify, probes and confirm, on the devices
     wall_s: np.ndarray
     between: np.ndarray  # a probe measured a level between no change and the step
+    claims: np.ndarray  # (n, MAX_SEGMENTS, 2): each segment's confirmed group, first and last; -1: none
+    looked: np.ndarray  # segments searched: the whole range, then those the claims left open
 
     def correct(self, culprit: int | None = None) -> np.ndarray:
-        """A claim whose group holds the culprit (by default the scenario's first)."""
+        """A claim of the whole range whose group holds the culprit (by default the scenario's first)."""
         k = self.scenario.culprits[0] if culprit is None else culprit
         return self.confirmed & (self.first <= k) & (k <= self.last)
 
+    def named(self, culprit: int) -> np.ndarray:
+        """Some claim, of any segment, whose group holds ``culprit``."""
+        return np.asarray(((self.claims[..., 0] <= culprit) & (culprit <= self.claims[..., 1])).any(-1))
+
     @property
     def wrong(self) -> np.ndarray:
-        """A claim whose group holds none of the scenario's culprits."""
-        inside = np.zeros_like(self.confirmed)
+        """Some claim, of any segment, whose group holds none of the scenario's culprits."""
+        inside = np.zeros(self.claims.shape[:2], bool)
         for k in self.scenario.culprits:
-            inside |= (self.first <= k) & (k <= self.last)
-        return self.confirmed & ~inside
+            inside |= (self.claims[..., 0] <= k) & (k <= self.claims[..., 1])
+        return np.asarray(((self.claims[..., 0] >= 0) & ~inside).any(-1))
 
 
 def setup_of(spec: RunSpec, *, hosts: int = 1) -> Setup:
@@ -162,7 +178,7 @@ def setup_of(spec: RunSpec, *, hosts: int = 1) -> Setup:
     budget_s = math.inf if table.budget_device_h is None else table.budget_device_h * 3600.0
     return Setup(budget_of(spec), bounds("verify", 0, n), bounds("confirm", n - 1, n),
                  ProbeTest(table.level, table.min_pairs, table.max_pairs), SearchRule(table.posterior, budget_s),
-                 good, table.image_s, hosts)
+                 good, table.image_s, hosts, None if table.size is None else math.log(table.size))
 
 
 def simulated_log_ratios(rng: np.random.Generator, n: int, pairs: int, budget: BlockBudget, log_level: np.ndarray,
@@ -177,14 +193,15 @@ def simulated_log_ratios(rng: np.random.Generator, n: int, pairs: int, budget: B
 
 def simulated_campaign(rng: np.random.Generator, setup: Setup, b: Boundaries, log_level: np.ndarray, base: np.ndarray,
               model: LatencyModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A campaign of ``log_level`` (candidate) against ``base``: slower (FAIL), its pairs and its paired log ratios."""
+    """A campaign of ``log_level`` (candidate) against ``base``: its code (FAIL: slower, PASS: faster), its pairs
+    and its paired log ratios."""
     order = series_order(b.max_pairs)
     samples = draw_samples(rng, len(log_level), order, setup.budget, 1.0, model)
     is_b = np.array([c == "B" for c in order])
     samples = samples * np.exp(np.where(is_b, log_level[:, None], base[:, None]))[..., None]
     found = judge_series(samples, order, setup.budget, b)
     x = intervals.paired_log_ratios(block_log_statistics(samples, setup.budget), order)
-    return found.code == FAIL, found.pairs.astype(int), x
+    return found.code, found.pairs.astype(int), x
 
 
 def simulate_searches(setup: Setup, scenario: Scenario, *, model: LatencyModel | None = None, n: int = 2000,
@@ -193,119 +210,171 @@ def simulate_searches(setup: Setup, scenario: Scenario, *, model: LatencyModel |
     model = model or LatencyModel()
     rng = np.random.default_rng(seed)
     levels = np.asarray(scenario.levels, dtype=float)
-    size, n_commits = n, scenario.n
-    rows = np.arange(size)
-    devices = setup.good.devices
-    zero = np.zeros(size)
+    n_commits = scenario.n
     # 1. verify: good (A) against bad (B); its pairs are the first evidence, at the bad endpoint.
-    reproduced, v_pairs, v_x = simulated_campaign(rng, setup, setup.verify, np.full(size, levels[-1]), zero, model)
-    wall = v_pairs * (setup.block_s(0.0) + setup.block_s(levels[-1])) + 2 * setup.image_s
-    spent = wall * devices
-    prior = posterior.log_prior(n_commits)
-    evidence = posterior.Evidence.empty((size, n_commits)).add(
-        n_commits - 1, np.where(np.arange(v_x.shape[-1]) < v_pairs[:, None], v_x, np.nan))
-    # 2. probes, then 3. the confirm; a confirm that fails sends its search back to probing at a higher posterior.
-    test = setup.test
-    skipped = np.zeros((size, n_commits), bool)
-    pulled = np.zeros((size, n_commits), bool)
-    pulled[:, -1] = True
-    probes = np.zeros(size, int)
-    between = np.zeros(size, bool)
-    commit_block = setup.block_s(levels)
-    does_not_start = scenario.does_not_start
-    first, last, mass = (np.full(size, -1), np.full(size, -1), np.zeros(size))
-    confirmed = np.zeros(size, bool)
-    searching = reproduced.copy()
-    for failed in range(CONFIRMS):
-        threshold = threshold_after(setup.rule.posterior, failed)
-        active = searching.copy()
-        for _ in range(setup.rule.max_probes):
-            # Only the searches still running are computed on: their rows are taken out, worked on, put back.
-            idx = np.flatnonzero(active)
-            if idx.size == 0:
-                break
-            ev = posterior.Evidence(evidence.count[idx], evidence.total[idx], evidence.squares[idx])
-            log_post = ev.log_posterior(prior)
-            named, _, _ = named_group(log_post, skipped[idx], threshold)
-            going = (named < 0) & (spent[idx] < setup.rule.budget_device_s) & (probes[idx] < setup.rule.max_probes)
-            step, spread = ev.step(log_post)
-            costs = ProbeCosts(float(setup.block_s(0.0)), commit_block, np.where(pulled[idx], 0.0, setup.image_s))
-            chosen = choose(posterior.probabilities(log_post), eligible(skipped[idx]),
-                            costs.probe_s(expected_pairs(test, step, spread)), test.level, setup.hosts)
-            going &= chosen[:, 0] >= 0
-            active[idx] = going
-            sub = np.arange(idx.size)
-            round_wall = np.zeros(idx.size)
-            for h in range(setup.hosts):  # a round's probes run at once; each judged with what was known before
-                j = chosen[:, h]
-                run = going & (j >= 0)
-                if not run.any():
-                    continue
-                jj = np.where(run, j, 0)
-                fails = run & does_not_start[jj]
-                measured = run & ~fails
-                x = simulated_log_ratios(rng, idx.size, test.max_pairs, setup.budget, levels[jj], model)
-                found = test.run(ev, prior, jj, x)
-                used = np.where(np.arange(test.max_pairs) < found.pairs[:, None], x, np.nan)
-                ev = ev.add(jj, used, measured)
-                between[idx] |= measured & between_flags(x, found.pairs, step)
-                image = np.where(pulled[idx, jj], 0.0, setup.image_s)
-                seconds = np.where(fails, setup.block_s(0.0) + setup.good.startup_s,
-                                   found.pairs * (setup.block_s(0.0) + commit_block[jj])) + image
-                seconds = np.where(run, seconds, 0.0)
-                skipped[idx[sub], jj] |= fails
-                pulled[idx[sub], jj] |= run
-                spent[idx] += seconds * devices
-                round_wall = np.maximum(round_wall, seconds)
-                probes[idx] += run
-            evidence.count[idx], evidence.total[idx], evidence.squares[idx] = ev.count, ev.total, ev.squares
-            wall[idx] += round_wall
-        got_first, got_last, got_mass = named_group(evidence.log_posterior(prior), skipped, threshold)
-        first, last, mass = (np.where(searching, a, b) for a, b in ((got_first, first), (got_last, last),
-                                                                   (got_mass, mass)))
-        # The confirm: the group's parent against its last commit.
-        named = searching & (first >= 0)
-        parent = np.where(named, first - 1, -1)
-        base = np.where(parent >= 0, levels[np.maximum(parent, 0)], 0.0)
-        slower, c_pairs, _ = simulated_campaign(rng, setup, setup.confirm, levels[np.maximum(last, 0)], base, model)
-        c_seconds = np.where(named, c_pairs * (setup.block_s(base) + commit_block[np.maximum(last, 0)]), 0.0)
-        c_seconds += np.where(named & (parent >= 0) & ~pulled[rows, np.maximum(parent, 0)], setup.image_s, 0.0)
-        pulled[rows, np.maximum(parent, 0)] |= named & (parent >= 0)
-        wall += c_seconds
-        spent += c_seconds * devices
-        confirmed |= named & slower
-        searching = named & ~slower & (spent < setup.rule.budget_device_s)
+    code, v_pairs, v_x = simulated_campaign(rng, setup, setup.verify, np.full(n, levels[-1]), np.zeros(n), model)
+    reproduced = code == FAIL
+    run = _Run(setup, scenario, model, rng, levels, n)
+    run.wall += v_pairs * (setup.block_s(0.0) + setup.block_s(levels[-1])) + 2 * setup.image_s
+    run.spent += run.wall * setup.good.devices
+    run.evidence = run.evidence.add(n_commits - 1, np.where(np.arange(v_x.shape[-1]) < v_pairs[:, None], v_x, np.nan))
+    run.pulled[:, -1] = True
+    step, _ = run.evidence.step(posterior.log_prior(n_commits) + run.evidence.log_likelihood())
+    size = np.full(n, setup.size) if setup.size is not None else np.abs(step) / 2
+    # 2. the whole range, then every segment a claim leaves whose measured ends differ (search.differs).
+    queue: list[list[tuple[int, int]]] = [[(-1, n_commits - 1)] if r else [] for r in reproduced]
+    claims = np.full((n, MAX_SEGMENTS, 2), -1)
+    looked = np.zeros(n, int)
+    for wave in range(MAX_SEGMENTS):
+        todo = np.array([bool(q) for q in queue])
+        if not todo.any():
+            break
+        lo = np.array([q[0][0] if q else -1 for q in queue])
+        hi = np.array([q[0][1] if q else n_commits - 1 for q in queue])
+        for q in queue:
+            if q:
+                q.pop(0)
+        looked += todo
+        first, last, confirmed = run.segment(todo, lo, hi, size, wave == 0)
+        if wave == 0:
+            top = (first.copy(), last.copy(), confirmed.copy())
+        claims[confirmed, wave] = np.stack([first, last], -1)[confirmed]
+        for a, b in ((lo, first - 1), (last, hi)):
+            opens, _, bound = differs(run.evidence, a, b, size)
+            # Ends too loosely measured to tell: the one with fewer pairs gets a probe's worth more (search.top_up).
+            unclear = confirmed & ~opens & (np.nan_to_num(bound) >= size)
+            run.top_up(unclear, top_up(run.evidence, a, b))
+            opens, _, _ = differs(run.evidence, a, b, size)
+            for r in np.flatnonzero(confirmed & opens):
+                queue[r].append((int(a[r]), int(b[r])))
+    first, last, confirmed = top if reproduced.any() else (np.full(n, -1), np.full(n, -1), np.zeros(n, bool))
     first = np.where(reproduced, first, -1)
     last = np.where(reproduced, last, -1)
-    return SimulatedSearches(scenario, reproduced, first, last, mass, confirmed, probes, spent, wall, between)
+    return SimulatedSearches(scenario, reproduced, first, last, run.mass, confirmed, run.probes, run.spent, run.wall,
+                             run.between, claims, looked)
 
 
-def priced_range(spec: RunSpec, commits: int, *, image_s: float = 0.0) -> RunSpec:
-    """``spec``'s good engine (its baseline) over a range of ``commits`` synthetic commits, as a bisect spec.
+class _Run:
+    """The simulated searches' arrays, one row per search, and one segment's search over them."""
 
-    For pricing and simulating a bisection of a configuration before its commits are known (the benchmark,
-    the tests): the spec's design, gates and hints; commit ids and image digests derived from their position.
-    """
-    data = spec.model_dump(mode="json")
-    for key in ("final", "original_baseline", "heldout"):
-        data.pop(key, None)
-    base = data["arms"]["baseline"]
-    data["arms"] = {"baseline": base, "bad": {**base, "description": "the bad engine",
-                                              "hypothesis": "the bad engine carries a regression",
-                                              "source": {"kind": "code", "ref": "the range's last commit"}}}
-    vllm = base.get("type") == "vllm"
+    def __init__(self, setup: Setup, scenario: Scenario, model: LatencyModel, rng: np.random.Generator,
+                 levels: np.ndarray, n: int) -> None:
+        self.setup, self.model, self.rng, self.levels = setup, model, rng, levels
+        commits = scenario.n
+        self.prior = posterior.log_prior(commits)
+        self.evidence = posterior.Evidence.empty((n, commits))
+        self.skipped = np.zeros((n, commits), bool)
+        self.pulled = np.zeros((n, commits), bool)
+        self.probes, self.between, self.mass = np.zeros(n, int), np.zeros(n, bool), np.zeros(n)
+        self.spent, self.wall = np.zeros(n), np.zeros(n)
+        self.commit_block = setup.block_s(levels)
+        self.does_not_start = scenario.does_not_start
 
-    def entry(i: int) -> dict[str, object]:
-        digest = hashlib.sha256(f"{spec.name}/{i}".encode()).hexdigest()
-        return ({"commit": digest[:40], "image_digest": f"sha256:{digest}"} if vllm else {"commit": f"c{i:03d}"})
+    def top_up(self, rows: np.ndarray, commit: np.ndarray) -> None:
+        """``max_pairs`` more pairs at ``commit`` (measured before, so its image is on the host) in ``rows``."""
+        setup, pairs = self.setup, self.setup.test.max_pairs
+        x = simulated_log_ratios(self.rng, rows.size, pairs, setup.budget, self.levels[commit], self.model)
+        self.evidence = self.evidence.add(commit, x, rows)
+        seconds = np.where(rows, pairs * (setup.block_s(0.0) + self.commit_block[commit]), 0.0)
+        self.spent += seconds * setup.good.devices
+        self.wall += seconds
+        self.probes += rows
 
-    data["bisect"] = {"good": entry(0), "bad": entry(commits), "commits": [entry(i) for i in range(1, commits)],
-                      "image_s": image_s}
-    if vllm:
-        data["bisect"].update(image="registry.invalid/engine", launcher=["{image}"])
-    if data.get("hints"):
-        data["hints"]["e2e_s"] = {"baseline": data["hints"]["e2e_s"].get("baseline", {})}
-        data["hints"]["dit_step_s"] = {}
-    for name in ("reference_video", "reference_audio"):
-        data["inputs"][name]["path"] = str(spec.input_files()[name])
-    return parse_runspec(data, source=f"{spec.name} over {commits} synthetic commits")
+    def segment(self, searching: np.ndarray, lo: np.ndarray, hi: np.ndarray, size: np.ndarray, whole: bool
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Probes, then the confirm, in the segment ``(lo, hi]`` of each searching row; the named group and the
+        claim. A confirm that fails sends its search back to probing at a higher posterior."""
+        setup, levels, test = self.setup, self.levels, self.setup.test
+        n = searching.size
+        rows = np.arange(n)
+        devices = setup.good.devices
+        prior = posterior.segment_prior(self.prior, lo, hi)
+        # The direction the segment's ends show: the confirm must say the same (slower, or faster: an undo).
+        direction = np.sign(np.nan_to_num(differs(self.evidence, lo, hi, 0.0)[1], nan=1.0))
+        direction = np.where(whole | (direction == 0), 1.0, direction)
+        first, last = np.full(n, -1), np.full(n, -1)
+        confirmed = np.zeros(n, bool)
+        probes = np.zeros(n, int)
+        for failed in range(CONFIRMS):
+            threshold = threshold_after(setup.rule.posterior, failed)
+            active = searching.copy()
+            for _ in range(setup.rule.max_probes):
+                # Only the searches still running are computed on: their rows are taken out, worked on, put back.
+                idx = np.flatnonzero(active)
+                if idx.size == 0:
+                    break
+                ev = posterior.Evidence(self.evidence.count[idx], self.evidence.total[idx],
+                                        self.evidence.squares[idx]).within(
+                    lo[idx], hi[idx])
+                p_idx = prior[idx]
+                log_post = ev.log_posterior(p_idx)
+                named, _, _ = named_group(log_post, self.skipped[idx], threshold)
+                going = (named < 0) & (self.spent[idx] < setup.rule.budget_device_s) & (
+                    probes[idx] < setup.rule.max_probes)
+                step, spread = ev.step(log_post)
+                going &= whole | (np.abs(step) >= size[idx] / 2)  # search.FADED: the segment's step is not there
+                going &= whole | (probes[idx] < segment_probes(lo[idx], hi[idx]))
+                costs = ProbeCosts(float(setup.block_s(0.0)), self.commit_block,
+                                   np.where(self.pulled[idx], 0.0, setup.image_s))
+                chosen = choose(posterior.probabilities(log_post), eligible(self.skipped[idx], lo[idx], hi[idx]),
+                                costs.probe_s(expected_pairs(test, step, spread)), test.level, setup.hosts)
+                going &= chosen[:, 0] >= 0
+                active[idx] = going
+                sub = np.arange(idx.size)
+                round_wall = np.zeros(idx.size)
+                for h in range(setup.hosts):  # a round's probes run at once; each judged with what was known before
+                    j = chosen[:, h]
+                    run = going & (j >= 0)
+                    if not run.any():
+                        continue
+                    jj = np.where(run, j, 0)
+                    fails = run & self.does_not_start[jj]
+                    measured = run & ~fails
+                    x = simulated_log_ratios(self.rng, idx.size, test.max_pairs, setup.budget, levels[jj], self.model)
+                    found = test.run(ev, p_idx, jj, x)
+                    used = np.where(np.arange(test.max_pairs) < found.pairs[:, None], x, np.nan)
+                    ev = ev.add(jj, used, measured)
+                    self.evidence = _add_rows(self.evidence, idx, jj, used, measured)
+                    if whole:
+                        self.between[idx] |= measured & between_flags(x, found.pairs, step, found.decision)
+                    image = np.where(self.pulled[idx, jj], 0.0, setup.image_s)
+                    seconds = np.where(fails, setup.block_s(0.0) + setup.good.startup_s,
+                                       found.pairs * (setup.block_s(0.0) + self.commit_block[jj])) + image
+                    seconds = np.where(run, seconds, 0.0)
+                    self.skipped[idx[sub], jj] |= fails
+                    self.pulled[idx[sub], jj] |= run
+                    self.spent[idx] += seconds * devices
+                    round_wall = np.maximum(round_wall, seconds)
+                    self.probes[idx] += run
+                    probes[idx] += run
+                self.wall[idx] += round_wall
+            log_post = self.evidence.within(lo, hi).log_posterior(prior)
+            got_first, got_last, got_mass = named_group(log_post, self.skipped, threshold)
+            first, last = np.where(searching, got_first, first), np.where(searching, got_last, last)
+            if whole:
+                self.mass = np.where(searching, got_mass, self.mass)
+            # The confirm: the group's parent against its last commit.
+            named = searching & (first >= 0)
+            parent = np.where(named, first - 1, -1)
+            base = np.where(parent >= 0, levels[np.maximum(parent, 0)], 0.0)
+            code, c_pairs, _ = simulated_campaign(self.rng, setup, setup.confirm, levels[np.maximum(last, 0)], base,
+                                                  self.model)
+            c_seconds = np.where(named, c_pairs * (setup.block_s(base) + self.commit_block[np.maximum(last, 0)]), 0.0)
+            c_seconds += np.where(named & (parent >= 0) & ~self.pulled[rows, np.maximum(parent, 0)], setup.image_s, 0.0)
+            self.pulled[rows, np.maximum(parent, 0)] |= named & (parent >= 0)
+            self.wall += c_seconds
+            self.spent += c_seconds * devices
+            shown = np.where(direction > 0, code == FAIL, code == PASS)
+            confirmed |= named & shown
+            searching = named & ~shown & (self.spent < setup.rule.budget_device_s)
+        return first, last, confirmed
+
+
+def _add_rows(evidence: posterior.Evidence, idx: np.ndarray, commit: np.ndarray, log_ratios: np.ndarray,
+              where: np.ndarray) -> posterior.Evidence:
+    """``evidence`` with the pairs of rows ``idx`` added (the other rows as they were)."""
+    part = posterior.Evidence(evidence.count[idx], evidence.total[idx], evidence.squares[idx]).add(
+        commit, log_ratios, where)
+    count, total, squares = evidence.count.copy(), evidence.total.copy(), evidence.squares.copy()
+    count[idx], total[idx], squares[idx] = part.count, part.total, part.squares
+    return posterior.Evidence(count, total, squares)

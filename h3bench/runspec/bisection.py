@@ -21,7 +21,9 @@ looks after every pair from 2, at the spec's levels),
 ``budget_device_h`` the device-hours the search may spend (device-hours as
 the plan counts them: wall hours times the arm's devices), ``level``,
 ``min_pairs`` and ``max_pairs`` the probe test's (:mod:`h3bench.bisect.probe`),
-``weight`` a commit's prior weight (default 1: uniform). ``image_s`` is the
+``weight`` a commit's prior weight (default 1: uniform), ``size`` the
+smallest change to find as a ratio (1.05: 5 %; ``h3bench plan`` prices the
+search at it and says when it is out of reach). ``image_s`` is the
 hint of what pulling or building one commit's image costs a host (the
 server start and stop are ``[hints]``' ``startup_s`` and ``shutdown_s``).
 """
@@ -63,10 +65,11 @@ class Bisect(Frozen):
     level: Annotated[StrictFloat, Field(gt=0, lt=0.5)] = 0.1
     min_pairs: Annotated[StrictInt, Field(ge=1)] = 1
     max_pairs: Annotated[StrictInt, Field(ge=1, le=32)] = 8
-    campaign_pairs: Annotated[StrictInt, Field(ge=3, le=32)] = 12  # the verify's and the confirm's last look
+    campaign_pairs: Annotated[StrictInt, Field(ge=3, le=32)] = 16  # the verify's and the confirm's last look
     image: StrictStr | None = None  # vLLM: the repository the digests are of
     launcher: tuple[StrictStr, ...] | None = None  # vLLM: how to run an image's engine; contains {image}
     image_s: Annotated[StrictFloat, Field(ge=0)] = 0.0  # hint: pulling or building one commit's image on a host
+    size: Annotated[StrictFloat, Field(gt=1, le=4)] | None = None  # the smallest change to find, as a ratio
 
     @model_validator(mode="after")
     def _range(self) -> Bisect:

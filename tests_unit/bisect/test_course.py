@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from h3bench.bisect.observe import Observation
 from h3bench.bisect.runner import Bisection, Options
+from h3bench.bisect.segments import is_top_up
+from h3bench.bisect.summary import open_lines, segment_lines, summary_lines
+from h3bench.outcome import Outcome
 from h3bench.runspec import load_runspec
 
 SPEC = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs" / "sim-bisect.toml"
@@ -85,3 +90,106 @@ def test_a_quality_bisection_adds_up_the_gates_ratios(tmp_path):
                  log_lr=-5.0, final_sha256="p")
     probs = b.state().probs
     assert probs[:9].sum() < 0.01 and probs[9:].sum() > 0.99  # no change at s09: the culprit comes after it
+
+
+def test_a_level_between_says_which_part_of_the_range_holds_another_change_and_its_size():
+    spec = load_runspec(SPEC)
+    records = [
+        {"event": "verify", "position": 17, "log_ratios": STEP, "step": {"ratio": 1.116}},
+        {"event": "probe", "position": 11, "commit": "s11", "log_ratios": [0.11, 0.113], "pairs": 2, "between": False},
+        {"event": "stop", "named": [11, 11]},
+        {"event": "probe", "position": 14, "commit": "s14", "log_ratios": [0.055, 0.05, 0.052], "pairs": 3,
+         "between": True},
+        {"event": "probe", "position": 5, "commit": "s05", "log_ratios": [0.03, 0.031], "pairs": 2, "between": True},
+        {"event": "probe", "position": 3, "commit": "s03", "log_ratios": [0.0, 0.001], "pairs": 2, "between": False},
+    ]
+    stop = {"event": "stop", "reason": "posterior", "top": [], "skipped": {}, "named": [11, 11]}
+    lines = summary_lines(spec, spec.bisect, SPEC.parent, [stop], "culprit confirmed")
+    assert any(line.startswith("  looked for 1 change(s), one per segment searched") for line in lines)
+    assert not any("looked for" in line for line in summary_lines(spec, spec.bisect, SPEC.parent, [], "unfinished"))
+    after, before = open_lines(spec, records)
+    # After the culprit the level fell from s11's (ratio 1.118) to 1.054: a change of about -5.7 % after s11.
+    assert after.startswith("a level between no change and the step at s14 (ratio 1.0537, 3 pair(s))")
+    assert "another change of about -5.7% lies after s11 up to s14" in after
+    assert "another change of about +3.1% lies after good up to s05" in before
+    records[1]["log_ratios"] = []  # the culprit not probed: the level after it is the verify's step
+    assert "about -5.6% lies after s11" in open_lines(spec, records)[0]
+    # Once a claim lies in the part of the range a hint names, the change it showed was found: no hint.
+    claimed = [{"event": "confirm", "claim": True}, {"event": "segments", "claim": 1, "segments": []},
+               {"event": "stop", "named": [5, 5]}, {"event": "confirm", "claim": True}]
+    (after,) = open_lines(spec, records[:3] + claimed + records[3:])
+    assert after.startswith("a level between no change and the step at s14")
+
+
+def run_course(b: Bisection, level: Callable[[int], float]) -> None:
+    """Answer every step the search asks for: each probe at ``level(position)``, each confirm by the change there."""
+    while steps := b.next_round():
+        kind, position, number = steps[0]
+        if kind == "probe":
+            measured(b, "probe", position, [level(position) + 0.004, level(position) - 0.003], number=number)
+            continue
+        parent = b._parent(number)
+        change = level(position) - level(parent)
+        seen = Observation(Path("b"), f"c{number}", "sid", "measured", "", (), 0, 0,
+                           "slower" if change > 0 else "faster", Outcome.FAIL, None, None, 10.0)
+        b._take_confirm(seen, {"position": position, "commit": f"s{position:02d}", "number": number,
+                               "status": "measured",
+            "final_sha256": f"c{number}", "device_s": 10.0, "bundle": f"b{number}"})
+
+
+def test_after_a_claim_it_searches_the_segments_whose_ends_differ_and_names_every_change(tmp_path):
+    b = bisection(tmp_path)
+    # +5 % at s05, +5 % more at s11: the verify sees both.
+    measured(b, "verify", 17, [0.1, 0.102, 0.098], reproduced=True, step={"ratio": 1.105})
+    run_course(b, lambda p: 0.05 * (p >= 5) + 0.05 * (p >= 11))
+    assert sorted(b.claims()) == [["s05"], ["s11"]] and b.outcome() == "2 changes confirmed"
+    lines = segment_lines(b.spec, b.log.read())
+    assert lines[0].startswith("looked for 2 change(s)") and lines[0].endswith(": 2 confirmed")
+    segments = [g for r in b.records("segments") for g in r["segments"]]
+    assert [s["searched"] for s in segments].count(True) == 1, "one segment held the other change"
+    assert all(abs(s["difference"]) < 0.01 for s in segments if not s["searched"])
+
+
+def test_a_step_half_undone_later_names_the_undo_as_a_change_that_is_faster(tmp_path):
+    b = bisection(tmp_path)
+    measured(b, "verify", 17, [0.05, 0.052, 0.048], reproduced=True, step={"ratio": 1.051})
+    run_course(b, lambda p: 0.1 * (p >= 4) - 0.05 * (p >= 13))
+    assert sorted(b.claims()) == [["s04"], ["s13"]]
+    undo = [g for r in b.records("segments") for g in r["segments"] if g["searched"]]
+    assert undo and undo[0]["direction"] == -1
+
+
+def test_one_step_opens_no_other_segment(tmp_path):
+    b = bisection(tmp_path)
+    measured(b, "verify", 17, STEP, reproduced=True, step={"ratio": 1.116})
+    run_course(b, lambda p: 0.11 * (p >= 11))
+    assert b.claims() == [["s11"]] and b.outcome() == "culprit confirmed"
+    segments = [g for r in b.records("segments") for g in r["segments"]]
+    assert segments and not any(g["searched"] for g in segments)
+
+
+def test_a_segment_not_searched_says_what_it_leaves_open_and_what_more_would_cost():
+    spec = load_runspec(SPEC)
+    segment = {"lo": 10, "hi": 16, "searched": False, "difference": 0.02, "size": 0.05, "direction": 1,
+               "open_to": 0.06}
+    records = [{"event": "stop", "named": [11, 11], "spent_device_s": 7200.0},
+               {"event": "segments", "claim": 1, "segments": [segment]}]
+    (_, line) = segment_lines(spec, records)
+    assert line.startswith("after s11 up to bad: not searched; its ends differ by +2.0%")
+    assert "a change up to 6.2% is left open there: looking for it would cost about 2.0 device-h" in line
+    segment["open_to"] = 0.04  # two standard errors exclude the size asked: nothing left open
+    assert "left open" not in segment_lines(spec, records)[1]
+
+
+def test_ends_too_loosely_measured_get_a_probe_of_max_pairs_before_a_segment_is_decided(tmp_path):
+    b = bisection(tmp_path)
+    measured(b, "verify", 17, [0.15, 0.07, 0.11], reproduced=True, step={"ratio": 1.116})
+    while (steps := b.next_round())[0][0] == "probe":
+        level = 0.11 * (steps[0][1] >= 11)
+        measured(b, "probe", steps[0][1], [level + 0.03, level - 0.03], number=steps[0][2])
+    run_course(b, lambda p: 0.11 * (p >= 11))  # the confirm; then the top-ups, pairs as tight as before
+    (top_up,) = [r for r in b.records("round") if r.get("top_up")]
+    assert top_up["top_up"] == 1 and {p["position"] for p in top_up["probes"]} <= {10, 11}
+    assert all(is_top_up(b.log.read(), p["number"]) for p in top_up["probes"]) and not is_top_up(b.log.read(), 1)
+    (decided,) = b.records("segments")
+    assert decided["seq"] > top_up["seq"] and b.claims() == [["s11"]]

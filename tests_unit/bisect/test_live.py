@@ -8,6 +8,7 @@ is neither required nor found (every other gate decodes and compares every outpu
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -27,6 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 INPUTS = REPO / "fixtures" / "inputs"
 SIM = {"time_scale": 0.0005, "jitter_cv": 0.002, "workers": 1, "block_seed": 0}
 SLOW = {"step_s": [44.7, 358.0]}  # every DiT forward three times as long
+TWICE, FOUR_TIMES = {"step_s": [29.8, 238.66]}, {"step_s": [59.6, 477.32]}
 NOISY = {"video_noise": 40.0}  # an output that fails SSIM and PSNR
 DOES_NOT_START = {"startup_error": "HCCL init failed"}
 
@@ -218,3 +220,21 @@ def test_a_quality_bisection_over_several_hosts_steps(tmp_path, capsys):
 def _steps(capsys: pytest.CaptureFixture[str]) -> list[str]:
     line = [text for text in capsys.readouterr().out.splitlines() if text.startswith("steps=")][-1]
     return json.loads(line.removeprefix("steps="))
+
+
+def test_a_range_with_two_changes_names_both_with_every_gate_at_every_probe(tmp_path):
+    """s2 makes the DiT twice as slow, bad twice again: the search confirms one, then the segment it leaves."""
+    spec = write_range(tmp_path / "range.toml", [("s1", {}), ("s2", TWICE)], FOUR_TIMES)
+    evidence = tmp_path / "evidence"
+    done = subprocess.run([sys.executable, "-m", "h3bench.cli", "bisect", "--runspec", str(spec), "--evidence-dir",
+                           str(evidence), "--expect", "bad,s2"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = records(bisection_dir(evidence))
+    confirms = [r for r in log if r["event"] == "confirm" and r["claim"]]
+    assert sorted(r["commit"] for r in confirms) == ["bad", "s2"] and log[-1]["outcome"] == "2 changes confirmed"
+    (searched,) = [g for r in log if r["event"] == "segments" for g in r["segments"] if g["searched"]]
+    assert searched["direction"] == 1 and searched["difference"] > math.log(1.5)
+    # Every probe ran the gates at every pair it measured: each matched pair judged.
+    probes = [r for r in log if r["event"] == "probe" and r["status"] == "measured"]
+    assert probes and all(r["matched"] >= r["pairs"] > 0 and r["failing"] == 0 for r in probes)
+    assert "looked for 2 change(s)" in done.stdout and "the culprit(s) bad,s2, as expected" in done.stdout

@@ -97,3 +97,26 @@ def test_side_odds_and_top_read_the_posterior():
     lp = np.log(np.array([0.1, 0.2, 0.3, 0.4]))
     assert posterior.side_log_odds(lp, 1) == pytest.approx(math.log(0.3 / 0.7))
     assert posterior.top(np.exp(lp), 2) == [(3, pytest.approx(0.4)), (2, pytest.approx(0.3))]
+
+
+def test_a_segment_weighs_its_own_pairs_from_a_base_whose_level_is_its_own():
+    rng = np.random.default_rng(5)
+    n = 10
+    levels = [0.0] * 3 + [0.05] * 4 + [0.10] * 3  # a change at 3, another at 7
+    evidence = Evidence.empty((n,))
+    for j in (1, 3, 5, 6, 7, 9):
+        evidence = evidence.add(j, levels[j] + 0.005 * rng.standard_normal(3))
+    segment = evidence.within(3, 9)  # after the change at 3: its base is commit 3, at +5 %
+    probs = posterior.probabilities(segment.log_posterior(posterior.segment_prior(posterior.log_prior(n), 3, 9)))
+    assert probs[:4].sum() == 0 and probs[7] > 0.9  # the culprits of (3, 9] only; the second change found
+    step, _ = segment.step(np.log(np.maximum(probs, 1e-300)))
+    assert step == pytest.approx(0.05, abs=0.01)  # the change itself, not its level against the good engine
+    # The base's level is unknown: shifting every pair of the segment moves nothing; the good engine's is known.
+    shift = 0.03 * (np.arange(n) >= 3)
+    moved = Evidence(segment.count, segment.total + shift * segment.count,
+                     segment.squares + 2 * shift * segment.total + shift ** 2 * segment.count, True)
+    assert np.allclose(segment.log_likelihood()[4:], moved.log_likelihood()[4:])
+    known = Evidence(moved.count, moved.total, moved.squares, False)
+    assert not np.allclose(evidence.within(-1, 9).within(3, 9).log_likelihood()[4:], known.log_likelihood()[4:])
+    whole = evidence.within(-1, 9)
+    assert np.array_equal(whole.log_likelihood(), evidence.log_likelihood())  # the whole range: as before

@@ -78,6 +78,11 @@ def test_a_level_between_no_change_and_the_step_is_flagged():
     assert bool(between_flags(0.05 + noise, 6, 0.1))
     assert not bool(between_flags(0.1 + noise, 6, 0.1)) and not bool(between_flags(noise, 6, 0.1))
     assert not bool(between_flags(np.array([0.05]), 1, 0.1))  # one pair has no interval
+    # A hint never points at a commit whose probe said "unchanged", whatever its interval.
+    assert bool(between_flags(0.05 + noise, 6, 0.1, CHANGED)) and bool(between_flags(0.05 + noise, 6, 0.1, UNDECIDED))
+    assert not bool(between_flags(0.05 + noise, 6, 0.1, UNCHANGED))
+    flags = between_flags(np.stack([0.05 + noise] * 3), 6, 0.1, np.array([CHANGED, UNCHANGED, UNDECIDED]))
+    assert flags.tolist() == [True, False, True]
 
 
 def test_the_verified_step_with_its_interval():

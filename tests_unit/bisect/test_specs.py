@@ -33,6 +33,18 @@ def test_the_shipped_range_has_16_commits_one_slower_dit_and_one_that_does_not_s
     assert [c.commit for c in table.commits if c.sim and "startup_error" in c.sim] == ["s08"]
 
 
+def test_the_shipped_range_with_two_changes_steps_at_s05_and_again_at_s11():
+    two = load_runspec(SPECS / "sim-bisect-two.toml")
+    assert two.bisect is not None
+    # The DiT step's level at each commit (s08 does not start: it has none), and where it changes.
+    levels = [(c.commit, (c.sim or {}).get("step_s", [14.9])[0] / 14.9) for c in two.bisect.commits
+              if c.commit != "s08"]
+    steps = [(name, round(b / a, 4)) for (_, a), (name, b) in zip([("good", 1.0), *levels], levels, strict=False)
+             if b != a]
+    assert steps == [("s05", 1.12), ("s11", 1.12)]
+    assert two.arms["bad"].model_dump()["sim"]["step_s"][0] / 14.9 == pytest.approx(levels[-1][1])
+
+
 @pytest.mark.parametrize(("change", "message"), [
     ({"commits": [{"commit": "s01"}, {"commit": "s01"}]}, "also commits.0"),
     ({"commits": [{"commit": "s01", "image_digest": "sha256:" + "0" * 64}]}, "simulator arms have no image"),
@@ -64,7 +76,7 @@ def test_the_verify_probe_and_confirm_campaigns():
     n = len(SIM.bisect.range)
     verify = specs.campaign_spec(SIM, "verify", 0, n)
     assert verify.protocol.design == "sequential" and not verify.protocol.futility
-    assert verify.protocol.looks == (tuple(range(2, 13)),) and verify.workload.durations == (5.0,)
+    assert verify.protocol.looks == (tuple(range(2, 17)),) and verify.workload.durations == (5.0,)
     assert verify.arms["c17_bad"].sim == SIM.arms["bad"].sim and verify.arms["baseline"].sim == SIM.arms["baseline"].sim
     first, second = (specs.campaign_spec(SIM, "probe", 0, 11, number=k) for k in (1, 2))
     assert first.protocol.order.startswith("ABBA") and second.protocol.order.startswith("BAAB")
@@ -72,6 +84,8 @@ def test_the_verify_probe_and_confirm_campaigns():
     assert first.arms["c11_s11"].sim["step_s"] == [16.688, 133.6496]
     confirm = specs.campaign_spec(SIM, "confirm", 10, 11)
     assert confirm.arms["baseline"].description.startswith("engine s10") and not confirm.diagnostic
+    # The verify and the confirm call any slowdown they can show "slower", not only one beyond the ship margin.
+    assert SIM.gates.speed_margin == 0.02 and verify.gates.speed_margin == confirm.gates.speed_margin == 0.0
     with pytest.raises(UsageError, match="not a pair"):
         specs.campaign_data(SIM, "probe", 5, 5)
 
@@ -109,4 +123,16 @@ def test_a_range_file_becomes_a_vllm_bisect_spec(tmp_path, capsys):
 def test_the_plan_prices_the_search_at_the_hints():
     lines = plan.plan_lines(SIM, n=40)
     assert lines[0].startswith("bisection: 17 commits after good (the last bad)")
-    assert sum("process noise:" in line and "device-min mean" in line for line in lines) == 2
+    assert sum("process noise:" in line and "device-min mean" in line for line in lines) == 3
+    assert any(line.strip().startswith("4% process noise:") for line in lines)
+
+
+def test_the_plan_says_when_the_size_asked_is_out_of_reach():
+    # A 10 % step on the simulator's hints is within reach at 1 % process noise; a 1 % change is not, and the
+    # plan says so before anything runs.
+    lines = plan.plan_lines(SIM, n=40)
+    assert not any("out of reach at 1%" in line for line in lines)
+    small = parse_runspec(edited(size=1.01), source="a 1 % change asked")
+    lines = plan.plan_lines(small, n=40)
+    assert "a step of 1.010 (the size asked: [bisect] size)" in lines[2]
+    assert "out of reach at 1%, 2%, 4% process noise" in lines[-1]
