@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Protocol
@@ -119,7 +120,13 @@ def speed(records: RunRecords, duration: float, candidate: str) -> SpeedReport |
     baseline's shift.
     """
     spec = records.spec
-    blocks = [speeds.BlockSamples(r.block.letter, r.latencies) for r in records.series(duration, candidate) if r.ok]
+    series = [r for r in records.series(duration, candidate) if r.ok]
+    if records.stored_baseline is None and not records.schedule.anchored:
+        # Only whole AB/BA pairs: a block that failed inside a series (a shard's, when pooled) leaves its partner out,
+        # so the blocks after it still pair up as they ran.
+        whole = Counter(r.block.pair for r in series)
+        series = [r for r in series if whole[r.block.pair] == 2]
+    blocks = [speeds.BlockSamples(r.block.letter, r.latencies) for r in series]
     levels = intervals.error_levels(len(spec.workload.durations), len(series_of(spec)))
     margin = spec.gates.speed_margin
     roles = {b.role for b in blocks}
