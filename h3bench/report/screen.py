@@ -76,7 +76,7 @@ def _speed_why(d: DurationVerdict) -> str:
     else:
         why = shorten(d.speed_reasons[0] if d.speed_reasons else "not evaluated")
     if d.looks is not None and d.looks.first_requests_left_out:
-        why += " (a warmup leak was flagged: bounds with and without first requests, -v)"
+        why += " (first requests flagged: both bounds in -v)"
     return why
 
 
