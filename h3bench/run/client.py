@@ -40,6 +40,7 @@ import httpx
 from h3bench.errors import RequestError, UsageError
 from h3bench.h3 import mux_and_transfer_s
 from h3bench.run.phases import PhaseClock, RequestPhases, job_queue_s
+from h3bench.server import localhttp
 
 __all__ = [
     "GenerationRequest",
@@ -215,8 +216,7 @@ class VideoClient:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.timeout = timeout
-        # No proxies from the environment: they would add hops to the measured E2E.
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, trust_env=False)
+        self._http = localhttp.client(base_url=self.base_url, timeout=timeout)
 
 
     def control(self, path: str, *, timeout: float) -> httpx.Response:

@@ -64,9 +64,11 @@ def record_openapi(base_url: str, bundle: Bundle, *, timeout: float = 30.0) -> C
     """``GET {base_url}/openapi.json``, stored in the bundle; a server without it gives a note."""
     import httpx  # the plugin's imports stay light
 
+    from h3bench.server import localhttp
+
     url = base_url.rstrip("/") + OPENAPI_PATH
     try:
-        with httpx.Client(trust_env=False, timeout=timeout) as client:
+        with localhttp.client(timeout=timeout) as client:
             response = client.get(url)
     except httpx.HTTPError as exc:
         return ContractPart(None, None, f"not recorded: {OPENAPI_PATH} failed ({type(exc).__name__}: {exc})")

@@ -86,6 +86,7 @@ from h3bench.h3 import (
     VAE_DECODE_S,
     MetricSpec,
 )
+from h3bench.server import localhttp
 
 __all__ = [
     "DENOISE_STEP_LATENCY_S",
@@ -191,7 +192,7 @@ def scrape(base_url: str, *, http: httpx.Client | None = None, timeout: float = 
     """
     url = base_url.rstrip("/") + METRICS_PATH
     own = http is None
-    client = httpx.Client(trust_env=False, timeout=timeout) if http is None else http
+    client = localhttp.client(timeout=timeout) if http is None else http
     try:
         response = client.get(url, timeout=timeout)
     except httpx.ConnectError as exc:

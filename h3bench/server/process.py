@@ -37,6 +37,7 @@ import httpx
 from h3bench import interrupts
 from h3bench.errors import InterferenceError, ServerStartError, UsageError
 from h3bench.host.devices import DeviceCheck
+from h3bench.server import localhttp
 from h3bench.server.guard import Guard
 from h3bench.server.ports import port_free, port_holder
 from h3bench.server.proctree import SERVER_ID_ENV, ProcessInfo, ProcessTree, become_subreaper, describe_exit, die_with_parent
@@ -275,7 +276,7 @@ class ServerProcess:
         proc, tree = self._running
         deadline = self._t_launch + self.startup_budget_s
         delay = 0.005
-        with httpx.Client(trust_env=False) as http:
+        with localhttp.client() as http:
             while True:
                 watch.poll(self._since_launch())
                 code = proc.poll()

@@ -156,8 +156,12 @@ class ProcessTree:
         self._escaped: set[Key] = set()
         self._pids: set[int] = set()  # every PID recorded, for owns() from another thread
         self._root: psutil.Process | None = None
+        # Every process the server made, or that carries its marker, started after it: an older one need not be
+        # read (its environment is the costly read of a scan, and a busy host runs hundreds of processes).
+        self._born: float | None = None
         with contextlib.suppress(psutil.NoSuchProcess):
             self._root = psutil.Process(popen.pid)
+            self._born = self._root.create_time()
 
     @property
     def seen(self) -> tuple[ProcessInfo, ...]:
@@ -193,7 +197,7 @@ class ProcessTree:
         # Running, not merely unreaped: a dead server's workers are orphans, not escapees.
         root_alive = self._root is not None and self.popen.poll() is None
         sid = self.popen.pid  # it leads its own session
-        procs = list(psutil.process_iter(["ppid", "name"]))
+        procs = list(psutil.process_iter(["ppid", "name", "create_time"]))
         children: dict[int, list[psutil.Process]] = {}
         for proc in procs:
             children.setdefault(proc.info["ppid"], []).append(proc)
@@ -205,7 +209,7 @@ class ProcessTree:
                 found[proc.pid] = (proc, "tree")
                 stack.extend(children.get(proc.pid, ()))
         for proc in procs:
-            if proc.pid in found or proc.pid == os.getpid():
+            if proc.pid in found or proc.pid == os.getpid() or self._older(proc.info["create_time"]):
                 continue
             try:
                 if os.getsid(proc.pid) == sid:
@@ -236,6 +240,10 @@ class ProcessTree:
                 self._escaped.add(key)
             keys.append(key)
         return keys
+
+    def _older(self, create_time: float | None) -> bool:
+        """Started before the server (an unreadable start time is not)."""
+        return self._born is not None and create_time is not None and create_time < self._born
 
     def census(self) -> tuple[list[Key], list[Key]]:
         """Recorded processes that still exist: (running, zombies), after reaping ours."""
