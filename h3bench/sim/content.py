@@ -62,12 +62,15 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import av
 import numpy as np
 
 from h3bench.h3 import AUDIO_SAMPLE_RATE as SAMPLE_RATE
 from h3bench.h3 import FPS
+
+if TYPE_CHECKING:
+    import av
 
 __all__ = [
     "ContentSpec",
@@ -359,6 +362,8 @@ def render(
     gives the render two shares of CPU. Setting ``abort`` stops the encoding
     at the next frame with :class:`InterruptedError`.
     """
+    import av  # here: the API process imports this module for its specs, and only workers encode
+
     path = Path(path)
     frames = 0
     with av.open(os.fspath(path), mode="w", format="mp4") as container, ThreadPoolExecutor(1, "audio") as thread:
@@ -382,6 +387,7 @@ def render(
 
 def _encoded_audio(sound: av.audio.stream.AudioStream, spec: ContentSpec, perturbation: Perturbation) -> tuple[list, int]:
     """The clip's AAC packets, the whole waveform encoded as one frame at ``pts = 0``, and its samples per channel."""
+    import av
     waveform = audio_track(spec, perturbation)
     frame = av.AudioFrame.from_ndarray(waveform, format="fltp", layout="stereo")
     frame.sample_rate, frame.pts = SAMPLE_RATE, 0
