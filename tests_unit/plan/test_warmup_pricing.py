@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from h3bench.course.devicetime import ArmCost
 from h3bench.errors import UsageError
@@ -28,6 +30,7 @@ from h3bench.stats.blockstat import BlockBudget
 
 SPECS = Path(__file__).resolve().parents[2] / "fixtures" / "runspecs"
 NPU = SPECS / "950pr-x4.toml"
+NPU_SPEC = load_runspec(NPU)
 
 
 def npu_spec(edit: Any = None) -> RunSpec:
@@ -87,3 +90,12 @@ def test_a_warmup_share_outside_0_to_1_is_refused_and_prices_only_the_warmups() 
     cheap, full = ArmCost(10.0, 5.0, 1.0, warmup_share=0.1), ArmCost(10.0, 5.0, 1.0)
     assert full.block_s(budget) - cheap.block_s(budget) == pytest.approx(9.0)
     assert cheap.scaled(0.5).warmup_share == 0.1
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(2, 49), st.integers(2, 49), st.sampled_from([5, 15]), st.sampled_from(["baseline", "eqbsa_mxfp8"]))
+def test_a_warmup_of_more_steps_costs_more_and_a_full_one_a_request(a: int, b: int, duration: int, arm: str) -> None:
+    share = {n: warmup_share(NPU_SPEC, duration, arm, n) for n in (a, b, 50)}
+    assert share[50] == pytest.approx(1.0)
+    low, high = sorted((a, b))
+    assert 0 < share[low] <= share[high] <= 1  # type: ignore[operator]
