@@ -73,10 +73,13 @@ def _campaign(project: Path, thermal_decay: float) -> Ran:
     spec = write_campaign(project, baseline=sim, candidates={"clean": {**sim, "time_scale": 0.0009}},
                           protocol=PROTOCOL)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    code, output, bundle = child_campaign(project, spec, "tests_perf", "--benchmark-disable", "-p", "no:randomly",
-                                          "--allow-underpowered", verbose=True)
+    code, output, bundle = child_campaign(project, spec, "tests_perf", "tests_lifecycle", "--benchmark-disable",
+                                          "-p", "no:randomly", "--allow-underpowered", verbose=True)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert bundle is not None and code in (0, 1, 3), output[-8000:]
+    # The campaign's own check that every block's warmup ran the spec's steps.
+    warmup_tests = [line for line in output.splitlines() if "::test_warmup_succeeded_and_recorded_apart[" in line]
+    assert len(warmup_tests) == 4 and all("PASSED" in line for line in warmup_tests), warmup_tests
 
     def lines(name: str) -> list[dict[str, Any]]:
         return [json.loads(line) for line in (bundle / name).read_text().splitlines()]
