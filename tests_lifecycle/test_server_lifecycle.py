@@ -26,6 +26,10 @@ def test_warmup_succeeded_and_recorded_apart(campaign, block):
     assert len(result.warmups) == warmups, f"{block.id}: {len(result.warmups)} warmups, expected {warmups}"
     assert all(s.ok for s in result.warmups), f"{block.id}: a warmup request failed"
     assert not {s.request_id for s in result.warmups} & {s.request_id for s in result.measured}
+    # Every arm's warmup runs the spec's steps (a cheap warmup's, else the workload's); None: a line from before.
+    steps = campaign.spec.protocol.warmup_steps or campaign.spec.workload.steps
+    ran = result.lifecycle.server.warmup_steps
+    assert ran in (steps, None), f"{block.id}: its warmup ran {ran} inference steps, the spec says {steps}"
 
 
 def test_shutdown_within_shared_budget(campaign, block):

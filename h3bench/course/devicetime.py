@@ -22,6 +22,7 @@ run after the formal blocks and do not depend on the design.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -50,20 +51,22 @@ class ArmCost:
     shutdown_s: float = DEFAULT_SHUTDOWN_S
     compile_s: float = 0.0  # what the first request adds
     devices: int = 1
+    warmup_share: float = 1.0  # what one warmup costs, as a share of a request (a cheap warmup's fewer steps)
 
     def __post_init__(self) -> None:
         if not (self.request_s > 0 and self.startup_s >= 0 and self.shutdown_s >= 0 and self.compile_s >= 0
-                and self.devices >= 1):
-            raise UsageError(f"an arm's costs must be positive (request) or ≥ 0 and devices ≥ 1: {self}")
+                and self.devices >= 1 and 0 < self.warmup_share <= 1):
+            raise UsageError(f"an arm's costs must be positive (request) or ≥ 0, devices ≥ 1 and a warmup a share "
+                             f"of a request in (0, 1]: {self}")
 
     def scaled(self, ratio: float) -> ArmCost:
         """The same arm with requests ``ratio`` times as long (a candidate's true effect)."""
-        return ArmCost(self.request_s * ratio, self.startup_s, self.shutdown_s, self.compile_s, self.devices)
+        return dataclasses.replace(self, request_s=self.request_s * ratio)
 
     def parts(self, budget: BlockBudget) -> dict[str, float]:
         """Seconds of one block by part: starts (start + stop), warmups (with compilation), measured, audits."""
         return {"starts": self.startup_s + self.shutdown_s,
-                "warmups": budget.warmups * self.request_s + self.compile_s,
+                "warmups": budget.warmups * self.request_s * self.warmup_share + self.compile_s,
                 "measured": budget.measured * self.request_s,
                 "audits": float(budget.audit) * self.request_s}
 
@@ -83,7 +86,8 @@ class CampaignCosts:
     def candidate(self, index: int, duration: int, ratio: float) -> ArmCost:
         base = self.baseline[duration]
         own = self.candidates[index] if index < len(self.candidates) else base
-        return ArmCost(base.request_s * ratio, own.startup_s, own.shutdown_s, own.compile_s, own.devices)
+        return ArmCost(base.request_s * ratio, own.startup_s, own.shutdown_s, own.compile_s, own.devices,
+                       base.warmup_share)
 
 
 @dataclass(frozen=True)

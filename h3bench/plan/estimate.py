@@ -16,6 +16,11 @@ Estimates, best source first:
    the campaign and the recipe);
 3. for simulator arms, the arm's own profile (its modelled stage times).
 
+A cheap warmup (``protocol.warmup_steps``) costs a share of a request
+(:func:`warmup_share`: the stages around the DiT, and its fewer forwards); the
+plan prices every warmup at it, and says what it saves per block against a full
+warmup, or, for a spec without one, what upstream's 2-step dummy run would save.
+
 Blocks only: the quality comparisons run on top, on the CPU.
 """
 
@@ -44,14 +49,17 @@ from h3bench.runspec import BASELINE, UNPINNED, RunSpec
 from h3bench.server.startup import StartupPhases, typical
 from h3bench.stats.intervals import PASS
 
-__all__ = ["BYTES_PER_PIXEL_FRAME", "Cost", "DeviceEstimate", "Plan", "bundle_bytes", "campaign_costs", "cost_of",
-           "device_estimates", "make_plan", "measured_start_up", "shard_estimates"]
+__all__ = ["BYTES_PER_PIXEL_FRAME", "Cost", "DeviceEstimate", "Plan", "WarmupPrice", "bundle_bytes", "campaign_costs",
+           "cost_of", "device_estimates", "make_plan", "measured_start_up", "shard_estimates", "warmup_prices",
+           "warmup_share"]
 
 # Measured on the simulator's H.264 crf 18 outputs (0.2 bit per pixel and frame), plus 128 kbit/s of AAC.
 BYTES_PER_PIXEL_FRAME = 0.2 / 8
 AUDIO_BYTES_PER_S = 16_000
 _SIM_STARTUP_S = 1.5  # spawn the API process and its workers
 _SIM_SHUTDOWN_S = 0.5
+# Upstream's start-up dummy run (num_inference_steps=2), which H3 skips: the cheap warmup a plan prices by default.
+UPSTREAM_DUMMY_STEPS = 2
 
 
 @dataclass(frozen=True)
@@ -63,9 +71,24 @@ class Cost:
     first_request_extra_s: float
     shutdown_s: float
     output_bytes: float
+    warmup_share: float = 1.0  # one warmup's seconds as a share of a request's (a cheap warmup's, warmup_share())
 
-    def block_s(self, requests: int) -> float:
+    def block_s(self, counts: tuple[int, int, int]) -> float:
+        """Seconds of a block of ``counts`` (warmups, measured, audit) requests."""
+        warmups, measured, audit = counts
+        requests = warmups * self.warmup_share + measured + audit
         return self.startup_s + requests * self.request_s + self.first_request_extra_s + self.shutdown_s
+
+
+@dataclass(frozen=True)
+class WarmupPrice:
+    """What a cheap warmup of ``steps`` inference steps saves per block at one duration, against a full warmup."""
+
+    duration: float
+    steps: int
+    share: float  # one warmup's seconds as a share of a full request's
+    saved_s: float  # wall seconds per block
+    saved_device_s: float  # the same times the baseline's devices
 
 
 @dataclass(frozen=True)
@@ -91,6 +114,7 @@ class Plan:
     problems: tuple[str, ...] = field(default=())
     device: tuple[DeviceEstimate, ...] = ()  # per scenario; empty when some arm or duration has no cost
     anchored: bool = False  # a candidate-only run
+    warmup: tuple[WarmupPrice, ...] = ()  # per duration: what the cheap warmup saves per block (warmup_prices)
 
     @property
     def server_starts(self) -> int:
@@ -130,9 +154,11 @@ def _measured_costs(spec: RunSpec, bundles: list[BundleReader]) -> dict[tuple[fl
         if values.get("request_s") and values.get("startup_s"):
             request = statistics.median(values["request_s"])
             warmup = statistics.median(values.get("warmup_s", [request]))
+            # A cheap warmup is priced as it measured; a full one as a request, and what it took beyond one.
+            share = min(1.0, warmup / request) if spec.protocol.warmup_steps is not None and warmup > 0 else 1.0
             costs[key] = Cost(statistics.median(values["startup_s"]), request, max(0.0, warmup - request),
                               statistics.median(values.get("shutdown_s", [0.0])),
-                              statistics.median(values.get("bytes", [0.0])))
+                              statistics.median(values.get("bytes", [0.0])), share)
     return costs
 
 
@@ -141,12 +167,63 @@ def _output_model(spec: RunSpec, duration: float) -> float:
     return frames * spec.workload.width * spec.workload.height * BYTES_PER_PIXEL_FRAME + duration * AUDIO_BYTES_PER_S
 
 
+def warmup_share(spec: RunSpec, duration: float, arm: str, steps: int) -> float | None:
+    """One request of ``steps`` inference steps as a share of one at ``workload.steps``; None when nothing prices it.
+
+    From the hints, where they give the arm's DiT per-step time (else the baseline's): the DiT runs
+    ``steps - 1`` forwards (H3's loop), every other stage is the same. Else from a simulator arm's
+    profile, both requests modelled.
+    """
+    full = spec.workload.steps
+    hints = spec.hints
+    key = f"{duration:g}"
+    if hints is not None and key in hints.e2e_s.get(arm, {}):
+        step = hints.dit_step_s.get(arm, hints.dit_step_s.get(BASELINE, {})).get(key)
+        if step is None:
+            return None
+        e2e = hints.e2e_s[arm][key]
+        dit = min(step * (full - 1), e2e)
+        return (e2e - dit * (1 - (steps - 1) / (full - 1))) / e2e
+    profile_table = spec.arms[arm].sim
+    if profile_table is None:
+        return None
+    import numpy as np
+
+    from h3bench.sim.profile import parse_profile  # the simulator's model, only for simulator arms
+
+    profile = parse_profile({**profile_table, "jitter_cv": 0.0}, source=f"arms.{arm}.sim")
+    frames = expected_shape(duration).frames
+    cheap, whole = (profile.plan(frames, np.random.default_rng(0), num_inference_steps=n).total_s for n in (steps, full))
+    return cheap / whole
+
+
+def _share(spec: RunSpec, duration: float, arm: str) -> float:
+    """One warmup's share of a request in this spec: 1 for a full warmup, or for a cheap one nothing prices."""
+    steps = spec.protocol.warmup_steps
+    return 1.0 if steps is None else warmup_share(spec, duration, arm, steps) or 1.0
+
+
+def warmup_prices(spec: RunSpec, history: Iterable[Path] = ()) -> tuple[WarmupPrice, ...]:
+    """Per duration, what the spec's cheap warmup (else upstream's 2-step one) saves in each baseline block."""
+    steps = spec.protocol.warmup_steps or UPSTREAM_DUMMY_STEPS
+    out = []
+    for duration in spec.workload.durations:
+        share = warmup_share(spec, duration, BASELINE, steps)
+        cost = cost_of(spec, duration, BASELINE, history)
+        if share is None or cost is None:
+            continue
+        saved = spec.protocol.warmups_per_block * cost.request_s * (1 - share)
+        devices = max(1, len(getattr(spec.arms[BASELINE], "device_ids", None) or spec.hardware.device_ids or ()))
+        out.append(WarmupPrice(duration, steps, share, saved, saved * devices))
+    return tuple(out)
+
+
 def _modelled_cost(spec: RunSpec, duration: float, arm: str) -> Cost | None:
     """From the spec's hints, else from a simulator arm's profile; None when neither says."""
     hints = spec.hints
     if hints is not None and arm in hints.e2e_s and f"{duration:g}" in hints.e2e_s[arm]:
         return Cost(hints.of("startup_s", arm), hints.e2e_s[arm][f"{duration:g}"], hints.of("compile_s", arm),
-                    hints.of("shutdown_s", arm), _output_model(spec, duration))
+                    hints.of("shutdown_s", arm), _output_model(spec, duration), _share(spec, duration, arm))
     profile_table = spec.arms[arm].sim
     if profile_table is None:
         return None
@@ -160,7 +237,8 @@ def _modelled_cost(spec: RunSpec, duration: float, arm: str) -> Cost | None:
     first = profile.plan(frames, np.random.default_rng(0), num_inference_steps=spec.workload.steps, nth=1)
     startup = profile.load_s + (profile.compile_s if profile.compile == "startup" else 0.0)
     return Cost(_SIM_STARTUP_S + startup * profile.time_scale, stages.total_s,
-                max(0.0, first.total_s - stages.total_s), _SIM_SHUTDOWN_S, _output_model(spec, duration))
+                max(0.0, first.total_s - stages.total_s), _SIM_SHUTDOWN_S, _output_model(spec, duration),
+                _share(spec, duration, arm))
 
 
 def cost_of(spec: RunSpec, duration: float, arm: str, history: Iterable[Path] = ()) -> Cost | None:
@@ -199,7 +277,7 @@ def campaign_costs(spec: RunSpec, history: Iterable[Path], startup_s: float | No
         devices = getattr(spec.arms[arm], "device_ids", None) or spec.hardware.device_ids
         start = cost.startup_s if startup_s is None else startup_s
         return ArmCost(cost.request_s, start, cost.shutdown_s, cost.first_request_extra_s,
-                       max(1, len(devices or ())))
+                       max(1, len(devices or ())), cost.warmup_share)
 
     baseline = tuple(arm_cost(BASELINE, d) for d in order)
     candidates = tuple(arm_cost(arm, order[0]) for arm in spec.candidates)
@@ -366,7 +444,7 @@ def make_plan(
         if cost is None:
             seconds = None
         elif seconds is not None:
-            seconds += cost.block_s(sum(counts))
+            seconds += cost.block_s(counts)
         disk += (cost.output_bytes if cost else _output_model(spec, block.duration)) * sum(counts)
     if used_history:
         source = "medians of earlier bundles of this spec: " + ", ".join(b.path.name for b in bundles)
@@ -385,4 +463,4 @@ def make_plan(
     evidence = (evidence_root.resolve(), disk) if evidence_root is not None else None
     return Plan(spec, blocks, counts, seconds, disk, source, tuple(_problems(spec, lpips_dir, lock_path, evidence)),
                 device_estimates(spec, history, startup_s=start.ready_s if start else None) if not anchored else (),
-                anchored)
+                anchored, warmup_prices(spec, history))

@@ -131,6 +131,21 @@ def _scenarios() -> tuple[Scenario, ...]:
                               "sequential", ((1.02, 1.02),), "any FAIL", 0.025,
                               model={"leak": leak, "leak_arms": "B"}, every_duration=True,
                               seed=56 + int(leak * 100), n=10_000))
+    # A cheap warmup (protocol.warmup_steps) that leaves the first measured request 3 % off steady: in both arms
+    # (the same warmup), or in one arm only (its card or its compile warms differently), each way the bias can go.
+    cheap: tuple[tuple[str, float, str], ...] = (("faster in both arms", -0.03, "AB"),
+                                                 ("slower in both arms", 0.03, "AB"),
+                                                 ("faster in the candidate", -0.03, "B"),
+                                                 ("faster in the baseline", -0.03, "A"))
+    for i, (where, off, arms) in enumerate(cheap):
+        model = {"leak": off, "leak_arms": arms}
+        if arms != "A":
+            found.append(Scenario(f"a cheap warmup leaves the first measured request 3 % {where}, 0.98 at 15 s",
+                                  "sequential", ((0.5, 0.98),), "any PASS", 0.025, model=model, seed=110 + i))
+        if arms != "B":
+            found.append(Scenario(f"a cheap warmup leaves the first measured request 3 % {where}, 1.02",
+                                  "sequential", ((1.02, 1.02),), "any FAIL", 0.025, model=model, every_duration=True,
+                                  seed=120 + i, n=10_000))
     slow: _Cases = (("any timed request", {"outliers_per_duration": 1}),
                     ("the audit request", {"outliers_per_duration": 1, "outliers_in": "audit"}),
                     ("a measured request", {"outliers_per_duration": 1, "outliers_in": "measured"}))

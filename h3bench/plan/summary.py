@@ -24,7 +24,8 @@ from h3bench.plan.estimate import Plan, shard_estimates
 from h3bench.quality import lossless_design
 from h3bench.runspec import RunSpec
 
-__all__ = ["block_groups", "control_lines", "dearer_than_fixed", "lossless_rate_line", "plan_lines", "shard_lines"]
+__all__ = ["block_groups", "control_lines", "dearer_than_fixed", "lossless_rate_line", "plan_lines", "shard_lines",
+           "warmup_line"]
 
 
 def _duration(seconds: float) -> str:
@@ -118,6 +119,22 @@ def _device_lines(p: Plan) -> list[str]:
     return lines
 
 
+def warmup_line(p: Plan) -> str | None:
+    """What the spec's cheap warmup saves per block, or what upstream's 2-step one would; None when nothing prices it."""
+    if not p.warmup:
+        return None
+    steps, full = p.warmup[0].steps, p.spec.workload.steps
+    saved = ", ".join(f"{w.duration:g} s: {w.share:.1%} of a request, {_duration(w.saved_s)} "
+                      f"({w.saved_device_s / 3600:.2f} device-h)" for w in p.warmup)
+    accepted = ("accepted only where the two-sided first-request check finds the first measured requests steady, "
+                "else each bound they can bias is also judged without them")
+    if p.spec.protocol.warmup_steps is not None:
+        return (f"cheap warmup: {steps} of {full} inference steps (protocol.warmup_steps), priced in every block; "
+                f"saved per block against a full warmup: {saved}; {accepted}")
+    return (f"warmup: a full request ({full} steps); a {steps}-step warmup (protocol.warmup_steps = {steps}, upstream's "
+            f"dummy run) would save per block: {saved}; {accepted}")
+
+
 def dearer_than_fixed(p: Plan) -> list[str]:
     """Scenarios in which the dearest campaign the sequential design can run costs more than the fixed design."""
     if not Design.of(p.spec).sequential:
@@ -142,6 +159,8 @@ def plan_lines(p: Plan) -> list[str]:
                  if Design.of(p.spec).sequential else "the blocks")
         lines.append(f"estimated wall time: {_duration(p.seconds)} for {every}, quality on top (source: {p.source})")
     lines += _device_lines(p)
+    if (warmup := warmup_line(p)) is not None:
+        lines.append(warmup)
     lines += [f"warning: {line}" for line in dearer_than_fixed(p)]
     if p.spec.gates.lossless:
         lines.append(lossless_rate_line(p.spec))

@@ -75,7 +75,10 @@ def _speed_why(d: DurationVerdict) -> str:
         why = _RULES[rule][1](d.estimate.margin)
     else:
         why = shorten(d.speed_reasons[0] if d.speed_reasons else "not evaluated")
-    if d.looks is not None and d.looks.first_requests_left_out:
+    if d.looks is not None and d.looks.warmup_steps is not None and d.looks.look is not None:
+        verdict = "refused: first requests not steady" if d.looks.first_requests_left_out else "proven steady"
+        why += f" (the {d.looks.warmup_steps}-step warmup {verdict}, -v)"
+    elif d.looks is not None and d.looks.first_requests_left_out:
         why += " (first requests flagged: both bounds in -v)"
     return why
 

@@ -72,7 +72,8 @@ class Recorder:
         self._last = after
         return metrics_delta(before[0], after[0]).to_dict(), {"before": before[1], "after": after[1]}
 
-    def _request(self, seed: int, references: tuple[Reference, ...] | None = None) -> GenerationRequest:
+    def _request(self, seed: int, references: tuple[Reference, ...] | None = None, steps: int | None = None
+                 ) -> GenerationRequest:
         w = self.spec.workload
         return GenerationRequest(
             prompt=self.spec.inputs.prompt,
@@ -80,18 +81,20 @@ class Recorder:
             size=w.size,
             fps=w.fps,
             seed=seed,
-            num_inference_steps=w.steps,
+            num_inference_steps=steps or w.steps,
             flow_shift=w.flow_shift,
             audio_flow_shift=w.audio_flow_shift,
             references=references or self.references,
         )
 
     def send(
-        self, client: VideoClient, kind: str, index: int, seed: int, references: tuple[Reference, ...] | None = None
+        self, client: VideoClient, kind: str, index: int, seed: int, references: tuple[Reference, ...] | None = None,
+        steps: int | None = None,
     ) -> None:
-        """The timed part: one request (``references``: other inputs than the spec's), its MP4 streamed to scratch."""
+        """The timed part: one request (``references``: other inputs than the spec's; ``steps``: other inference
+        steps than the workload's), its MP4 streamed to scratch."""
         output = self.scratch / f"{self.block.id}-{kind}{index}.mp4"
-        request = self._request(seed, references)
+        request = self._request(seed, references, steps)
         try:
             with self.pace.step(self.block, kind, index) as step:
                 if self.spec.protocol.request_api == "async":
@@ -131,9 +134,10 @@ class Recorder:
         ))
 
     def request(
-        self, client: VideoClient, kind: str, index: int, seed: int, references: tuple[Reference, ...] | None = None
+        self, client: VideoClient, kind: str, index: int, seed: int, references: tuple[Reference, ...] | None = None,
+        steps: int | None = None,
     ) -> None:
-        self.send(client, kind, index, seed, references)
+        self.send(client, kind, index, seed, references, steps)
         self.flush()
 
     def profiled(self, client: VideoClient, directory: Path) -> None:

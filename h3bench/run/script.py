@@ -22,11 +22,16 @@ Script = Callable[[Recorder, VideoClient, ServerProcess, Measure], None]
 
 
 def warmups(recorder: Recorder, client: VideoClient, server: ServerProcess) -> None:
-    """The block's warmup requests (at the workload's seed), timed as the server's warmup."""
+    """The block's warmup requests (at the workload's seed and shape), timed as the server's warmup.
+
+    With ``protocol.warmup_steps`` they run that many inference steps, a cheap warmup; the server's
+    record keeps the steps its warmup ran.
+    """
+    steps = recorder.spec.protocol.warmup_steps or recorder.spec.workload.steps
     t0 = time.perf_counter()
     for i in range(recorder.spec.protocol.warmups_per_block):
-        recorder.request(client, "warmup", i, recorder.spec.workload.seed)
-    server.record_warmup(time.perf_counter() - t0)
+        recorder.request(client, "warmup", i, recorder.spec.workload.seed, steps=steps)
+    server.record_warmup(time.perf_counter() - t0, steps)
     server.snapshot()
 
 

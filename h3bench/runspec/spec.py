@@ -151,6 +151,10 @@ class RunSpec(Frozen):
                     self.protocol.audit_seed,
                 )
             )
+        if self.protocol.warmup_steps is not None and self.protocol.warmup_steps >= self.workload.steps:
+            message = (f"a cheap warmup runs fewer inference steps than the measured requests' "
+                       f"workload.steps = {self.workload.steps}; leave it unset for a full warmup")
+            problems.append((("protocol", "warmup_steps"), message, self.protocol.warmup_steps))
         if self.hints is not None:
             durations = {f"{d:g}" for d in self.workload.durations}
             for table, figures in (("e2e_s", self.hints.e2e_s), ("dit_step_s", self.hints.dit_step_s)):
@@ -177,6 +181,8 @@ class RunSpec(Frozen):
         for table in ("bisect", "staging"):  # a spec without the table keeps the id it had before the table existed
             if data.get(table) is None:
                 data.pop(table, None)
+        if data["protocol"].get("warmup_steps") is None:  # likewise a spec without a cheap warmup
+            data["protocol"].pop("warmup_steps", None)
         return json.dumps(
             Scrubber(environ=False).record(data),
             sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,

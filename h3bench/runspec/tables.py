@@ -141,7 +141,11 @@ class Protocol(Frozen):
     :mod:`h3bench.stats.blockstat`) and the cache audit
     (``audit_cache_ratio``, :mod:`h3bench.stats.cache_audit`).
 
-    Each block gets ``warmups_per_block`` warmup requests, then
+    Each block gets ``warmups_per_block`` warmup requests (at the measured
+    shape and seed; with ``warmup_steps``, a cheap warmup of that many
+    inference steps instead of ``workload.steps``, the same for every arm,
+    accepted only where the two-sided first-request check finds the first
+    measured requests steady: :mod:`h3bench.stats.blockstat`), then
     ``requests_per_block`` measured ones, then, when ``audit`` is on, one
     audit request with ``audit_seed``: its output must differ from the
     fixed-seed outputs (else the block fails), and over the blocks of a
@@ -173,6 +177,7 @@ class Protocol(Frozen):
     futility: StrictBool = True
     durations_in_order_of_cost: StrictBool | None = None  # unset: on in the sequential design only
     warmups_per_block: Annotated[StrictInt, Field(ge=1)] = 1
+    warmup_steps: Annotated[StrictInt, Field(ge=2)] | None = None  # unset: the warmups run workload.steps
     requests_per_block: Annotated[StrictInt, Field(ge=2)] = 3
     request_timeout_s: _Positive
     startup_budget_s: _Positive

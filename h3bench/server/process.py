@@ -158,6 +158,7 @@ class ServerProcess:
         self.startup_s: float | None = None
         self.startup_phases: StartupPhases | None = None  # read from the log while it started
         self.warmup_s: float | None = None
+        self.warmup_steps: int | None = None
         self.shutdown_s: float | None = None
         self.stop_budget_used_s: float | None = None
         self.graceful: bool | None = None
@@ -332,12 +333,13 @@ class ServerProcess:
         """Whether ``pid`` is, or was, one of this server's processes (safe from another thread)."""
         return self._tree is not None and self._tree.owns(pid)
 
-    def record_warmup(self, seconds: float) -> None:
-        """Record how long the warmup request took; it is kept apart from measured requests."""
+    def record_warmup(self, seconds: float, steps: int | None = None) -> None:
+        """Record how long the warmup took, and at how many inference steps; it is kept apart from measured requests."""
         self._require(ServerState.RUNNING, "record_warmup()")
         if not seconds >= 0:
             raise UsageError(f"record_warmup(): the warmup time must be >= 0 s, got {seconds!r}")
         self.warmup_s = float(seconds)
+        self.warmup_steps = steps
 
     # -- stop ----------------------------------------------------------------
 
@@ -422,6 +424,7 @@ class ServerProcess:
             startup_s=self.startup_s,
             startup_phases=self.startup_phases,
             warmup_s=self.warmup_s,
+            warmup_steps=self.warmup_steps,
             stop_budget_s=self.stop_budget_used_s,
             shutdown_s=self.shutdown_s,
             graceful=self.graceful,

@@ -107,6 +107,7 @@ class ServerRecord:
     startup_s: float | None = None  # launch → first 200 from /health
     startup_phases: StartupPhases | None = None  # from its log as it started; None in older lines
     warmup_s: float | None = None
+    warmup_steps: int | None = None  # the inference steps each warmup request ran; None in older lines
     stop_budget_s: float | None = None
     shutdown_s: float | None = None  # SIGTERM → no recorded process still running
     graceful: bool | None = None  # False when SIGKILL was needed

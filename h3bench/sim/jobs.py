@@ -137,6 +137,7 @@ class Engine:
         self._rng = np.random.default_rng(process_seed)
         self._lock = asyncio.Lock()
         self._count = 0
+        self._warmed = 0.0  # DiT work run so far, in full requests' forwards: what heats the card
         self._cache: dict[bytes, tuple[Path, WorkerResult]] = {}
         self.profiler: Profiler | None = None  # with --profiler-config (h3bench.sim.profiler)
         stage, factor = profile.underreport_stage, profile.underreport_factor
@@ -159,7 +160,9 @@ class Engine:
             self._count += 1
             nth = self._count
             profile = self.profile
-            plan = profile.plan(spec.frames, self._rng, num_inference_steps=request.form.num_inference_steps, nth=nth)
+            steps = request.form.num_inference_steps
+            plan = profile.plan(spec.frames, self._rng, num_inference_steps=steps, nth=nth, warmed=self._warmed)
+            self._warmed += profile.forwards(steps) / profile.forwards()
             job = WorkerJob(
                 request_id=request_id,
                 plan=plan,

@@ -110,7 +110,7 @@ class SimProfile(BaseModel):
     thermal_boost: Annotated[StrictFloat, Field(ge=0, lt=1)] = Field(
         0.0, description="share by which a cold card's first request's DiT is faster than steady")
     thermal_decay: Annotated[StrictFloat, Field(gt=0)] = Field(
-        1.0, description="requests over which the cold-card boost decays by a factor e")
+        1.0, description="full requests' DiT work over which the cold-card boost decays by a factor e")
     handoff_share: Annotated[StrictFloat, Field(ge=0, lt=1)] = Field(
         0.0, description="share of E2E spent handing the output from the worker to the API server "
                          "(no profiler key; 5.3 percent on the single-card 950PR)")
@@ -197,24 +197,33 @@ class SimProfile(BaseModel):
             process_seed=process_seed,
         )
 
+    def forwards(self, num_inference_steps: int | None = None) -> int:
+        """DiT forwards of one request: the profile's ``steps``, else the request's steps less one, else 49."""
+        return self.steps or (num_inference_steps - 1 if num_inference_steps else 49)
+
     def plan(
-        self, frames: int, rng: np.random.Generator, *, num_inference_steps: int | None = None, nth: int | None = None
+        self, frames: int, rng: np.random.Generator, *, num_inference_steps: int | None = None, nth: int | None = None,
+        warmed: float | None = None,
     ) -> StagePlan:
         """Wall seconds to sleep per stage for one request of ``frames`` frames.
 
-        ``nth``: the request's number in its server process (1: the first, which pays a first-request
-        compile and runs on a card as cold as it gets); None: a steady request.
+        ``nth``: the request's number in its server process (1: the first, which runs on a card as cold
+        as it gets); None: a steady request. ``warmed``: the DiT work the process ran before it, in full
+        requests' forwards (default ``nth - 1``): a card heats by the work it does, so a 2-step warmup
+        leaves the next request almost as cold as the first, and a first-request compile is paid by the
+        first request that runs a forward.
         """
         t = latent_frames(frames)
-        forwards = self.steps or (num_inference_steps - 1 if num_inference_steps else 49)
+        forwards = self.forwards(num_inference_steps)
         scale = self.time_scale
+        heat = None if nth is None else (nth - 1 if warmed is None else warmed)
 
         def jittered(seconds: float) -> float:
             return seconds * scale * _lognormal(rng, self.jitter_cv)
 
-        step = _quadratic(self.step_s, t) * scale * _lognormal(rng, self.jitter_cv) * self.thermal_factor(nth)
+        step = _quadratic(self.step_s, t) * scale * _lognormal(rng, self.jitter_cv) * self.thermal_factor(heat)
         steps = [step] * max(forwards, 0)
-        if nth == 1 and steps and self.compile == "first_request":
+        if heat == 0 and steps and self.compile == "first_request":
             steps[0] += self.compile_s * scale
         decode = jittered(_linear(self.decode_s, t))
         engine = StagePlan(
@@ -232,11 +241,11 @@ class SimProfile(BaseModel):
         handoff = engine.total_s * self.handoff_share / (1 - self.handoff_share)
         return dataclasses.replace(engine, handoff_s=handoff)
 
-    def thermal_factor(self, nth: int | None) -> float:
-        """The factor on the DiT step of the ``nth`` request of a process: 1 - boost·e^(-(nth-1)/decay); 1 steady."""
-        if nth is None or not self.thermal_boost:
+    def thermal_factor(self, warmed: float | None) -> float:
+        """The factor on the DiT step after ``warmed`` full requests' work: 1 - boost·e^(-warmed/decay); 1 steady."""
+        if warmed is None or not self.thermal_boost:
             return 1.0
-        return 1.0 - self.thermal_boost * math.exp(-(nth - 1) / self.thermal_decay)
+        return 1.0 - self.thermal_boost * math.exp(-warmed / self.thermal_decay)
 
 
 def _lognormal(rng: np.random.Generator, cv: float) -> float:

@@ -95,7 +95,7 @@ def look_record(spec: RunSpec, duration: float, planned: Sequence[Block], ran: M
         bool(found and found.stop), sequential.REASONS[found.reason_code] if found else "continue",
         bool(found and found.first_requests_left_out), tuple(r.block.id for r in done),
         tuple(b.id for b in planned if b.id not in ran), device,
-        None if stopped else _fixed_s(spec, done, _share(p.order, shard)))
+        None if stopped else _fixed_s(spec, done, _share(p.order, shard)), p.warmup_steps)
 
 
 def device_time(spec: RunSpec, blocks: Sequence[Block], ran: Mapping[str, BlockResult], *,

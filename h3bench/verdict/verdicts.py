@@ -146,6 +146,13 @@ class LookRecord:
     ``fixed_device_s`` is what the fixed design's blocks (``order`` at every
     duration) would have cost at the seconds these blocks took; None when an
     arm ran no block to price it from.
+
+    ``warmup_steps``: the cheap warmup's inference steps (``protocol.warmup_steps``),
+    None for a full warmup. A cheap warmup is accepted where the two-sided
+    first-request check found the first measured requests steady; where it
+    flagged (``first_requests_left_out``) it is refused, and the first
+    measured request of every block is left out of each bound it can bias
+    from that look on (:func:`h3bench.stats.blockstat.first_request_sides`).
     """
 
     design: str  # "fixed" or "sequential"
@@ -159,6 +166,19 @@ class LookRecord:
     blocks_not_run: tuple[str, ...]
     device_s: float
     fixed_device_s: float | None = None
+    warmup_steps: int | None = None
+
+    @property
+    def warmup(self) -> str | None:
+        """What became of a cheap warmup, in a sentence; None for a full warmup or before the first look."""
+        if self.warmup_steps is None or self.look is None:
+            return None
+        if self.first_requests_left_out:
+            return (f"the {self.warmup_steps}-step warmup was refused: the two-sided first-request check found the "
+                    "first measured requests not steady, so each bound they can bias is also judged without every "
+                    "block's first measured request (the estimate is without them)")
+        return (f"the {self.warmup_steps}-step warmup was accepted: the two-sided first-request check found the first "
+                "measured requests steady both ways")
 
     def describe(self) -> str:
         where = (f"look {self.look} of {len(self.looks)} ({self.pairs} pairs)" if self.look is not None
@@ -168,8 +188,9 @@ class LookRecord:
         if self.fixed_device_s:
             saved = (f"; the fixed design: {self.fixed_device_s / 3600:.2f} device-h "
                      f"({saving(self.device_s, self.fixed_device_s)})")
+        warmup = f"; {self.warmup}" if self.warmup else ""
         return (f"{self.design} design, {state}; {len(self.blocks_run)} blocks run, {len(self.blocks_not_run)} not "
-                f"run; {self.device_s / 3600:.2f} device-h{saved}")
+                f"run; {self.device_s / 3600:.2f} device-h{saved}{warmup}")
 
 
 @dataclass(frozen=True)

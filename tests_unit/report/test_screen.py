@@ -202,3 +202,23 @@ def test_v_lists_only_the_profilers_keys_of_a_profiled_request(document):
                "stage_durations": {STAGE_KEYS[0]: 0.25, "queue_wait_ms": 12.0}}
     (line,) = [x for x in summary_lines(SPEC, document, bundle=None, profiles=[profile]) if x.startswith("profile ")]
     assert "queue_wait_ms" not in line and "encode_prompt 0.250" in line
+
+
+def test_the_screen_says_whether_a_cheap_warmup_was_accepted_or_refused(document):
+    def heads(left_out: bool | None) -> list[str]:
+        verdict = document.candidates["clean"]
+        durations = {k: dataclasses.replace(d, looks=dataclasses.replace(
+            d.looks, look=1, warmup_steps=None if left_out is None else 2,
+            first_requests_left_out=bool(left_out))) for k, d in verdict.durations.items()}
+        changed = dataclasses.replace(document, candidates={"clean": dataclasses.replace(verdict, durations=durations)})
+        return _heads(screen_lines(SPEC, changed, bundle=None))
+
+    assert all(h.endswith("(the 2-step warmup proven steady, -v)") for h in heads(False))
+    assert all(h.endswith("(the 2-step warmup refused: first requests not steady, -v)") for h in heads(True))
+    assert not any("warmup" in h for h in heads(None))
+    looks = dataclasses.replace(next(iter(document.candidates["clean"].durations.values())).looks, look=1)
+    assert looks.warmup is None and "warmup" not in looks.describe()
+    assert dataclasses.replace(looks, look=None, warmup_steps=2).warmup is None  # before the first look: nothing yet
+    refused = dataclasses.replace(looks, warmup_steps=2, first_requests_left_out=True)
+    assert refused.warmup is not None and refused.warmup.startswith("the 2-step warmup was refused")
+    assert refused.warmup in refused.describe()

@@ -175,6 +175,12 @@ def test_any_changed_value_changes_the_id(data, path, value):
     assert parse(edited(data, path, value)).spec_id != parse(data).spec_id
 
 
+def test_a_cheap_warmup_is_part_of_the_id_and_a_spec_without_one_keeps_its_id(data):
+    cheap = parse(edited(data, "protocol.warmup_steps", 2))
+    assert cheap.protocol.warmup_steps == 2 and cheap.spec_id != parse(data).spec_id
+    assert "warmup_steps" not in parse(data).canonical_json()
+
+
 def test_id_survives_a_round_trip_through_the_canonical_json(spec_dir: Path):
     """A bundle keeps the spec as canonical JSON; re-validating it gives the same id."""
     for path in [spec_dir / "spec.toml", *SHIPPED]:
@@ -220,6 +226,8 @@ def test_require_same_spec():
         ("protocol.requests_per_block", 2, "protocol", "and a block's median needs at least three"),
         ("protocol.requests_per_block", "3", "protocol.requests_per_block", "valid integer"),
         ("protocol.warmups_per_block", 0, "protocol.warmups_per_block", "greater than or equal to 1"),
+        ("protocol.warmup_steps", 1, "protocol.warmup_steps", "greater than or equal to 2"),
+        ("protocol.warmup_steps", 50, "protocol.warmup_steps", "fewer inference steps than the measured requests'"),
         ("protocol.order", "AABB", "protocol.order", "adjacent AB/BA pairs"),
         ("protocol.order", "ABA", "protocol.order", "adjacent AB/BA pairs"),
         ("protocol.order", "ABBC", "protocol.order", "adjacent AB/BA pairs"),

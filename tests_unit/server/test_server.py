@@ -72,7 +72,7 @@ def test_ready_within_budget_then_graceful_stop_leaves_nothing(make_server) -> N
     tree = srv.snapshot()
     assert [p.found_by for p in tree].count("tree") == 3  # the server and its two workers
     assert {p.ppid for p in tree if p.pid != srv.pid} == {srv.pid}
-    srv.record_warmup(1.25)
+    srv.record_warmup(1.25, 2)
 
     srv.stop()
     assert srv.state is ServerState.STOPPED
@@ -88,7 +88,7 @@ def test_ready_within_budget_then_graceful_stop_leaves_nothing(make_server) -> N
 
     record = json.loads(json.dumps(srv.record().to_dict()))
     assert record["env"] == {"VLLM_WORKER_MULTIPROC_METHOD": "spawn"}  # only what the caller set
-    assert record["warmup_s"] == 1.25
+    assert (record["warmup_s"], record["warmup_steps"]) == (1.25, 2)
     assert record["graceful"] is True and record["survivors"] == [] and record["port_free"] is True
     assert record["stop_budget_s"] == 5.0
     assert len(record["pids_seen"]) == 3
