@@ -13,7 +13,6 @@ from h3bench.course.race import (
     LookState,
     RaceBoundaries,
     decide_look,
-    new_slots,
     pass_statistics,
     pooled_se,
     race_boundaries,
@@ -34,7 +33,7 @@ fields = st.lists(st.integers(0, 9), min_size=1, max_size=8, unique=True)
 def test_a_linear_drift_cancels_for_every_candidate_wherever_it_stands(active, r, level, slope, effects):
     """Block statistics on a straight line in time plus each candidate's effect: every contrast is the effect."""
     slots = race_round(active, r)
-    time = np.arange(len(slots)) + 7.0 * r  # any offset: the round opens with the anchor that closed the last
+    time = np.arange(len(slots)) + 7.0 * r  # any offset
     stats = level + slope * time + np.array([0.0 if s == ANCHOR else effects[s] for s in slots])
     got = race_contrasts(stats, slots, 10)
     assert np.allclose(got[active], np.array(effects)[active], atol=1e-9)
@@ -50,7 +49,6 @@ def test_every_candidate_runs_once_a_round_next_to_an_anchor(active, r):
     for p, s in enumerate(slots):
         if s != ANCHOR:
             assert ANCHOR in (slots[p - 1], slots[p + 1])
-    assert new_slots(slots, r) == (slots if r == 0 else slots[1:])
 
 
 @settings(max_examples=100, deadline=None)
@@ -74,13 +72,9 @@ def _paths_of_each(m: int, n: int, n_paths: int, seed: int) -> np.ndarray:
     """``(n_paths, m)`` -T of each candidate after ``n`` rounds, drawn through the race's own schedule."""
     rng = np.random.default_rng(seed)
     x = np.empty((n_paths, m, n))
-    last = rng.standard_normal(n_paths)
     for r in range(n):
         slots = race_round(range(m), r)
-        stats = np.concatenate([last[:, None], rng.standard_normal((n_paths, len(new_slots(slots, r))))], -1)
-        stats = stats if r else stats[:, 1:]
-        x[:, :, r] = race_contrasts(stats, slots, m)
-        last = stats[:, -1]
+        x[:, :, r] = race_contrasts(rng.standard_normal((n_paths, len(slots))), slots, m)
     return pass_statistics(x)
 
 
