@@ -53,8 +53,9 @@ def scenarios(k: int, margin: float) -> list[tuple[str, list[list[float]], dict[
              ("all at the margin, -3 % step inside the first round / pair", [[at, at]] * k, {"step": -0.03}),
              ("all true 10 %", [[0.9, 0.9]] * k, {})]
     if k > 1:
-        found.append(("intersection-union worst case: half at the margin at 5 s, the rest at 15 s",
-                      [[at, 0.9]] * half + [[0.9, at]] * (k - half), {}))
+        worst = [[at, 0.9]] * half + [[0.9, at]] * (k - half)
+        found += [("intersection-union worst case: half at the margin at 5 s, the rest at 15 s", worst, {}),
+                  ("the same, -3 % step inside the first round / pair", worst, {"step": -0.03})]
     return found
 
 

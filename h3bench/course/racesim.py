@@ -11,13 +11,17 @@ have the same candidates still running run the same round
 duration races the candidates that passed every cheaper one, as a new race
 with their number's critical values.
 
-The race spends its levels over the looks as the spec's design does at each
-duration (:meth:`h3bench.course.design.Design.gamma_at`: at a dearer
-duration mostly at the last look). Linear spending there would stop the
-race a round earlier (102.0 h against 114.5 h for two true 10 % of six at
-950pr-x4's costs), but the intersection-union worst case then measured
-2.83 % ± 0.26 % false "faster" (4000 races, seed 1,
-benchmarks/bench_race.py), over the 2.5 % it must hold.
+The race spends its levels linearly over the looks of every duration
+(:data:`RACE_GAMMA`), and its bounds allow the design's step inside one
+round (:attr:`h3bench.course.design.Design.allowance`). The sequential
+design keeps a dearer duration's level mostly for its last look
+(:data:`h3bench.stats.sequential.DEARER_GAMMA`) because one series has 2
+degrees of freedom at the look before it; a race's estimates pool every
+candidate's spread and can stop there. Two true 10 % of six at 950pr-x4's
+costs, 4000 races, seed 1: 103.2 h with PASS 99.7 % / 88.0 % (1 % / 2 %
+process noise) against 116.5 h with 100 % / 95.0 % at γ = -10; the
+intersection-union worst case 0.85 % / 1.15 %, 1.6 % / 2.0 % with a -3 %
+step inside the first round.
 
 The family's level is split over the durations (each duration's race holds
 ``α/2 / durations`` for its field, :func:`h3bench.stats.intervals.error_levels`
@@ -57,7 +61,9 @@ from h3bench.stats import intervals
 from h3bench.stats.blockstat import block_log_statistics
 from h3bench.stats.intervals import INCONCLUSIVE, PASS
 
-__all__ = ["RaceRun", "race_time", "simulate_races"]
+__all__ = ["RACE_GAMMA", "RaceRun", "race_time", "simulate_races"]
+
+RACE_GAMMA = 0.0  # HSD spending parameter at every duration of a race: linear
 
 
 @dataclass(frozen=True)
@@ -98,7 +104,8 @@ def simulate_races(design: Design, ratios: np.ndarray | Sequence[Sequence[float]
         contrasts = np.full((n, k, looks[-1]), np.nan)
         state = LookState.start((n, k), entered)
         fields = {m: race_boundaries(looks, m, levels, design.margin, spending=design.spending,
-                                     gamma=design.gamma_at(d), futility=design.futility, n_paths=n_paths)
+                                     gamma=RACE_GAMMA, futility=design.futility,
+                                     allowance=design.allowance, n_paths=n_paths)
                   for m in range(1, k + 1)}
         size = entered.sum(-1)  # each race's field: the critical values of its own number of candidates
         for r in range(looks[-1]):

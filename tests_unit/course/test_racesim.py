@@ -17,8 +17,10 @@ from h3bench.stats.intervals import PASS
 N, PATHS = 6000, 1 << 16  # Monte-Carlo SE of a 2.5 % rate: 0.2 points
 
 
-def _design(looks=(2, 3, 4, 5, 6), futility=True):
-    return dataclasses.replace(sequential_design(1), looks=(looks,), gamma=(0.0,), futility=futility)
+def _design(looks=(2, 3, 4, 5, 6), futility=True, allowance=None):
+    design = sequential_design(1)
+    return dataclasses.replace(design, looks=(looks,), gamma=(0.0,), futility=futility,
+                               allowance=design.allowance if allowance is None else allowance)
 
 
 def _family_false_faster(design, ratios, seed=5, **model):
@@ -28,9 +30,9 @@ def _family_false_faster(design, ratios, seed=5, **model):
 
 
 def test_without_futility_the_family_spends_its_budget():
-    """Three at the margin, futility off: the max-t values give the family its 2.5 %, not far below (Bonferroni's
-    would, and the race's stepping down could not lift it)."""
-    rate = _family_false_faster(_design(futility=False), [[0.98]] * 3)
+    """Three at the margin, futility off and no step allowance: the max-t values give the family its 2.5 %, not far
+    below (Bonferroni's would, and the race's stepping down could not lift it)."""
+    rate = _family_false_faster(_design(futility=False, allowance=0.0), [[0.98]] * 3)
     assert 0.019 <= rate <= 0.029
 
 
@@ -57,3 +59,8 @@ def test_a_true_10_percent_passes_and_a_null_one_leaves_early():
 def test_ratios_must_match_the_durations():
     with pytest.raises(UsageError, match="ratios must be"):
         simulate_races(_design(), [[0.9, 0.9]], n=10)
+
+
+def test_a_step_inside_the_first_round_is_allowed_for():
+    """Three at the margin, a -3 % step inside round 1, futility off: the family's rate stays ≤ 2.5 %."""
+    assert _family_false_faster(_design(futility=False), [[0.98]] * 3, step=-0.03) <= 0.025 + 2 * 0.002
