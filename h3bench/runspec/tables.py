@@ -194,6 +194,17 @@ class Protocol(Frozen):
     anchored_order: StrictStr | None = None  # unset: h3bench.course.design.anchored_order chooses
     profile: StrictBool = False
 
+    @field_validator("design", mode="before")
+    @classmethod
+    def _not_a_race(cls, value: object) -> object:
+        if value == "race":  # issue 44: simulated and priced (h3bench.course.racesim), not yet run live
+            raise ValueError(
+                "design 'race' is not run by h3bench yet: its schedule and decisions are simulated and priced by "
+                "benchmarks/bench_race.py (h3bench.course.racesim), but no live run, pool or report reads a race; "
+                "use design = \"sequential\", which runs every candidate's AB/BA pairs round-robin"
+            )
+        return value
+
     @field_validator("order")
     @classmethod
     def _ab_ba_pairs(cls, value: str) -> str:

@@ -139,9 +139,11 @@ __all__ = [
     "SeriesBlock",
     "SeriesOutcomes",
     "boundaries",
+    "crossing_values",
     "decide",
     "judge_series",
     "look_levels",
+    "nominal_level",
     "sequential_outcomes",
     "series_order",
     "spent",
@@ -236,16 +238,37 @@ def look_levels(
         raise UsageError(f"a one-sided level must lie in (0, 0.5), got {level}")
     n_max = looks[-1]
     cumulative = spent(np.array(looks) / n_max, level, spending, gamma)
-    paths = _t_paths(n_max, looks, n_paths, seed)
+    first = float(stdtrit(looks[first_decision] - 1, 1 - cumulative[first_decision]))  # the first deciding look: exact
+    crits = crossing_values(_t_paths(n_max, looks, n_paths, seed), cumulative, first_decision, first)
+    return tuple(0.0 if j < first_decision else nominal_level(n, c) for j, (n, c) in enumerate(zip(looks, crits,
+                                                                                                  strict=True)))
+
+
+def nominal_level(pairs: int, crit: float) -> float:
+    """The one-sided level of a t bound with ``pairs - 1`` degrees of freedom whose critical value is ``crit``."""
+    return float(stdtr(pairs - 1, -crit)) if math.isfinite(crit) else (0.0 if crit > 0 else 1.0)
+
+
+def crossing_values(paths: np.ndarray, cumulative: np.ndarray, first_decision: int = 0,
+                    first: float | None = None) -> tuple[float, ...]:
+    """Critical values ``c_j`` so that the share of ``paths`` first at or above ``c_j`` at look ``j`` is the
+    increment of ``cumulative`` there (:func:`spent`); looks before ``first_decision`` never decide (∞).
+
+    ``paths`` is ``(n_paths, J)`` of a statistic that decides when large
+    (``-T_j`` of one series; the largest over a race's candidates,
+    :mod:`h3bench.course.race`); ``first`` the first deciding look's value
+    where it is known exactly, else it is calibrated like the rest.
+    """
+    n_paths = len(paths)
     alive = np.ones(n_paths, dtype=bool)
     crossed = 0
-    levels: list[float] = []
-    for j, n in enumerate(looks):
+    crits: list[float] = []
+    for j in range(paths.shape[1]):
         if j < first_decision:
-            levels.append(0.0)
+            crits.append(math.inf)
             continue
-        if j == first_decision:
-            crit = float(stdtrit(n - 1, 1 - cumulative[j]))  # the first deciding look: exact
+        if j == first_decision and first is not None:
+            crit = first
         else:
             want = round(cumulative[j] * n_paths) - crossed
             candidates = paths[alive, j]
@@ -258,8 +281,8 @@ def look_levels(
         hit = alive & (paths[:, j] >= crit)
         crossed += int(hit.sum())
         alive &= ~hit
-        levels.append(float(stdtr(n - 1, -crit)) if math.isfinite(crit) else (0.0 if crit > 0 else 1.0))
-    return tuple(levels)
+        crits.append(crit)
+    return tuple(crits)
 
 
 @dataclass(frozen=True)
