@@ -70,6 +70,7 @@ __all__ = [
     "alexnet_trunk",
     "authenticate_weights",
     "default_weights",
+    "frames_per_pass",
     "locate_weights",
     "lpips_distance",
     "lpips_video",
@@ -81,6 +82,7 @@ _SHIFT = (-0.030, -0.088, -0.188)
 _SCALE = (0.458, 0.448, 0.450)
 _NORM_EPS = 1e-10  # lpips.normalize_tensor
 _PREFETCH = 4  # decoded frames held ahead per file
+BATCH_PIXELS = 8 * 1344 * 768  # pixels per AlexNet pass: eight frames at H3's full size
 #: The smallest side AlexNet's five taps accept (11x11/4 conv and two 3/2 max-pools before the last three).
 MIN_SIZE = 31
 
@@ -327,7 +329,7 @@ def lpips_video(
     *,
     weights: LpipsWeights,
     device: str = "cpu",
-    batch_size: int = 1,
+    batch_size: int | None = None,
 ) -> LpipsResult:
     """Mean per-frame LPIPS (alex, v0.1) between two videos.
 
@@ -341,7 +343,8 @@ def lpips_video(
     device
         ``"cpu"``, ``"cuda"`` or ``"npu"`` (optionally with ``:index``).
     batch_size
-        Frame pairs per forward pass.
+        Frame pairs per forward pass; by default as many as :func:`frames_per_pass` allows (a pass per pair
+        costs several times the CPU: the network's fixed cost and its threads' hand-offs repeat for each).
 
     Returns
     -------
@@ -356,12 +359,16 @@ def lpips_video(
     UsageError
         The device is unknown or unavailable, or ``batch_size`` < 1.
     """
-    if batch_size < 1:
+    if batch_size is not None and batch_size < 1:
         raise UsageError(f"LPIPS batch_size must be at least 1, got {batch_size}")
     net = network(weights, device)
+    pairs = _frame_pairs(baseline, candidate)
+    first = next(pairs, None)
     scores = []
-    for chunk in _chunks(_frame_pairs(baseline, candidate), batch_size):
-        scores.append(score_pairs(net, chunk))
+    if first is not None:
+        size = batch_size or max(1, frames_per_pass(*first[0].shape[:2]) // 2)
+        for chunk in _chunks(_after(first, pairs), size):
+            scores.append(score_pairs(net, chunk))
     if not scores:
         raise MediaShapeError(f"no video frames to compare in {os.fspath(baseline)} and {os.fspath(candidate)}",
                               path=os.fspath(candidate))
@@ -398,6 +405,21 @@ def _frame_pairs(baseline: _PathLike, candidate: _PathLike) -> Generator[tuple[n
                     path=os.fspath(candidate),
                 )
             yield first, second
+
+
+def frames_per_pass(height: int, width: int) -> int:
+    """Frames of ``height`` x ``width`` per AlexNet pass: eight at H3's full size, more when smaller."""
+    return max(1, BATCH_PIXELS // (height * width))
+
+
+def _after(
+    first: tuple[np.ndarray, np.ndarray], rest: Generator[tuple[np.ndarray, np.ndarray], None, None]
+) -> Generator[tuple[np.ndarray, np.ndarray], None, None]:
+    try:
+        yield first
+        yield from rest
+    finally:
+        rest.close()
 
 
 def _chunks(

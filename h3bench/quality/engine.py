@@ -53,7 +53,6 @@ __all__ = ["Comparison", "Engine", "components", "decoder_threads"]
 
 _PREFETCH_FRAMES = 16  # decoded frames held ahead over a group's files (at least 4 per file)
 _ONE_THREAD_SHARE = 0.9  # a file needing less than this much of one core decodes on one thread
-_BATCH_PIXELS = 8 * 1344 * 768  # frames per AlexNet pass: eight at H3's full size, more when smaller
 
 _PathLike = str | os.PathLike[str]
 
@@ -349,7 +348,7 @@ class Engine:
 
     def _lpips_step(self, pairs: list[_Pair], frames: dict[int, media.DecodedFrame], index: int) -> None:
         """One frame index: AlexNet once per distinct frame of these pairs, then every pair's heads."""
-        from h3bench.metrics.lpips import FeatureBatch
+        from h3bench.metrics.lpips import FeatureBatch, frames_per_pass
 
         scored: list[_Pair] = []
         parent: dict[int, int] = {}  # files whose frames are equal share one file's features
@@ -380,7 +379,7 @@ class Engine:
             by_shape.setdefault(frames[id(pair.base)].rgb.shape, []).append(pair)  # type: ignore[union-attr]
         for (height, width, _), group in by_shape.items():
             keys = list(dict.fromkeys(rep(k) for p in group for k in (id(p.base), id(p.cand))))
-            step = max(1, _BATCH_PIXELS // (height * width))
+            step = frames_per_pass(height, width)
             batch = FeatureBatch.concat([net.features(np.stack([frames[k].rgb for k in keys[i:i + step]]))  # type: ignore[misc]
                                          for i in range(0, len(keys), step)])
             row = {key: i for i, key in enumerate(keys)}

@@ -104,7 +104,7 @@ def copy_weights(weight_dir: Path, target: Path, *, only: tuple[str, ...] = (BAC
 # --- values --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("batch_size", [1, 4])
+@pytest.mark.parametrize("batch_size", [1, 4, None])  # None: by the pixel budget
 def test_equals_lpips_package_on_the_same_frames(weights, oracle, tmp_path, batch_size):
     """Per-frame values and mean equal lpips's; frames 0-2 are identical, 3-5 differ
     (lossless encoding keeps identical frames identical), so batches mix both kinds."""
