@@ -77,7 +77,7 @@ class Bisection:
     def open(cls, spec_path: Path, options: Options, say: Callable[[str], None] | None = None) -> Bisection:
         """A new bisection under the evidence root, or the one ``options.resume`` names (of the same spec)."""
         spec = load_runspec(spec_path)
-        table_of(spec)
+        size, source = segments.asked(table_of(spec), [], options.size)
         if options.resume is not None:
             directory = options.resume
             records = BisectionLog(directory / LOG_NAME).read()
@@ -86,6 +86,7 @@ class Bisection:
             if records[0].get("spec_id") != spec.spec_id:
                 raise UsageError(f"{directory} is a bisection of another spec ({str(records[0].get('spec_id'))[:12]}…),"
                                  f" not of {spec_path} ({spec.spec_id[:12]}…)")
+            segments.asked(table_of(spec), records, options.size)  # a resume looks for the size it started with
         else:
             stamp = now().replace(":", "").replace("-", "")
             directory = options.evidence_root / f"bisect-{spec.name}-{spec.spec_id[:12]}-{stamp}"
@@ -95,8 +96,8 @@ class Bisection:
         if say is not None:
             made.say = say
         if options.resume is None:
-            made.log.append("start", spec_id=spec.spec_id, spec_name=spec.name, spec_file=str(spec_path),
-                            on=made.on, commits=[e.commit for e in (made.table.good, *made.table.range)],
+            made.log.append("start", spec_id=spec.spec_id, spec_name=spec.name, spec_file=str(spec_path), size=size,
+                            size_from=source, on=made.on, commits=[e.commit for e in (made.table.good, *made.table.range)],
                             notes=[e.note for e in (made.table.good, *made.table.range)],
                             posterior=made.rule.posterior, budget_device_h=made.table.budget_device_h,
                             test=made.test.describe())

@@ -24,17 +24,37 @@ from typing import Any
 
 from h3bench.bisect.posterior import Evidence
 from h3bench.bisect.search import CONFIRMS, MAX_SEGMENTS, differs, top_up
+from h3bench.errors import UsageError
 from h3bench.runspec.bisection import Bisect
 
-__all__ = ["after_claim", "claims", "course", "current", "is_top_up", "size_of"]
+__all__ = ["after_claim", "asked", "claims", "course", "current", "is_top_up", "size_of"]
 
 Records = Sequence[dict[str, Any]]
 
 
+def asked(table: Bisect, records: Records, size: float | None = None) -> tuple[float | None, str]:
+    """The change to find as a ratio, and who asked for it: ``size`` (``--size``), else ``[bisect] size``,
+    else none (half the step the verify measures; :func:`size_of`). Once a start record fixed it, its own
+    (a log written before it held one: the spec's), and another ``size`` is refused."""
+    start = next((r for r in records if r["event"] == "start"), None)
+    if start is None or "size_from" not in start:
+        fixed = (size, "--size") if size is not None and start is None else (table.size, "[bisect] size")
+        found = fixed if fixed[0] is not None else (None, "half the verified step")
+    else:
+        found = start["size"], str(start["size_from"])
+    if start is not None and size is not None and (found[0] is None or not math.isclose(size, found[0])):
+        what = "half the step its verify measures" if found[0] is None else f"a change of {found[0]:g} ({found[1]})"
+        raise UsageError(f"the bisection looks for {what}; --size {size:g} asks for another: start a new one, or "
+                         "resume it without --size")
+    return found
+
+
 def size_of(table: Bisect, records: Records) -> float:
-    """The change to find, as a log ratio: ``[bisect] size``, else half the verified step."""
-    if table.size is not None:
-        return math.log(table.size)
+    """The change to find, as a log ratio: the size asked (``--size`` or ``[bisect] size``), else half the
+    verified step."""
+    size, _ = asked(table, records)
+    if size is not None:
+        return math.log(size)
     verify = [r for r in records if r["event"] == "verify"]
     step = (verify[-1].get("step") if verify else None) or {}
     return abs(math.log(float(step.get("ratio", 1.10)))) / 2

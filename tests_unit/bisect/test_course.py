@@ -12,6 +12,7 @@ from h3bench.bisect.observe import Observation
 from h3bench.bisect.runner import Bisection, Options
 from h3bench.bisect.segments import is_top_up
 from h3bench.bisect.summary import open_lines, segment_lines, summary_lines
+from h3bench.errors import UsageError
 from h3bench.outcome import Outcome
 from h3bench.runspec import load_runspec
 
@@ -193,3 +194,42 @@ def test_ends_too_loosely_measured_get_a_probe_of_max_pairs_before_a_segment_is_
     assert all(is_top_up(b.log.read(), p["number"]) for p in top_up["probes"]) and not is_top_up(b.log.read(), 1)
     (decided,) = b.records("segments")
     assert decided["seq"] > top_up["seq"] and b.claims() == [["s11"]]
+
+
+def test_the_size_asked_is_fixed_at_the_start_and_decides_which_changes_the_search_looks_for(tmp_path):
+    # +5 % at s05 and +5 % more at s11. Asked for 12 %, the segment left after the first claim (its ends 5 %
+    # apart, under half of 12 %) is not searched; asked for 5 % (--size), it is, and both changes are named.
+    found = {}
+    for size in (1.12, 1.05):
+        b = Bisection.open(SPEC, Options(evidence_root=tmp_path / f"{size}", size=size), say=lambda line: None)
+        start = b.records("start")[0]
+        assert (start["size"], start["size_from"]) == (size, "--size")
+        measured(b, "verify", 17, [0.1, 0.102, 0.098], reproduced=True, step={"ratio": 1.105})
+        run_course(b, lambda p: 0.05 * (p >= 5) + 0.05 * (p >= 11))
+        found[size] = sorted(b.claims())
+        lines = summary_lines(b.spec, b.table, b.directory, b.records("start"), b.outcome())
+        assert f"  the change to find: {size - 1:.1%} or more, either way (--size)" in lines
+    assert len(found[1.12]) == 1 and found[1.05] == [["s05"], ["s11"]]
+
+
+def test_a_bisection_without_a_size_asked_looks_for_half_its_verified_step(tmp_path):
+    b = Bisection.open(SPEC, Options(evidence_root=tmp_path), say=lambda line: None)
+    assert b.records("start")[0]["size_from"] == "half the verified step"
+    assert not any("the change to find" in line for line in summary_lines(b.spec, b.table, b.directory,
+                                                                          b.log.read(), b.outcome()))
+    measured(b, "verify", 17, STEP, reproduced=True, step={"ratio": 1.116}, commit="bad", why="slower",
+             pairs=3)
+    lines = summary_lines(b.spec, b.table, b.directory, b.log.read(), b.outcome())
+    assert "  the change to find: 5.6% or more, either way (half the verified step)" in lines
+
+
+def test_a_resume_keeps_the_size_the_bisection_started_with(tmp_path):
+    b = Bisection.open(SPEC, Options(evidence_root=tmp_path, size=1.05), say=lambda line: None)
+    for size in (None, 1.05):  # resumed without --size, or with the same one
+        again = Bisection.open(SPEC, Options(resume=b.directory, size=size), say=lambda line: None)
+        assert again.records("start") == b.records("start")
+    with pytest.raises(UsageError, match=r"looks for a change of 1.05 \(--size\); --size 1.08 asks for another"):
+        Bisection.open(SPEC, Options(resume=b.directory, size=1.08))
+    plain = Bisection.open(SPEC, Options(evidence_root=tmp_path / "plain"), say=lambda line: None)
+    with pytest.raises(UsageError, match="looks for half the step its verify measures; --size 1.05"):
+        Bisection.open(SPEC, Options(resume=plain.directory, size=1.05))
