@@ -29,9 +29,10 @@ from h3bench.bisect import posterior
 from h3bench.bisect.choice import ProbeCosts, choose, expected_pairs
 from h3bench.bisect.probe import ProbeTest
 from h3bench.errors import UsageError
+from h3bench.stats.sequential import Boundaries, look_upper_bounds
 
 __all__ = ["BUDGET", "CONFIDENT", "CONFIRMS", "FADED", "MAX_SEGMENTS", "RESOLVED", "SearchRule", "SearchState", "differs",
-           "eligible", "level_at", "named_group", "segment_probes", "threshold_after", "top_up"]
+           "eligible", "futile_at", "level_at", "named_group", "segment_probes", "threshold_after", "top_up"]
 
 MAX_SEGMENTS = 6  # segments one bisection searches in turn: the whole range, then those its claims leave
 CONFIRMS = 2  # confirm campaigns a search may run: after a failed one it probes on, at a higher posterior
@@ -84,6 +85,18 @@ def level_at(evidence: posterior.Evidence, commit: np.ndarray | int) -> tuple[np
     total = np.take_along_axis(evidence.total, at, -1)[..., 0]
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(c < 0, 0.0, total / count), np.where(c < 0, np.inf, count)
+
+
+def futile_at(log_ratios: np.ndarray, b: Boundaries, size: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(...)``: the pairs of the verify's first look (boundaries ``b``) whose upper bound lies below the size
+    asked (a log ratio), 0 where none does, and that bound: the bad engine is not that much slower than the good
+    one, so no later look can show a change of the size asked (the verify's futility stop)."""
+    upper = look_upper_bounds(log_ratios, b)
+    below = upper < math.exp(size)  # NaN (a look not reached) is not below
+    first = np.argmax(below, -1)
+    found = below.any(-1)
+    return (np.where(found, np.asarray(b.looks)[first], 0),
+            np.where(found, np.take_along_axis(upper, first[..., None], -1)[..., 0], np.nan))
 
 
 def top_up(evidence: posterior.Evidence, a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:

@@ -7,8 +7,10 @@ One row per simulated search, every step vectorised over the rows:
    lognormal offset per server process) and judged by
    :func:`h3bench.stats.sequential.judge_series` at the verify campaign's own
    boundaries (the ones :func:`h3bench.course.looks.boundaries_of` gives the
-   live verify). Not FAIL ("slower"): not reproduced, the search stops. Else
-   its pairs give the :class:`~h3bench.bisect.probe.Step`;
+   live verify). Not FAIL ("slower"): not reproduced, the search stops; where a
+   size is asked, a look whose upper bound excludes a change of that size stops
+   the verify there (:func:`h3bench.bisect.search.futile_at`, the live verify's
+   futility stop). Else its pairs give the :class:`~h3bench.bisect.probe.Step`;
 2. **probes**: the next commit by :func:`h3bench.bisect.choice.choose`, its
    pairs drawn at that commit's true level, the test run by
    :meth:`h3bench.bisect.probe.ProbeTest.run`, the posterior updated by
@@ -45,6 +47,7 @@ from h3bench.bisect.search import (
     SearchRule,
     differs,
     eligible,
+    futile_at,
     named_group,
     segment_probes,
     threshold_after,
@@ -62,7 +65,7 @@ from h3bench.stats.blockstat import BlockBudget, block_log_statistics
 from h3bench.stats.intervals import FAIL, PASS
 from h3bench.stats.sequential import Boundaries, judge_series, series_order
 
-__all__ = ["Scenario", "Setup", "SimulatedSearches", "setup_of", "simulate_searches", "simulated_campaign",
+__all__ = ["Scenario", "Setup", "SimulatedSearches", "campaign_bounds", "setup_of", "simulate_searches", "simulated_campaign",
            "simulated_log_ratios", "step_range"]
 
 
@@ -128,6 +131,7 @@ class SimulatedSearches:
 
     scenario: Scenario
     reproduced: np.ndarray  # the verify campaign said "slower"
+    futile: np.ndarray  # the verify stopped early: its upper bound excludes a change of the size asked
     first: np.ndarray  # the named group's first and last commit index; -1: none named
     last: np.ndarray
     mass: np.ndarray  # its posterior mass when the search stopped
@@ -157,6 +161,12 @@ class SimulatedSearches:
         return np.asarray(((self.claims[..., 0] >= 0) & ~inside).any(-1))
 
 
+def campaign_bounds(spec: RunSpec, kind: Kind, control: int, candidate: int) -> Boundaries:
+    """The boundaries of a campaign the live bisection of ``spec`` derives (:mod:`h3bench.bisect.specs`), as its
+    course has them (:func:`h3bench.course.looks.boundaries_of`)."""
+    return boundaries_of(campaign_spec(spec, kind, control, candidate), duration_of(spec), spec.gates.lossless)
+
+
 def setup_of(spec: RunSpec, *, hosts: int = 1) -> Setup:
     """What the live bisection of ``spec`` runs with: its blocks, its verify's and confirm's own boundaries
     (:func:`h3bench.course.looks.boundaries_of` of the campaigns :mod:`h3bench.bisect.specs` derives), its probe
@@ -164,11 +174,6 @@ def setup_of(spec: RunSpec, *, hosts: int = 1) -> Setup:
     table = table_of(spec)
     n = len(table.range)
     duration = duration_of(spec)
-    lossless = spec.gates.lossless
-
-    def bounds(kind: Kind, control: int, candidate: int) -> Boundaries:
-        return boundaries_of(campaign_spec(spec, kind, control, candidate), duration, lossless)
-
     hints = spec.hints
     if hints is None or f"{duration:g}" not in hints.e2e_s.get(BASELINE, {}):
         raise UsageError(f"{spec.name}: pricing a bisection needs [hints] e2e_s.baseline at {duration:g} s")
@@ -176,7 +181,7 @@ def setup_of(spec: RunSpec, *, hosts: int = 1) -> Setup:
     good = ArmCost(hints.e2e_s[BASELINE][f"{duration:g}"], hints.of("startup_s", BASELINE),
                    hints.of("shutdown_s", BASELINE), hints.of("compile_s", BASELINE), devices)
     budget_s = math.inf if table.budget_device_h is None else table.budget_device_h * 3600.0
-    return Setup(budget_of(spec), bounds("verify", 0, n), bounds("confirm", n - 1, n),
+    return Setup(budget_of(spec), campaign_bounds(spec, "verify", 0, n), campaign_bounds(spec, "confirm", n - 1, n),
                  ProbeTest(table.level, table.min_pairs, table.max_pairs), SearchRule(table.posterior, budget_s),
                  good, table.image_s, hosts, None if table.size is None else math.log(table.size))
 
@@ -214,6 +219,13 @@ def simulate_searches(setup: Setup, scenario: Scenario, *, model: LatencyModel |
     # 1. verify: good (A) against bad (B); its pairs are the first evidence, at the bad endpoint.
     code, v_pairs, v_x = simulated_campaign(rng, setup, setup.verify, np.full(n, levels[-1]), np.zeros(n), model)
     reproduced = code == FAIL
+    futile = np.zeros(n, bool)
+    if setup.size is not None:  # the verify's futility stop (search.futile_at): no change of the size asked
+        at, _ = futile_at(v_x, setup.verify, setup.size)
+        # It stops the verify at that look, unless the verify's own look there said "slower" first.
+        futile = (at > 0) & ((at < v_pairs) | ((at == v_pairs) & ~reproduced))
+        reproduced &= ~futile
+        v_pairs = np.where(futile, at, v_pairs)
     run = _Run(setup, scenario, model, rng, levels, n)
     run.wall += v_pairs * (setup.block_s(0.0) + setup.block_s(levels[-1])) + 2 * setup.image_s
     run.spent += run.wall * setup.good.devices
@@ -250,7 +262,7 @@ def simulate_searches(setup: Setup, scenario: Scenario, *, model: LatencyModel |
     first, last, confirmed = top if reproduced.any() else (np.full(n, -1), np.full(n, -1), np.zeros(n, bool))
     first = np.where(reproduced, first, -1)
     last = np.where(reproduced, last, -1)
-    return SimulatedSearches(scenario, reproduced, first, last, run.mass, confirmed, run.probes, run.spent, run.wall,
+    return SimulatedSearches(scenario, reproduced, futile, first, last, run.mass, confirmed, run.probes, run.spent, run.wall,
                              run.between, claims, looked)
 
 

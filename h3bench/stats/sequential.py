@@ -142,6 +142,7 @@ __all__ = [
     "decide",
     "judge_series",
     "look_levels",
+    "look_upper_bounds",
     "sequential_outcomes",
     "series_order",
     "spent",
@@ -349,6 +350,19 @@ def _bounds(x: np.ndarray, pass_level: float, fail_level: float, allowance: floa
     widen = math.exp(math.log1p(allowance) / x.shape[-1])
     return (ratio, lower / widen if fail_level > 0 else np.zeros_like(lower),
             upper * widen if pass_level > 0 else np.full_like(upper, np.inf))
+
+
+def look_upper_bounds(log_ratios: np.ndarray, b: Boundaries) -> np.ndarray:
+    """``(..., J)``: each look's upper bound on the ratio from ``(..., n)`` paired log ratios, at the look's
+    nominal level and step allowance, as :func:`sequential_outcomes` reads it for PASS (infinite where PASS is
+    not allowed; NaN at a look beyond the ``n`` pairs given)."""
+    x = np.asarray(log_ratios, dtype=float)
+    out = np.full((*x.shape[:-1], len(b.looks)), np.nan)
+    for j, n in enumerate(b.looks):
+        if n <= x.shape[-1]:
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                out[..., j] = _bounds(x[..., :n], b.pass_levels[j], b.fail_levels[j], b.allowance)[2]
+    return out
 
 
 def sequential_outcomes(

@@ -233,3 +233,29 @@ def test_a_resume_keeps_the_size_the_bisection_started_with(tmp_path):
     plain = Bisection.open(SPEC, Options(evidence_root=tmp_path / "plain"), say=lambda line: None)
     with pytest.raises(UsageError, match="looks for half the step its verify measures; --size 1.05"):
         Bisection.open(SPEC, Options(resume=plain.directory, size=1.05))
+
+
+def take_verify(b: Bisection, x: list[float], speed: str) -> dict:
+    """The verify record of a bundle whose pairs are ``x`` and whose own look said ``speed``."""
+    seen = Observation(Path("v"), f"v{len(x)}{x[0]}", "sid", "measured", "", tuple(x), 0, 0, speed,
+                       Outcome.INCONCLUSIVE, None, None, 10.0)
+    return b._take_verify(seen, {"position": 17, "commit": "bad", "status": "measured", "reason": "",
+                                 "device_s": 10.0, "pairs": len(x), "bundle": "v", "log_ratios": x,
+                                 "final_sha256": seen.final_sha256, "spec_id": "sid", "failing": 0, "matched": 0})
+
+
+def test_a_verify_that_cannot_reach_the_size_asked_stops_inconclusive_and_says_why(tmp_path):
+    flat = [0.004, -0.003, 0.002, -0.001, 0.003, -0.002]  # tight pairs about no change
+    asked = Bisection.open(SPEC, Options(evidence_root=tmp_path / "a", size=1.05), say=lambda line: None)
+    assert asked._futility(flat[:1]) == "", "one pair gives no bound"
+    record = take_verify(asked, flat, "continue")
+    assert record["futile"] and not record["reproduced"]
+    assert record["why"].startswith("INCONCLUSIVE: futility at 3 pairs: the bad engine is at most 1.04")
+    assert "below the size asked (1.05, --size)" in record["why"]
+    assert asked.next_round() == [] and asked.outcome() == record["why"] and asked.finish() == 3
+    # A step of the size asked is within reach: no futility; nor without a size asked (half the verified step).
+    assert asked._futility([0.05 + v for v in flat]) == ""
+    plain = Bisection.open(SPEC, Options(evidence_root=tmp_path / "p"), say=lambda line: None)
+    record = take_verify(plain, flat, "last look")
+    assert not record["futile"] and plain.outcome() == "not reproduced"
+    assert record["why"] == "the step does not reproduce at the campaign's own levels (last look)"

@@ -14,13 +14,14 @@ figures with their standard errors (benchmarks/bench_bisect.py --write-docs writ
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 from scipy.stats import beta
 
 from benchmarks.bench_bisect import npu_setup
-from h3bench.bisect.simulate import Scenario, simulate_searches, step_range
+from h3bench.bisect.simulate import Scenario, Setup, simulate_searches, step_range
 from h3bench.course.designsim import LatencyModel
 
 N = 1500
@@ -94,3 +95,28 @@ def test_a_commit_that_does_not_start_is_skipped_never_counted_slow(skipped, gro
 def test_four_hosts_claim_as_one_does():
     found = run(step_range(32, CULPRIT, 1.10), 0.01, seed=21, hosts=4)
     assert lower(int(found.correct().sum()), N) >= 0.95 and upper(int(found.wrong.sum()), N) <= 0.05
+
+
+def asked(size: float) -> Setup:
+    return dataclasses.replace(npu_setup(), size=math.log(size))
+
+
+@pytest.mark.parametrize("process", [0.01, 0.02])
+def test_the_verify_futility_stop_ends_a_change_of_the_size_asked_in_at_most_its_upper_bounds_level(process):
+    # A 5 % step asked for as 5 %: the verify's futility stop reads the upper bound the campaign's own looks
+    # compute, at their levels (2.5 % over the looks), so it ends a true change of that size in at most 2.5 %
+    # (0.2 % and 1.3 % measured, seeds 31 and 32, 1500 searches).
+    found = simulate_searches(asked(1.05), step_range(32, CULPRIT, 1.05), model=LatencyModel(0.02, process), n=N,
+                              seed=30 + int(process * 100))
+    assert upper(int(found.futile.sum()), N) <= asked(1.05).verify.pass_level
+    assert not (found.futile & found.reproduced).any()
+
+
+def test_the_verify_futility_stop_ends_a_range_without_a_change_early_and_for_less():
+    # No change, 5 % asked: the futility stop ends 98.9 % of the verifies (2 % process noise), at about half the
+    # device time of a verify that runs to its last look (99 and 181 device-h measured, seed 33).
+    flat = step_range(32, CULPRIT, 1.0)
+    stopped = simulate_searches(asked(1.05), flat, model=LatencyModel(0.02, 0.02), n=N, seed=33)
+    without = simulate_searches(npu_setup(), flat, model=LatencyModel(0.02, 0.02), n=N, seed=33)
+    assert lower(int(stopped.futile.sum()), N) >= 0.95 and not stopped.confirmed.any()
+    assert stopped.device_s.mean() < 0.6 * without.device_s.mean() and not without.futile.any()
