@@ -177,8 +177,10 @@ class Bisection:
                      prior_state: SearchState | None = None) -> Path:
         """Run (or resume) one campaign into a sealed bundle; its path. KeyboardInterrupt after sealing it."""
         done: Callable[[Results, str, int], bool]
-        if kind == "probe" and segments.is_top_up(self.log.read(), number):
-            done = lambda results, name, pairs: pairs >= self.test.max_pairs  # noqa: E731  (a segment's end)
+        if kind == "probe" and segments.is_top_up(records := self.log.read(), number):  # a segment's end
+            base, size = self.state().evidence, segments.size_of(self.table, records)
+            done = lambda results, name, pairs: pairs >= self.test.max_pairs or segments.top_up_settled(  # noqa: E731
+                records, number, base.add(candidate - 1, np.asarray(pair_log_ratios(results, results.spec, name))), size)
         elif kind == "probe":
             assert prior_state is not None
             done = self._probe_done(candidate - 1, prior_state)
@@ -304,7 +306,8 @@ class Bisection:
         records = self.log.read()
         found = segments.after_claim(records, self.state().evidence, segments.size_of(self.table, records))
         if found is not None and found[1]:
-            return self._round(records, found[1], self.state().spent_device_s, top_up=found[0])
+            return self._round(records, [end for end, _, _ in found[1]], self.state().spent_device_s,
+                               top_up=found[0], segments=[[a, b] for _, a, b in found[1]])
         if found is not None:
             self.log.append("segments", claim=found[0], segments=found[2])
         return []

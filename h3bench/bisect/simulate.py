@@ -33,7 +33,9 @@ probes run at once and the round's wall time is its longest probe.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,6 +52,7 @@ from h3bench.bisect.search import (
     futile_at,
     named_group,
     segment_probes,
+    settled,
     threshold_after,
     top_up,
 )
@@ -209,6 +212,19 @@ def simulated_campaign(rng: np.random.Generator, setup: Setup, b: Boundaries, lo
     return found.code, found.pairs.astype(int), x
 
 
+FUTILE = -2  # a campaign's code where its futility stop ended it (never PASS, FAIL or INCONCLUSIVE's value)
+
+
+def futility(code: np.ndarray, pairs: np.ndarray, log_ratios: np.ndarray, b: Boundaries, size: float
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """A verify's code and pairs with its futility stop (:func:`h3bench.bisect.search.futile_at`): the first look
+    whose upper bound excludes the size asked ends it (code :data:`FUTILE`), unless its own look there said
+    "slower" first."""
+    at, _ = futile_at(log_ratios, b, size)
+    futile = (at > 0) & ((at < pairs) | ((at == pairs) & (code != FAIL)))
+    return np.where(futile, FUTILE, code), np.where(futile, at, pairs)
+
+
 def simulate_searches(setup: Setup, scenario: Scenario, *, model: LatencyModel | None = None, n: int = 2000,
                       seed: int = 0) -> SimulatedSearches:
     """Simulate ``n`` bisections of ``scenario`` (see the module docstring)."""
@@ -218,14 +234,9 @@ def simulate_searches(setup: Setup, scenario: Scenario, *, model: LatencyModel |
     n_commits = scenario.n
     # 1. verify: good (A) against bad (B); its pairs are the first evidence, at the bad endpoint.
     code, v_pairs, v_x = simulated_campaign(rng, setup, setup.verify, np.full(n, levels[-1]), np.zeros(n), model)
-    reproduced = code == FAIL
-    futile = np.zeros(n, bool)
-    if setup.size is not None:  # the verify's futility stop (search.futile_at): no change of the size asked
-        at, _ = futile_at(v_x, setup.verify, setup.size)
-        # It stops the verify at that look, unless the verify's own look there said "slower" first.
-        futile = (at > 0) & ((at < v_pairs) | ((at == v_pairs) & ~reproduced))
-        reproduced &= ~futile
-        v_pairs = np.where(futile, at, v_pairs)
+    if setup.size is not None:  # the verify's futility stop: no change of the size asked
+        code, v_pairs = futility(code, v_pairs, v_x, setup.verify, setup.size)
+    reproduced, futile = code == FAIL, code == FUTILE
     run = _Run(setup, scenario, model, rng, levels, n)
     run.wall += v_pairs * (setup.block_s(0.0) + setup.block_s(levels[-1])) + 2 * setup.image_s
     run.spent += run.wall * setup.good.devices
@@ -253,9 +264,10 @@ def simulate_searches(setup: Setup, scenario: Scenario, *, model: LatencyModel |
         claims[confirmed, wave] = np.stack([first, last], -1)[confirmed]
         for a, b in ((lo, first - 1), (last, hi)):
             opens, _, bound = differs(run.evidence, a, b, size)
-            # Ends too loosely measured to tell: the one with fewer pairs gets a probe's worth more (search.top_up).
+            # Ends too loosely measured to tell: the one with fewer pairs gets up to a probe's worth more
+            # (search.top_up), pair by pair until settled (search.settled).
             unclear = confirmed & ~opens & (np.nan_to_num(bound) >= size)
-            run.top_up(unclear, top_up(run.evidence, a, b))
+            run.top_up(unclear, top_up(run.evidence, a, b), functools.partial(settled, a=a, b=b, size=size))
             opens, _, _ = differs(run.evidence, a, b, size)
             for r in np.flatnonzero(confirmed & opens):
                 queue[r].append((int(a[r]), int(b[r])))
@@ -282,12 +294,19 @@ class _Run:
         self.commit_block = setup.block_s(levels)
         self.does_not_start = scenario.does_not_start
 
-    def top_up(self, rows: np.ndarray, commit: np.ndarray) -> None:
-        """``max_pairs`` more pairs at ``commit`` (measured before, so its image is on the host) in ``rows``."""
-        setup, pairs = self.setup, self.setup.test.max_pairs
-        x = simulated_log_ratios(self.rng, rows.size, pairs, setup.budget, self.levels[commit], self.model)
-        self.evidence = self.evidence.add(commit, x, rows)
-        seconds = np.where(rows, pairs * (setup.block_s(0.0) + self.commit_block[commit]), 0.0)
+    def top_up(self, rows: np.ndarray, commit: np.ndarray, done: Callable[[posterior.Evidence], np.ndarray]
+               ) -> None:
+        """Up to ``max_pairs`` more pairs at ``commit`` (measured before, so its image is on the host) in ``rows``,
+        one at a time until ``done`` (:func:`h3bench.bisect.search.settled`) holds."""
+        setup = self.setup
+        x = simulated_log_ratios(self.rng, rows.size, setup.test.max_pairs, setup.budget, self.levels[commit],
+                                 self.model)
+        going, pairs = rows.copy(), np.zeros(rows.size, int)
+        for k in range(setup.test.max_pairs):
+            self.evidence = self.evidence.add(commit, x[:, k : k + 1], going)
+            pairs += going
+            going &= ~done(self.evidence)
+        seconds = pairs * (setup.block_s(0.0) + self.commit_block[commit])
         self.spent += seconds * setup.good.devices
         self.wall += seconds
         self.probes += rows

@@ -141,8 +141,8 @@ __all__ = [
     "boundaries",
     "decide",
     "judge_series",
+    "look_bounds",
     "look_levels",
-    "look_upper_bounds",
     "sequential_outcomes",
     "series_order",
     "spent",
@@ -352,17 +352,17 @@ def _bounds(x: np.ndarray, pass_level: float, fail_level: float, allowance: floa
             upper * widen if pass_level > 0 else np.full_like(upper, np.inf))
 
 
-def look_upper_bounds(log_ratios: np.ndarray, b: Boundaries) -> np.ndarray:
-    """``(..., J)``: each look's upper bound on the ratio from ``(..., n)`` paired log ratios, at the look's
-    nominal level and step allowance, as :func:`sequential_outcomes` reads it for PASS (infinite where PASS is
-    not allowed; NaN at a look beyond the ``n`` pairs given)."""
+def look_bounds(log_ratios: np.ndarray, b: Boundaries) -> tuple[np.ndarray, np.ndarray]:
+    """``(..., J)`` each: every look's lower and upper bound on the ratio from ``(..., n)`` paired log ratios, at
+    the look's nominal levels and step allowance, as :func:`sequential_outcomes` reads them for FAIL and PASS
+    (0 or infinite where a level is 0; NaN at a look beyond the ``n`` pairs given)."""
     x = np.asarray(log_ratios, dtype=float)
-    out = np.full((*x.shape[:-1], len(b.looks)), np.nan)
+    lower, upper = (np.full((*x.shape[:-1], len(b.looks)), np.nan) for _ in range(2))
     for j, n in enumerate(b.looks):
         if n <= x.shape[-1]:
             with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-                out[..., j] = _bounds(x[..., :n], b.pass_levels[j], b.fail_levels[j], b.allowance)[2]
-    return out
+                _, lower[..., j], upper[..., j] = _bounds(x[..., :n], b.pass_levels[j], b.fail_levels[j], b.allowance)
+    return lower, upper
 
 
 def sequential_outcomes(

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from h3bench.bisect import segments
 from h3bench.bisect.observe import Observation
 from h3bench.bisect.runner import Bisection, Options
 from h3bench.bisect.segments import is_top_up
@@ -192,6 +193,22 @@ def test_ends_too_loosely_measured_get_a_probe_of_max_pairs_before_a_segment_is_
     (top_up,) = [r for r in b.records("round") if r.get("top_up")]
     assert top_up["top_up"] == 1 and {p["position"] for p in top_up["probes"]} <= {10, 11}
     assert all(is_top_up(b.log.read(), p["number"]) for p in top_up["probes"]) and not is_top_up(b.log.read(), 1)
+    # Each top-up stops once two standard errors exclude the size asked between its segment's ends: pairs as
+    # tight as the others' at the end's level settle it, pairs that scatter do not (it runs on to max_pairs).
+    records, size = b.log.read(), segments.size_of(b.table, b.log.read())
+    before = Bisection(b.spec, SPEC, tmp_path / "before", b.options)  # the log as it was when the round was chosen
+    before.log.path.parent.mkdir(parents=True)
+    before.log.path.write_text("".join(line + "\n" for line in b.log.path.read_text().splitlines()[: top_up["seq"]]))
+    evidence = before.state().evidence
+    for probe, (lo, hi) in zip(top_up["probes"], top_up["segments"], strict=True):
+        assert probe["position"] - 1 in (lo, hi)
+        level = 0.11 * (probe["position"] >= 11)
+        tight = evidence.add(probe["position"] - 1, np.array([level + 0.004, level - 0.003] * (b.table.max_pairs // 2)))
+        loose = evidence.add(probe["position"] - 1, np.array([level + 0.09, level - 0.09]))
+        assert segments.top_up_settled(records, probe["number"], tight, size)
+        assert not segments.top_up_settled(records, probe["number"], loose, size)
+    older = [{k: v for k, v in r.items() if k != "segments"} for r in records]  # a round that named no segment
+    assert not segments.top_up_settled(older, top_up["probes"][0]["number"], tight, size), "runs to max_pairs"
     (decided,) = b.records("segments")
     assert decided["seq"] > top_up["seq"] and b.claims() == [["s11"]]
 
