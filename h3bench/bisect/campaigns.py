@@ -45,6 +45,7 @@ class Options:
     progress_interval_s: float = 60.0
     ledger: Path | None = None
     on: str | None = None  # what regressed, when not the spec's [bisect] on
+    size: float | None = None  # the change to find as a ratio (--size), when not the spec's [bisect] size
 
 
 def bundle_of(root: Path, spec_id: str) -> Path | None:

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from h3bench.bisect.probe import Step
 from h3bench.bisect.specs import duration_of
 from h3bench.course.design import budget_of
 from h3bench.errors import EvidenceError, UsageError
@@ -32,7 +34,7 @@ from h3bench.verdict.assemble import candidate_verdicts
 from h3bench.verdict.device import device_time
 from h3bench.verdict.verdicts import duration_key
 
-__all__ = ["SERVING_FAILURES", "Observation", "observe", "observe_bundle", "pair_log_ratios"]
+__all__ = ["SERVING_FAILURES", "Observation", "observe", "observe_bundle", "pair_log_ratios", "verify_fields"]
 
 # A commit's block that ends so is the commit's own failure to start or serve: the commit is skipped. Any
 # other (resource interference: the host's) makes the probe invalid, as a failed block of the good engine does.
@@ -125,3 +127,30 @@ def observe_bundle(path: Path, lpips_dir: Path | None = None) -> tuple[RunSpec, 
     results = Results.from_bundle(path, settings, verified=True)
     load_quality(results)
     return results.spec, observe(results, results.spec)
+
+
+def verify_fields(seen: Observation, quality: bool, futile: str = "") -> dict[str, Any]:
+    """What a verify showed: whether it reproduced the regression and why not, and the step its pairs measure
+    (a speed bisection). ``futile``: why its futility stop ended it, unless it said "slower" first."""
+    if quality:
+        reproduced = seen.quality is Outcome.FAIL
+        why = (f"{seen.failing} of {seen.matched} matched pairs fail a gate" if reproduced else
+               f"the bad engine's outputs pass every gate ({seen.matched} matched pairs)")
+    else:
+        reproduced = seen.speed == sequential.REASONS[sequential.FAILED] and seen.status == "measured"
+        if seen.status != "measured":
+            why = f"the bad engine could not be measured: {seen.status}: {seen.reason}"
+        elif reproduced:
+            why = "the bad engine is slower than the good one at the campaign's own levels"
+        else:
+            why = futile or f"the step does not reproduce at the campaign's own levels ({seen.speed or 'no decision'})"
+    step = None
+    if not quality and len(seen.log_ratios) >= 2:
+        try:
+            found = Step.from_log_ratios(list(seen.log_ratios))
+            low, high = found.interval()
+            step = {"ratio": found.ratio, "low": low, "high": high, "spread": found.spread, "pairs": found.pairs}
+        except UsageError:
+            step = None
+    return {"reproduced": reproduced, "why": why, "futile": bool(futile) and not reproduced, "step": step,
+            "interval": seen.interval, "speed": seen.speed, "speed_reasons": list(seen.reasons), "log_lr": 0.0}

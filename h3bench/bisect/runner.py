@@ -35,9 +35,10 @@ from h3bench.bisect import segments
 from h3bench.bisect.campaigns import Options, run_campaign
 from h3bench.bisect.choice import ProbeCosts
 from h3bench.bisect.log import LOG_NAME, BisectionLog
-from h3bench.bisect.observe import Observation, observe_bundle, pair_log_ratios
-from h3bench.bisect.probe import DECISIONS, ProbeTest, Step, between_flags, quality_log_lr
-from h3bench.bisect.search import SearchRule, SearchState, threshold_after
+from h3bench.bisect.observe import Observation, observe_bundle, pair_log_ratios, verify_fields
+from h3bench.bisect.probe import DECISIONS, ProbeTest, between_flags, quality_log_lr
+from h3bench.bisect.search import SearchRule, SearchState, futile_at, threshold_after
+from h3bench.bisect.simulate import campaign_bounds
 from h3bench.bisect.specs import Kind, campaign_data, duration_of, engine, table_of, write_spec
 from h3bench.bisect.summary import record_line, summary_lines
 from h3bench.course.design import budget_of
@@ -77,7 +78,7 @@ class Bisection:
     def open(cls, spec_path: Path, options: Options, say: Callable[[str], None] | None = None) -> Bisection:
         """A new bisection under the evidence root, or the one ``options.resume`` names (of the same spec)."""
         spec = load_runspec(spec_path)
-        table_of(spec)
+        size, source = segments.asked(table_of(spec), [], options.size)
         if options.resume is not None:
             directory = options.resume
             records = BisectionLog(directory / LOG_NAME).read()
@@ -86,6 +87,7 @@ class Bisection:
             if records[0].get("spec_id") != spec.spec_id:
                 raise UsageError(f"{directory} is a bisection of another spec ({str(records[0].get('spec_id'))[:12]}…),"
                                  f" not of {spec_path} ({spec.spec_id[:12]}…)")
+            segments.asked(table_of(spec), records, options.size)  # a resume looks for the size it started with
         else:
             stamp = now().replace(":", "").replace("-", "")
             directory = options.evidence_root / f"bisect-{spec.name}-{spec.spec_id[:12]}-{stamp}"
@@ -95,8 +97,8 @@ class Bisection:
         if say is not None:
             made.say = say
         if options.resume is None:
-            made.log.append("start", spec_id=spec.spec_id, spec_name=spec.name, spec_file=str(spec_path),
-                            on=made.on, commits=[e.commit for e in (made.table.good, *made.table.range)],
+            made.log.append("start", spec_id=spec.spec_id, spec_name=spec.name, spec_file=str(spec_path), size=size,
+                            size_from=source, on=made.on, commits=[e.commit for e in (made.table.good, *made.table.range)],
                             notes=[e.note for e in (made.table.good, *made.table.range)],
                             posterior=made.rule.posterior, budget_device_h=made.table.budget_device_h,
                             test=made.test.describe())
@@ -175,11 +177,16 @@ class Bisection:
                      prior_state: SearchState | None = None) -> Path:
         """Run (or resume) one campaign into a sealed bundle; its path. KeyboardInterrupt after sealing it."""
         done: Callable[[Results, str, int], bool]
-        if kind == "probe" and segments.is_top_up(self.log.read(), number):
-            done = lambda results, name, pairs: pairs >= self.test.max_pairs  # noqa: E731  (a segment's end)
+        if kind == "probe" and segments.is_top_up(records := self.log.read(), number):  # a segment's end
+            base, size = self.state().evidence, segments.size_of(self.table, records)
+            done = lambda results, name, pairs: pairs >= self.test.max_pairs or segments.top_up_settled(  # noqa: E731
+                records, number, base.add(candidate - 1, np.asarray(pair_log_ratios(results, results.spec, name))), size)
         elif kind == "probe":
             assert prior_state is not None
             done = self._probe_done(candidate - 1, prior_state)
+        elif kind == "verify":
+            done = lambda results, name, pairs: self._campaign_done(results, name, pairs) or bool(  # noqa: E731
+                not self.quality_mode() and self._futility(pair_log_ratios(results, results.spec, name)))
         else:
             done = self._campaign_done
         return run_campaign(self._spec_file(kind, control, candidate, number), self.directory / "bundles",
@@ -233,30 +240,20 @@ class Bisection:
         return self._take_probe(seen, common, number)
 
     def _take_verify(self, seen: Observation, common: dict[str, Any]) -> dict[str, Any]:
-        if self.quality_mode():
-            reproduced = seen.quality is Outcome.FAIL
-            why = (f"{seen.failing} of {seen.matched} matched pairs fail a gate" if reproduced else
-                   f"the bad engine's outputs pass every gate ({seen.matched} matched pairs)")
-        else:
-            reproduced = seen.speed == sequential.REASONS[sequential.FAILED] and seen.status == "measured"
-            if seen.status != "measured":
-                why = f"the bad engine could not be measured: {seen.status}: {seen.reason}"
-            elif reproduced:
-                why = "the bad engine is slower than the good one at the campaign's own levels"
-            else:
-                why = f"the step does not reproduce at the campaign's own levels ({seen.speed or 'no decision'})"
-        step = None
-        if not self.quality_mode() and len(seen.log_ratios) >= 2:
-            try:
-                found = Step.from_log_ratios(list(seen.log_ratios))
-                low, high = found.interval()
-                step = {"ratio": found.ratio, "low": low, "high": high, "spread": found.spread,
-                        "pairs": found.pairs}
-            except UsageError:
-                step = None
-        fields = {**common, "reproduced": reproduced, "why": why, "step": step, "interval": seen.interval,
-                  "speed": seen.speed, "speed_reasons": list(seen.reasons), "log_lr": 0.0}
-        return self._append("verify", fields)
+        futile = "" if self.quality_mode() or seen.status != "measured" else self._futility(seen.log_ratios)
+        return self._append("verify", {**common, **verify_fields(seen, self.quality_mode(), futile)})
+
+    def _futility(self, log_ratios: Sequence[float]) -> str:
+        """Why the verify's futility stop ends it after these pairs (:func:`h3bench.bisect.search.futile_at`);
+        empty while a change of the size asked is still within its reach, or when no size was asked."""
+        size, source = segments.asked(self.table, self.log.read())
+        if size is None:
+            return ""
+        bounds = campaign_bounds(self.spec, "verify", 0, self.n)
+        at, upper = (float(v) for v in futile_at(np.asarray(log_ratios, dtype=float), bounds, math.log(size)))
+        return "" if not at else (f"INCONCLUSIVE: futility at {at:.0f} pairs: the bad engine is at most {upper:.4f} "
+                                  f"times as slow as the good one, below the size asked ({size:g}, {source}), so no "
+                                  "later look can show a change that large")
 
     def _append(self, event: str, fields: dict[str, Any]) -> dict[str, Any]:
         """Append a verify or probe record with the posterior after it and the device time spent by then."""
@@ -309,7 +306,8 @@ class Bisection:
         records = self.log.read()
         found = segments.after_claim(records, self.state().evidence, segments.size_of(self.table, records))
         if found is not None and found[1]:
-            return self._round(records, found[1], self.state().spent_device_s, top_up=found[0])
+            return self._round(records, [end for end, _, _ in found[1]], self.state().spent_device_s,
+                               top_up=found[0], segments=[[a, b] for _, a, b in found[1]])
         if found is not None:
             self.log.append("segments", claim=found[0], segments=found[2])
         return []
@@ -455,7 +453,7 @@ class Bisection:
         records = self.log.read()
         verify = [r for r in records if r["event"] == "verify"]
         if verify and not verify[-1]["reproduced"]:
-            return "not reproduced"
+            return verify[-1]["why"] if verify[-1].get("futile") else "not reproduced"
         found = len(self.claims())
         if found:
             return "culprit confirmed" if found == 1 else f"{found} changes confirmed"

@@ -29,10 +29,13 @@ from h3bench.bisect import posterior
 from h3bench.bisect.choice import ProbeCosts, choose, expected_pairs
 from h3bench.bisect.probe import ProbeTest
 from h3bench.errors import UsageError
+from h3bench.stats.sequential import Boundaries, look_bounds
 
-__all__ = ["BUDGET", "CONFIDENT", "CONFIRMS", "FADED", "MAX_SEGMENTS", "RESOLVED", "SearchRule", "SearchState", "differs",
-           "eligible", "level_at", "named_group", "segment_probes", "threshold_after", "top_up"]
+__all__ = ["BUDGET", "CONFIDENT", "CONFIRMS", "FADED", "MAX_SEGMENTS", "RESOLVED", "SETTLED_SE", "SearchRule",
+           "SearchState", "differs", "eligible", "futile_at", "level_at", "named_group", "segment_probes", "settled",
+           "threshold_after", "top_up"]
 
+SETTLED_SE = 3.0  # standard errors by which a top-up's ends must exclude the size asked to stop early (settled)
 MAX_SEGMENTS = 6  # segments one bisection searches in turn: the whole range, then those its claims leave
 CONFIRMS = 2  # confirm campaigns a search may run: after a failed one it probes on, at a higher posterior
 # Why a search stopped.
@@ -84,6 +87,19 @@ def level_at(evidence: posterior.Evidence, commit: np.ndarray | int) -> tuple[np
     total = np.take_along_axis(evidence.total, at, -1)[..., 0]
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(c < 0, 0.0, total / count), np.where(c < 0, np.inf, count)
+
+
+def futile_at(log_ratios: np.ndarray, b: Boundaries, size: float) -> tuple[np.ndarray, np.ndarray]:
+    """``(...)``: the pairs of the verify's first look (boundaries ``b``) whose upper bound lies below the size
+    asked (a log ratio), 0 where none does, and that bound: the bad engine is not that much slower than the good
+    one, so no later look can show a change of the size asked (the verify's futility stop)."""
+    upper = look_bounds(log_ratios, b)[1]
+    with np.errstate(invalid="ignore"):
+        below = upper < math.exp(size)  # NaN (a look not reached) is not below
+    first = np.argmax(below, -1)
+    found = below.any(-1)
+    return (np.where(found, np.asarray(b.looks)[first], 0),
+            np.where(found, np.take_along_axis(upper, first[..., None], -1)[..., 0], np.nan))
 
 
 def top_up(evidence: posterior.Evidence, a: np.ndarray | int, b: np.ndarray | int) -> np.ndarray:
@@ -228,3 +244,14 @@ class SearchState:
 
     def top(self, count: int = 3) -> list[tuple[int, float]]:
         return posterior.top(self.probs, count)
+
+
+def settled(evidence: posterior.Evidence, a: np.ndarray | int, b: np.ndarray | int, size: np.ndarray | float
+            ) -> np.ndarray:
+    """``(...)``: whether the segment ``(a, b]``'s measured ends exclude a change of ``size`` there by
+    :data:`SETTLED_SE` standard errors: a top-up of its ends adds pairs one at a time and stops at it, else runs
+    its ``max_pairs``. It looks after every pair, so it asks three standard errors where :func:`differs` asks two
+    (measured: two named the second of two +5 % steps a point less often, 91.2 against 92.3 %; three, 92.4 %)."""
+    _, diff, bound = differs(evidence, a, b, size)
+    with np.errstate(invalid="ignore"):
+        return np.asarray(np.abs(diff) + SETTLED_SE * (bound - np.abs(diff)) / 2 < size)  # NaN: not settled

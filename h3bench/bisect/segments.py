@@ -7,8 +7,9 @@ another change: ``(lo, first - 1]`` (from the segment's base up to the claim's p
 its own pairs' (:meth:`h3bench.bisect.posterior.Evidence.within`), when its measured ends differ by at
 least half the size asked and by two standard errors (:func:`h3bench.bisect.search.differs`); when its ends
 are too loosely measured to tell (two standard errors leave a change of the size open), the end with fewer
-pairs first gets a probe of ``max_pairs`` pairs (:func:`h3bench.bisect.search.top_up`). A segment whose
-ends show a faster level looks for a change in that direction: its confirm must say "faster". At most
+pairs first gets a probe of up to ``max_pairs`` pairs (:func:`h3bench.bisect.search.top_up`), which stops
+once two standard errors exclude the size there (:func:`~h3bench.bisect.search.settled`). A segment whose ends
+show a faster level looks for a change in that direction: its confirm must say "faster". At most
 :data:`~h3bench.bisect.search.MAX_SEGMENTS` segments are searched.
 
 The log says it all: a ``claimed`` record after each claim, a ``round`` with ``top_up`` for the probes of
@@ -23,18 +24,38 @@ from collections.abc import Sequence
 from typing import Any
 
 from h3bench.bisect.posterior import Evidence
-from h3bench.bisect.search import CONFIRMS, MAX_SEGMENTS, differs, top_up
+from h3bench.bisect.search import CONFIRMS, MAX_SEGMENTS, differs, settled, top_up
+from h3bench.errors import UsageError
 from h3bench.runspec.bisection import Bisect
 
-__all__ = ["after_claim", "claims", "course", "current", "is_top_up", "size_of"]
+__all__ = ["after_claim", "asked", "claims", "course", "current", "is_top_up", "size_of", "top_up_settled"]
 
 Records = Sequence[dict[str, Any]]
 
 
+def asked(table: Bisect, records: Records, size: float | None = None) -> tuple[float | None, str]:
+    """The change to find as a ratio, and who asked for it: ``size`` (``--size``), else ``[bisect] size``,
+    else none (half the step the verify measures; :func:`size_of`). Once a start record fixed it, its own
+    (a log written before it held one: the spec's), and another ``size`` is refused."""
+    start = next((r for r in records if r["event"] == "start"), None)
+    if start is None or "size_from" not in start:
+        fixed = (size, "--size") if size is not None and start is None else (table.size, "[bisect] size")
+        found = fixed if fixed[0] is not None else (None, "half the verified step")
+    else:
+        found = start["size"], str(start["size_from"])
+    if start is not None and size is not None and (found[0] is None or not math.isclose(size, found[0])):
+        what = "half the step its verify measures" if found[0] is None else f"a change of {found[0]:g} ({found[1]})"
+        raise UsageError(f"the bisection looks for {what}; --size {size:g} asks for another: start a new one, or "
+                         "resume it without --size")
+    return found
+
+
 def size_of(table: Bisect, records: Records) -> float:
-    """The change to find, as a log ratio: ``[bisect] size``, else half the verified step."""
-    if table.size is not None:
-        return math.log(table.size)
+    """The change to find, as a log ratio: the size asked (``--size`` or ``[bisect] size``), else half the
+    verified step."""
+    size, _ = asked(table, records)
+    if size is not None:
+        return math.log(size)
     verify = [r for r in records if r["event"] == "verify"]
     step = (verify[-1].get("step") if verify else None) or {}
     return abs(math.log(float(step.get("ratio", 1.10)))) / 2
@@ -81,10 +102,22 @@ def is_top_up(records: Records, number: int) -> bool:
                for r in records)
 
 
+def top_up_settled(records: Records, number: int, evidence: Evidence, size: float) -> bool:
+    """Whether the top-up probe ``number`` may stop: its segment's ends, with its pairs so far in ``evidence``,
+    are settled (:func:`h3bench.bisect.search.settled`). A round written before it named the segments: never."""
+    for r in records:
+        if r["event"] == "round" and r.get("top_up") and "segments" in r:
+            for probe, (a, b) in zip(r["probes"], r["segments"], strict=True):
+                if int(probe["number"]) == number:
+                    return bool(settled(evidence, a, b, size))
+    return False
+
+
 def after_claim(records: Records, evidence: Evidence, size: float
-                ) -> tuple[int, list[int], list[dict[str, Any]]] | None:
+                ) -> tuple[int, list[tuple[int, int, int]], list[dict[str, Any]]] | None:
     """The first claim whose segments are not decided yet: its number, the ends to measure more (culprit
-    indices; none once they were), and else its segments decided. None when every claim's are."""
+    indices, each with its segment's ``lo`` and ``hi``; none once they were), and else its segments decided.
+    None when every claim's are."""
     decided = {int(r["claim"]) for r in records if r["event"] == "segments"}
     claimed = [r for r in records if r["event"] == "claimed" and int(r["number"]) not in decided]
     if not claimed:
@@ -94,8 +127,8 @@ def after_claim(records: Records, evidence: Evidence, size: float
     candidates = [(a, b) for a, b in ((int(claim["lo"]), int(claim["first"]) - 1),
                                       (int(claim["last"]), int(claim["hi"]))) if b > a]
     found = [tuple(float(v) for v in differs(evidence, a, b, size)) for a, b in candidates]
-    unclear = [int(top_up(evidence, a, b)) for (a, b), (searched, _, bound) in zip(candidates, found, strict=True)
-               if not searched and bound >= size]
+    unclear = [(int(top_up(evidence, a, b)), a, b) for (a, b), (searched, _, bound) in
+               zip(candidates, found, strict=True) if not searched and bound >= size]
     if unclear and not topped:
         return int(claim["number"]), unclear, []
     opened = sum(1 for r in records if r["event"] == "segments" for g in r["segments"] if g["searched"]) + 1

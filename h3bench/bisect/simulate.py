@@ -7,8 +7,10 @@ One row per simulated search, every step vectorised over the rows:
    lognormal offset per server process) and judged by
    :func:`h3bench.stats.sequential.judge_series` at the verify campaign's own
    boundaries (the ones :func:`h3bench.course.looks.boundaries_of` gives the
-   live verify). Not FAIL ("slower"): not reproduced, the search stops. Else
-   its pairs give the :class:`~h3bench.bisect.probe.Step`;
+   live verify). Not FAIL ("slower"): not reproduced, the search stops; where a
+   size is asked, a look whose upper bound excludes a change of that size stops
+   the verify there (:func:`h3bench.bisect.search.futile_at`, the live verify's
+   futility stop). Else its pairs give the :class:`~h3bench.bisect.probe.Step`;
 2. **probes**: the next commit by :func:`h3bench.bisect.choice.choose`, its
    pairs drawn at that commit's true level, the test run by
    :meth:`h3bench.bisect.probe.ProbeTest.run`, the posterior updated by
@@ -31,7 +33,9 @@ probes run at once and the round's wall time is its longest probe.
 
 from __future__ import annotations
 
+import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,8 +49,10 @@ from h3bench.bisect.search import (
     SearchRule,
     differs,
     eligible,
+    futile_at,
     named_group,
     segment_probes,
+    settled,
     threshold_after,
     top_up,
 )
@@ -62,7 +68,7 @@ from h3bench.stats.blockstat import BlockBudget, block_log_statistics
 from h3bench.stats.intervals import FAIL, PASS
 from h3bench.stats.sequential import Boundaries, judge_series, series_order
 
-__all__ = ["Scenario", "Setup", "SimulatedSearches", "setup_of", "simulate_searches", "simulated_campaign",
+__all__ = ["Scenario", "Setup", "SimulatedSearches", "campaign_bounds", "setup_of", "simulate_searches", "simulated_campaign",
            "simulated_log_ratios", "step_range"]
 
 
@@ -128,6 +134,7 @@ class SimulatedSearches:
 
     scenario: Scenario
     reproduced: np.ndarray  # the verify campaign said "slower"
+    futile: np.ndarray  # the verify stopped early: its upper bound excludes a change of the size asked
     first: np.ndarray  # the named group's first and last commit index; -1: none named
     last: np.ndarray
     mass: np.ndarray  # its posterior mass when the search stopped
@@ -157,6 +164,12 @@ class SimulatedSearches:
         return np.asarray(((self.claims[..., 0] >= 0) & ~inside).any(-1))
 
 
+def campaign_bounds(spec: RunSpec, kind: Kind, control: int, candidate: int) -> Boundaries:
+    """The boundaries of a campaign the live bisection of ``spec`` derives (:mod:`h3bench.bisect.specs`), as its
+    course has them (:func:`h3bench.course.looks.boundaries_of`)."""
+    return boundaries_of(campaign_spec(spec, kind, control, candidate), duration_of(spec), spec.gates.lossless)
+
+
 def setup_of(spec: RunSpec, *, hosts: int = 1) -> Setup:
     """What the live bisection of ``spec`` runs with: its blocks, its verify's and confirm's own boundaries
     (:func:`h3bench.course.looks.boundaries_of` of the campaigns :mod:`h3bench.bisect.specs` derives), its probe
@@ -164,11 +177,6 @@ def setup_of(spec: RunSpec, *, hosts: int = 1) -> Setup:
     table = table_of(spec)
     n = len(table.range)
     duration = duration_of(spec)
-    lossless = spec.gates.lossless
-
-    def bounds(kind: Kind, control: int, candidate: int) -> Boundaries:
-        return boundaries_of(campaign_spec(spec, kind, control, candidate), duration, lossless)
-
     hints = spec.hints
     if hints is None or f"{duration:g}" not in hints.e2e_s.get(BASELINE, {}):
         raise UsageError(f"{spec.name}: pricing a bisection needs [hints] e2e_s.baseline at {duration:g} s")
@@ -176,7 +184,7 @@ def setup_of(spec: RunSpec, *, hosts: int = 1) -> Setup:
     good = ArmCost(hints.e2e_s[BASELINE][f"{duration:g}"], hints.of("startup_s", BASELINE),
                    hints.of("shutdown_s", BASELINE), hints.of("compile_s", BASELINE), devices)
     budget_s = math.inf if table.budget_device_h is None else table.budget_device_h * 3600.0
-    return Setup(budget_of(spec), bounds("verify", 0, n), bounds("confirm", n - 1, n),
+    return Setup(budget_of(spec), campaign_bounds(spec, "verify", 0, n), campaign_bounds(spec, "confirm", n - 1, n),
                  ProbeTest(table.level, table.min_pairs, table.max_pairs), SearchRule(table.posterior, budget_s),
                  good, table.image_s, hosts, None if table.size is None else math.log(table.size))
 
@@ -204,6 +212,19 @@ def simulated_campaign(rng: np.random.Generator, setup: Setup, b: Boundaries, lo
     return found.code, found.pairs.astype(int), x
 
 
+FUTILE = -2  # a campaign's code where its futility stop ended it (never PASS, FAIL or INCONCLUSIVE's value)
+
+
+def futility(code: np.ndarray, pairs: np.ndarray, log_ratios: np.ndarray, b: Boundaries, size: float
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """A verify's code and pairs with its futility stop (:func:`h3bench.bisect.search.futile_at`): the first look
+    whose upper bound excludes the size asked ends it (code :data:`FUTILE`), unless its own look there said
+    "slower" first."""
+    at, _ = futile_at(log_ratios, b, size)
+    futile = (at > 0) & ((at < pairs) | ((at == pairs) & (code != FAIL)))
+    return np.where(futile, FUTILE, code), np.where(futile, at, pairs)
+
+
 def simulate_searches(setup: Setup, scenario: Scenario, *, model: LatencyModel | None = None, n: int = 2000,
                       seed: int = 0) -> SimulatedSearches:
     """Simulate ``n`` bisections of ``scenario`` (see the module docstring)."""
@@ -213,7 +234,9 @@ def simulate_searches(setup: Setup, scenario: Scenario, *, model: LatencyModel |
     n_commits = scenario.n
     # 1. verify: good (A) against bad (B); its pairs are the first evidence, at the bad endpoint.
     code, v_pairs, v_x = simulated_campaign(rng, setup, setup.verify, np.full(n, levels[-1]), np.zeros(n), model)
-    reproduced = code == FAIL
+    if setup.size is not None:  # the verify's futility stop: no change of the size asked
+        code, v_pairs = futility(code, v_pairs, v_x, setup.verify, setup.size)
+    reproduced, futile = code == FAIL, code == FUTILE
     run = _Run(setup, scenario, model, rng, levels, n)
     run.wall += v_pairs * (setup.block_s(0.0) + setup.block_s(levels[-1])) + 2 * setup.image_s
     run.spent += run.wall * setup.good.devices
@@ -241,16 +264,17 @@ def simulate_searches(setup: Setup, scenario: Scenario, *, model: LatencyModel |
         claims[confirmed, wave] = np.stack([first, last], -1)[confirmed]
         for a, b in ((lo, first - 1), (last, hi)):
             opens, _, bound = differs(run.evidence, a, b, size)
-            # Ends too loosely measured to tell: the one with fewer pairs gets a probe's worth more (search.top_up).
+            # Ends too loosely measured to tell: the one with fewer pairs gets up to a probe's worth more
+            # (search.top_up), pair by pair until settled (search.settled).
             unclear = confirmed & ~opens & (np.nan_to_num(bound) >= size)
-            run.top_up(unclear, top_up(run.evidence, a, b))
+            run.top_up(unclear, top_up(run.evidence, a, b), functools.partial(settled, a=a, b=b, size=size))
             opens, _, _ = differs(run.evidence, a, b, size)
             for r in np.flatnonzero(confirmed & opens):
                 queue[r].append((int(a[r]), int(b[r])))
     first, last, confirmed = top if reproduced.any() else (np.full(n, -1), np.full(n, -1), np.zeros(n, bool))
     first = np.where(reproduced, first, -1)
     last = np.where(reproduced, last, -1)
-    return SimulatedSearches(scenario, reproduced, first, last, run.mass, confirmed, run.probes, run.spent, run.wall,
+    return SimulatedSearches(scenario, reproduced, futile, first, last, run.mass, confirmed, run.probes, run.spent, run.wall,
                              run.between, claims, looked)
 
 
@@ -270,12 +294,19 @@ class _Run:
         self.commit_block = setup.block_s(levels)
         self.does_not_start = scenario.does_not_start
 
-    def top_up(self, rows: np.ndarray, commit: np.ndarray) -> None:
-        """``max_pairs`` more pairs at ``commit`` (measured before, so its image is on the host) in ``rows``."""
-        setup, pairs = self.setup, self.setup.test.max_pairs
-        x = simulated_log_ratios(self.rng, rows.size, pairs, setup.budget, self.levels[commit], self.model)
-        self.evidence = self.evidence.add(commit, x, rows)
-        seconds = np.where(rows, pairs * (setup.block_s(0.0) + self.commit_block[commit]), 0.0)
+    def top_up(self, rows: np.ndarray, commit: np.ndarray, done: Callable[[posterior.Evidence], np.ndarray]
+               ) -> None:
+        """Up to ``max_pairs`` more pairs at ``commit`` (measured before, so its image is on the host) in ``rows``,
+        one at a time until ``done`` (:func:`h3bench.bisect.search.settled`) holds."""
+        setup = self.setup
+        x = simulated_log_ratios(self.rng, rows.size, setup.test.max_pairs, setup.budget, self.levels[commit],
+                                 self.model)
+        going, pairs = rows.copy(), np.zeros(rows.size, int)
+        for k in range(setup.test.max_pairs):
+            self.evidence = self.evidence.add(commit, x[:, k : k + 1], going)
+            pairs += going
+            going &= ~done(self.evidence)
+        seconds = pairs * (setup.block_s(0.0) + self.commit_block[commit])
         self.spent += seconds * setup.good.devices
         self.wall += seconds
         self.probes += rows

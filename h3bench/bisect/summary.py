@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from h3bench.bisect.segments import claims
+from h3bench.bisect.segments import asked, claims, size_of
 from h3bench.bisect.specs import engine
 from h3bench.runspec import RunSpec
 from h3bench.runspec.bisection import Bisect
@@ -47,6 +47,9 @@ def summary_lines(spec: RunSpec, table: Bisect, directory: Path, records: list[d
     """What the search did and found, from its log's ``records``; ``outcome`` is the bisection's."""
     out = [f"bisection of {spec.name} ({len(table.range)} commits after {table.good.commit}, "
            f"on {table.on}): {directory}"]
+    size, source = asked(table, records)
+    if size is not None or any(r["event"] == "verify" for r in records):
+        out.append(f"  the change to find: {math.exp(size_of(table, records)) - 1:.1%} or more, either way ({source})")
     for r in records:
         if r["event"] in ("verify", "probe", "confirm"):
             out.append("  " + record_line(r).removeprefix("h3bench bisect: "))

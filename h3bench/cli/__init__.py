@@ -17,7 +17,8 @@
                                      the fan-in of a campaign over several hosts (see h3bench.cli.pool)
     h3bench ledger add BUNDLE | show | verify [--bundles DIR] [--ledger FILE]
                                      the hash-chained ledger of candidates (see h3bench.ledger.chain)
-    h3bench bisect --runspec FILE [--evidence-dir DIR] [--resume DIR] [--on speed|quality] [--ledger FILE]
+    h3bench bisect --runspec FILE [--evidence-dir DIR] [--resume DIR] [--on speed|quality] [--size RATIO]
+                   [--ledger FILE]
                                      from a regression to its culprit commit (see h3bench.cli.bisect)
     h3bench history DIR... [--html FILE] [--json]
                                      baseline medians across campaigns, with flagged steps

@@ -1,6 +1,6 @@
 """``h3bench bisect``: from a regression to its culprit engine commit (:mod:`h3bench.bisect`).
 
-    h3bench bisect --runspec FILE [--evidence-dir DIR] [--resume DIR] [--on speed|quality] [--ledger FILE]
+    h3bench bisect --runspec FILE [--evidence-dir DIR] [--resume DIR] [--on speed|quality] [--size RATIO] [--ledger FILE]
         the whole search on this host: verify, probes, stop, confirm; the bisection's directory under DIR
     h3bench bisect --runspec BASE --range FILE --image REPOSITORY [--launcher CMD] --write SPEC
         a bisect spec of BASE's engine configuration over the range (COMMIT DIGEST [NOTE] per line)
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -43,6 +44,17 @@ def _hosts(text: str) -> int:
     return value
 
 
+def _size(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 1 < value <= 4:  # NaN fails too
+        raise argparse.ArgumentTypeError(f"invalid size {text!r}: the change to find as a ratio above 1 and at most "
+                                         "4 (1.05 for a 5 % change, in either direction)")
+    return value
+
+
 def configure_bisect(parser: argparse.ArgumentParser) -> None:
     offered = [o for o in options.CAMPAIGN if o.flag in ("--runspec", "--evidence-dir", "--lpips-dir",
                                                          "--lpips-device", "--allow-unpinned", "--progress-interval")]
@@ -51,6 +63,10 @@ def configure_bisect(parser: argparse.ArgumentParser) -> None:
                         help="continue the bisection in DIR (its log, specs and bundles); nothing done is done again")
     parser.add_argument("--on", choices=("speed", "quality"), default=None,
                         help="what regressed: the E2E step or the quality gates (default: the spec's [bisect] on)")
+    parser.add_argument("--size", type=_size, metavar="RATIO",
+                        help="the smallest change to find, as a ratio (1.05: 5 %%, slower or faster); fixed when the "
+                             "bisection starts (default: the spec's [bisect] size, else half the step its verify "
+                             "measures)")
     parser.add_argument("--ledger", type=Path, metavar="FILE",
                         help="enter the confirmed claim (the confirm campaign's bundle) into this ledger")
     parser.add_argument("--range", type=Path, metavar="FILE",
@@ -103,7 +119,8 @@ def run_bisect(args: argparse.Namespace) -> int:
     if (args.run or args.take) and args.bisection is None:
         raise UsageError("--run and --take continue a bisection: give its directory with --resume DIR")
     chosen = Options(settings.evidence_root, args.bisection, settings.lpips_dir, settings.lpips_device,
-                     settings.allow_unpinned, settings.device_lock, settings.progress_interval_s, args.ledger, args.on)
+                     settings.allow_unpinned, settings.device_lock, settings.progress_interval_s, args.ledger, args.on,
+                     args.size)
     with interrupts.installed():
         bisection = Bisection.open(settings.runspec, chosen)
         print(f"bisection: {bisection.directory}", flush=True)

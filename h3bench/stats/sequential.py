@@ -142,6 +142,7 @@ __all__ = [
     "crossing_values",
     "decide",
     "judge_series",
+    "look_bounds",
     "look_levels",
     "nominal_level",
     "sequential_outcomes",
@@ -372,6 +373,19 @@ def _bounds(x: np.ndarray, pass_level: float, fail_level: float, allowance: floa
     widen = math.exp(math.log1p(allowance) / x.shape[-1])
     return (ratio, lower / widen if fail_level > 0 else np.zeros_like(lower),
             upper * widen if pass_level > 0 else np.full_like(upper, np.inf))
+
+
+def look_bounds(log_ratios: np.ndarray, b: Boundaries) -> tuple[np.ndarray, np.ndarray]:
+    """``(..., J)`` each: every look's lower and upper bound on the ratio from ``(..., n)`` paired log ratios, at
+    the look's nominal levels and step allowance, as :func:`sequential_outcomes` reads them for FAIL and PASS
+    (0 or infinite where a level is 0; NaN at a look beyond the ``n`` pairs given)."""
+    x = np.asarray(log_ratios, dtype=float)
+    lower, upper = (np.full((*x.shape[:-1], len(b.looks)), np.nan) for _ in range(2))
+    for j, n in enumerate(b.looks):
+        if n <= x.shape[-1]:
+            with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+                _, lower[..., j], upper[..., j] = _bounds(x[..., :n], b.pass_levels[j], b.fail_levels[j], b.allowance)
+    return lower, upper
 
 
 def sequential_outcomes(

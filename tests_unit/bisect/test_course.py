@@ -8,10 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from h3bench.bisect import segments
 from h3bench.bisect.observe import Observation
 from h3bench.bisect.runner import Bisection, Options
 from h3bench.bisect.segments import is_top_up
 from h3bench.bisect.summary import open_lines, segment_lines, summary_lines
+from h3bench.errors import UsageError
 from h3bench.outcome import Outcome
 from h3bench.runspec import load_runspec
 
@@ -191,5 +193,86 @@ def test_ends_too_loosely_measured_get_a_probe_of_max_pairs_before_a_segment_is_
     (top_up,) = [r for r in b.records("round") if r.get("top_up")]
     assert top_up["top_up"] == 1 and {p["position"] for p in top_up["probes"]} <= {10, 11}
     assert all(is_top_up(b.log.read(), p["number"]) for p in top_up["probes"]) and not is_top_up(b.log.read(), 1)
+    # Each top-up stops once two standard errors exclude the size asked between its segment's ends: pairs as
+    # tight as the others' at the end's level settle it, pairs that scatter do not (it runs on to max_pairs).
+    records, size = b.log.read(), segments.size_of(b.table, b.log.read())
+    before = Bisection(b.spec, SPEC, tmp_path / "before", b.options)  # the log as it was when the round was chosen
+    before.log.path.parent.mkdir(parents=True)
+    before.log.path.write_text("".join(line + "\n" for line in b.log.path.read_text().splitlines()[: top_up["seq"]]))
+    evidence = before.state().evidence
+    for probe, (lo, hi) in zip(top_up["probes"], top_up["segments"], strict=True):
+        assert probe["position"] - 1 in (lo, hi)
+        level = 0.11 * (probe["position"] >= 11)
+        tight = evidence.add(probe["position"] - 1, np.array([level + 0.004, level - 0.003] * (b.table.max_pairs // 2)))
+        loose = evidence.add(probe["position"] - 1, np.array([level + 0.09, level - 0.09]))
+        assert segments.top_up_settled(records, probe["number"], tight, size)
+        assert not segments.top_up_settled(records, probe["number"], loose, size)
+    older = [{k: v for k, v in r.items() if k != "segments"} for r in records]  # a round that named no segment
+    assert not segments.top_up_settled(older, top_up["probes"][0]["number"], tight, size), "runs to max_pairs"
     (decided,) = b.records("segments")
     assert decided["seq"] > top_up["seq"] and b.claims() == [["s11"]]
+
+
+def test_the_size_asked_is_fixed_at_the_start_and_decides_which_changes_the_search_looks_for(tmp_path):
+    # +5 % at s05 and +5 % more at s11. Asked for 12 %, the segment left after the first claim (its ends 5 %
+    # apart, under half of 12 %) is not searched; asked for 5 % (--size), it is, and both changes are named.
+    found = {}
+    for size in (1.12, 1.05):
+        b = Bisection.open(SPEC, Options(evidence_root=tmp_path / f"{size}", size=size), say=lambda line: None)
+        start = b.records("start")[0]
+        assert (start["size"], start["size_from"]) == (size, "--size")
+        measured(b, "verify", 17, [0.1, 0.102, 0.098], reproduced=True, step={"ratio": 1.105})
+        run_course(b, lambda p: 0.05 * (p >= 5) + 0.05 * (p >= 11))
+        found[size] = sorted(b.claims())
+        lines = summary_lines(b.spec, b.table, b.directory, b.records("start"), b.outcome())
+        assert f"  the change to find: {size - 1:.1%} or more, either way (--size)" in lines
+    assert len(found[1.12]) == 1 and found[1.05] == [["s05"], ["s11"]]
+
+
+def test_a_bisection_without_a_size_asked_looks_for_half_its_verified_step(tmp_path):
+    b = Bisection.open(SPEC, Options(evidence_root=tmp_path), say=lambda line: None)
+    assert b.records("start")[0]["size_from"] == "half the verified step"
+    assert not any("the change to find" in line for line in summary_lines(b.spec, b.table, b.directory,
+                                                                          b.log.read(), b.outcome()))
+    measured(b, "verify", 17, STEP, reproduced=True, step={"ratio": 1.116}, commit="bad", why="slower",
+             pairs=3)
+    lines = summary_lines(b.spec, b.table, b.directory, b.log.read(), b.outcome())
+    assert "  the change to find: 5.6% or more, either way (half the verified step)" in lines
+
+
+def test_a_resume_keeps_the_size_the_bisection_started_with(tmp_path):
+    b = Bisection.open(SPEC, Options(evidence_root=tmp_path, size=1.05), say=lambda line: None)
+    for size in (None, 1.05):  # resumed without --size, or with the same one
+        again = Bisection.open(SPEC, Options(resume=b.directory, size=size), say=lambda line: None)
+        assert again.records("start") == b.records("start")
+    with pytest.raises(UsageError, match=r"looks for a change of 1.05 \(--size\); --size 1.08 asks for another"):
+        Bisection.open(SPEC, Options(resume=b.directory, size=1.08))
+    plain = Bisection.open(SPEC, Options(evidence_root=tmp_path / "plain"), say=lambda line: None)
+    with pytest.raises(UsageError, match="looks for half the step its verify measures; --size 1.05"):
+        Bisection.open(SPEC, Options(resume=plain.directory, size=1.05))
+
+
+def take_verify(b: Bisection, x: list[float], speed: str) -> dict:
+    """The verify record of a bundle whose pairs are ``x`` and whose own look said ``speed``."""
+    seen = Observation(Path("v"), f"v{len(x)}{x[0]}", "sid", "measured", "", tuple(x), 0, 0, speed,
+                       Outcome.INCONCLUSIVE, None, None, 10.0)
+    return b._take_verify(seen, {"position": 17, "commit": "bad", "status": "measured", "reason": "",
+                                 "device_s": 10.0, "pairs": len(x), "bundle": "v", "log_ratios": x,
+                                 "final_sha256": seen.final_sha256, "spec_id": "sid", "failing": 0, "matched": 0})
+
+
+def test_a_verify_that_cannot_reach_the_size_asked_stops_inconclusive_and_says_why(tmp_path):
+    flat = [0.004, -0.003, 0.002, -0.001, 0.003, -0.002]  # tight pairs about no change
+    asked = Bisection.open(SPEC, Options(evidence_root=tmp_path / "a", size=1.05), say=lambda line: None)
+    assert asked._futility(flat[:1]) == "", "one pair gives no bound"
+    record = take_verify(asked, flat, "continue")
+    assert record["futile"] and not record["reproduced"]
+    assert record["why"].startswith("INCONCLUSIVE: futility at 3 pairs: the bad engine is at most 1.04")
+    assert "below the size asked (1.05, --size)" in record["why"]
+    assert asked.next_round() == [] and asked.outcome() == record["why"] and asked.finish() == 3
+    # A step of the size asked is within reach: no futility; nor without a size asked (half the verified step).
+    assert asked._futility([0.05 + v for v in flat]) == ""
+    plain = Bisection.open(SPEC, Options(evidence_root=tmp_path / "p"), say=lambda line: None)
+    record = take_verify(plain, flat, "last look")
+    assert not record["futile"] and plain.outcome() == "not reproduced"
+    assert record["why"] == "the step does not reproduce at the campaign's own levels (last look)"

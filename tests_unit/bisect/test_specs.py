@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import tomllib
 from pathlib import Path
 
@@ -136,3 +137,24 @@ def test_the_plan_says_when_the_size_asked_is_out_of_reach():
     lines = plan.plan_lines(small, n=40)
     assert "a step of 1.010 (the size asked: [bisect] size)" in lines[2]
     assert "out of reach at 1%, 2%, 4% process noise" in lines[-1]
+
+
+@pytest.mark.parametrize("size", ["1", "0.95", "5%", "4.5", "nan", "inf"])
+def test_a_size_that_is_no_ratio_above_1_is_refused_with_the_value(tmp_path, capsys, size):
+    assert main(["bisect", "--runspec", str(SPECS / "sim-bisect.toml"), "--evidence-dir", str(tmp_path),
+                 "--size", size, "--next", "1"]) == 2
+    assert f"invalid size {size!r}: the change to find as a ratio above 1 and at most 4" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir()), "nothing started"
+
+
+def test_a_size_asked_on_the_command_line_is_the_bisections(tmp_path, capsys):
+    assert main(["bisect", "--runspec", str(SPECS / "sim-bisect.toml"), "--evidence-dir", str(tmp_path),
+                 "--size", "1.05", "--next", "1"]) == 0
+    out = capsys.readouterr().out
+    assert 'steps=["verify"]' in out
+    (log,) = tmp_path.glob("bisect-*/bisect-log.jsonl")
+    start = json.loads(log.read_text().splitlines()[0])
+    assert (start["size"], start["size_from"]) == (1.05, "--size")
+    assert main(["bisect", "--runspec", str(SPECS / "sim-bisect.toml"), "--resume", str(log.parent),
+                 "--size", "1.1", "--next", "1"]) == 2
+    assert "--size 1.1 asks for another" in capsys.readouterr().err
