@@ -26,7 +26,7 @@ from h3bench.runspec import parse_runspec
 from tests_unit.campaign_project import bundles_in, write_campaign
 from tests_unit.course_replay import live_codes, planned_blocks, replay
 from tests_unit.pool.test_campaign_engines import ROUND_COMMAND
-from tests_unit.pool.test_pool import LOOK_COMMAND, SHARD_COMMAND, _env, command
+from tests_unit.pool.test_pool import LOOK_COMMAND, SHARD_COMMAND, _env, command, shard_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pool-rounds")]  # its module fixture runs once
 
@@ -38,7 +38,7 @@ def _round(project: Path, spec: Path, number: int, looks: Path | None) -> list[P
     for index in range(1, SHARDS + 1):
         evidence = project / f"r{number}-s{index}"
         values = {"spec": str(spec), "index": str(index), "count": str(SHARDS), "evidence": str(evidence)}
-        args = command(ROUND_COMMAND, **values, looks=str(looks)) if looks else command(SHARD_COMMAND, **values)
+        args = shard_command(ROUND_COMMAND, **values, looks=str(looks)) if looks else shard_command(SHARD_COMMAND, **values)
         procs.append((evidence, subprocess.Popen(args, cwd=project, env=_env(project, f"host-{index}", "1.0"),
                                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
     found = []
