@@ -93,7 +93,8 @@ def test_ctrl_c_in_the_middle_of_a_block_seals_the_bundle_as_interrupted(pyteste
     # A slow enough candidate that SIGINT lands while its block runs.
     spec = write_campaign(pytester.path, candidates={"slow": {"time_scale": 0.002}}, protocol={"audit": False})
     log = tmp_path / "out.txt"
-    proc = start_campaign(pytester, spec, "tests_perf", "--benchmark-disable", output=log)
+    # The candidate's block alone (-k): the baseline's block before it is not what SIGINT lands in.
+    proc = start_campaign(pytester, spec, "tests_perf", "-k", "2B", "--benchmark-disable", output=log)
     wait_until(lambda: any(s["block_id"] == "5s-slow-2B-slow" for s in evidence_lines(pytester, "samples.jsonl")), proc)
     proc.send_signal(signal.SIGINT)
 
