@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from tests_unit.campaign_project import bundles_in
-from tests_unit.host.test_npu_path import FAKES, IDLE, FakeNpuSmi, write_npu_campaign
+from tests_unit.host.test_npu_path import CANDIDATE, FAKES, IDLE, FakeNpuSmi, two_npu_arm, write_npu_campaign
 
 REPO = Path(__file__).resolve().parents[1]
 WORKFLOWS = REPO / ".github" / "workflows"
@@ -77,7 +77,10 @@ def test_the_campaign_step_passes_without_stored_benchmarks_and_compares_when_th
     # The step's python is the runner's: this interpreter's directory, after the fakes.
     monkeypatch.setenv("PATH", os.pathsep.join([str(FAKES), str(Path(sys.executable).parent), os.environ["PATH"]]))
     FakeNpuSmi(pytester.path / "npu-smi-answers", monkeypatch).answer(IDLE)
-    spec = write_npu_campaign(pytester)
+    # Two NPUs, not eight: the step is under test, not the host (tests_unit/host/test_npu_path.py runs 8x910B1), and
+    # each device is a spawned worker per server start, eight server starts in all.
+    spec = write_npu_campaign(pytester, devices=2, arm_tables={"baseline": two_npu_arm("--dlo-use-allgather"),
+                                                               CANDIDATE: two_npu_arm("--dlo-no-use-allgather")})
     summary = pytester.path / "summary.md"
 
     first = run_step(pytester, spec, summary)

@@ -261,7 +261,7 @@ def live_campaign(pytester: pytest.Pytester, npu_smi: FakeNpuSmi, order: str = "
     (npu_smi.directory / "live.json").write_text(json.dumps({"npus": 2, **live}))
     npu_smi._monkeypatch.setenv("FAKE_NPU_SMI_OUTPUT", str(npu_smi.directory))
     return write_npu_campaign(
-        pytester, devices=2, protocol={"order": order, "telemetry_interval_s": 0.2},
+        pytester, devices=2, protocol={"order": order, "telemetry_interval_s": 0.5},
         arm_tables={"baseline": two_npu_arm("--dlo-use-allgather"), CANDIDATE: two_npu_arm("--dlo-no-use-allgather")},
     )
 

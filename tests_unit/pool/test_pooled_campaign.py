@@ -41,7 +41,7 @@ from h3bench.report.markdown import render_summary
 from h3bench.verdict.verdicts import VerdictDocument
 from tests_unit.bundlesim import npu_spec, write_bundle
 from tests_unit.campaign_project import NO_REPORT, UNUSED_PLUGINS, bundles_in, write_campaign
-from tests_unit.pool.test_pool import SHARD_COMMAND, _env, command
+from tests_unit.pool.test_pool import SHARD_COMMAND, _env, shard_command
 from tests_unit.report.test_export import BMF_SCHEMA
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("pooled-campaign")]
@@ -71,11 +71,11 @@ def _record(line: str) -> dict[str, Any]:
 
 def _interrupted_shard(project: Path, spec: Path) -> Path:
     """Shard 1/2 on host-1, stopped by SIGTERM during its second block; shard 2/2 on host-2 runs whole."""
-    second = subprocess.Popen(command(SHARD_COMMAND, spec=str(spec), index="2", count="2",
+    second = subprocess.Popen(shard_command(SHARD_COMMAND, spec=str(spec), index="2", count="2",
                                       evidence=str(project / "s2")),
                               cwd=project, env=_env(project, "host-2", "1.0"), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
-    first = subprocess.Popen(command(SHARD_COMMAND, spec=str(spec), index="1", count="2",
+    first = subprocess.Popen(shard_command(SHARD_COMMAND, spec=str(spec), index="1", count="2",
                                      evidence=str(project / "s1")),
                              cwd=project, env=_env(project, "host-1", "1.0"), stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True)
@@ -115,7 +115,7 @@ def campaign(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
                           str(spec)),
     }
     untouched = _files(s1) == before
-    resumed = _h3bench(project, "host-1", "run", "--runspec", str(spec), "--resume", str(s1))
+    resumed = _h3bench(project, "host-1", "run", "--runspec", str(spec), "--resume", str(s1), *NO_REPORT)
     (s2,) = bundles_in(project / "s2")
     pools = {name: pool_bundles(paths, project / name).path
              for name, paths in (("pool", [s1, s2]), ("part", [s1]), ("again", [s1, s2]), ("other", [s2]))}

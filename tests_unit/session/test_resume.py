@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,7 +29,8 @@ from h3bench.verdict.assemble import candidate_verdicts
 from h3bench.verdict.verdicts import VerdictDocument
 from tests_unit.campaign_project import bundle_of, run_campaign, start_campaign, wait_until, write_campaign
 
-pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]
+# One worker for the module, so that its Ctrl-C'd campaign runs once (see interrupted).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env"), pytest.mark.xdist_group("resume")]
 
 BLOCKS = ["5s-clean-1A-baseline", "5s-clean-2B-clean", "5s-clean-3B-clean", "5s-clean-4A-baseline"]
 
@@ -55,15 +57,36 @@ def _interrupt_in_block_3b(pytester: pytest.Pytester, spec: Path, sig: signal.Si
     return bundle_of(pytester)
 
 
+@pytest.fixture(scope="module")
+def ctrl_c_project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the module keeps a project as Ctrl-C in block 3B left it, once its first test has run it."""
+    return tmp_path_factory.mktemp("resume") / "ctrl-c"
+
+
+def _interrupted(pytester: pytest.Pytester, sig: signal.Signals, ctrl_c_project: Path) -> tuple[Path, Path]:
+    """The spec and bundle of a campaign interrupted by ``sig`` in block 3B, in this test's project.
+
+    A SIGKILLed campaign is run for its test. A Ctrl-C'd one is run once per module: each test resumes (or is refused)
+    on its own copy of that project, bundle and all, as it was when the campaign ended.
+    """
+    if sig != signal.SIGINT or not ctrl_c_project.exists():
+        spec = _spec(pytester)
+        bundle = _interrupt_in_block_3b(pytester, spec, sig)
+        if sig == signal.SIGINT:
+            shutil.copytree(pytester.path, ctrl_c_project, symlinks=True)
+        return spec, bundle
+    shutil.copytree(ctrl_c_project, pytester.path, symlinks=True, dirs_exist_ok=True)
+    return pytester.path / "spec.toml", bundle_of(pytester)
+
+
 def _finished_blocks(bundle: Path) -> list[str]:
     events = [json.loads(line) for p in sorted(bundle.glob("**/lifecycle.jsonl")) for line in p.read_text().splitlines()]
     return [e["block"] for e in events if not e.get("interrupted")]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["SIGKILL", "Ctrl-C"])
-def test_resume_runs_what_is_missing_and_keeps_every_sample(pytester, sig):
-    spec = _spec(pytester)
-    bundle = _interrupt_in_block_3b(pytester, spec, sig)
+def test_resume_runs_what_is_missing_and_keeps_every_sample(pytester, sig, ctrl_c_project):
+    spec, bundle = _interrupted(pytester, sig, ctrl_c_project)
     orphan = _left_behind(bundle) if sig == signal.SIGKILL else None
     before = evidence.verify(bundle)
     # A sealed (interrupted) bundle verifies; a killed one is only incomplete, nothing else is wrong.
@@ -101,9 +124,8 @@ def test_resume_runs_what_is_missing_and_keeps_every_sample(pytester, sig):
     assert not marked_processes(CAMPAIGN_ID_ENV, json.loads((bundle / "manifest.json").read_text())["session"])
 
 
-def test_a_resume_under_an_edited_spec_is_refused(pytester):
-    spec = _spec(pytester)
-    bundle = _interrupt_in_block_3b(pytester, spec, signal.SIGINT)
+def test_a_resume_under_an_edited_spec_is_refused(pytester, ctrl_c_project):
+    _, bundle = _interrupted(pytester, signal.SIGINT, ctrl_c_project)
     edited = _spec(pytester, shutdown_budget_s=4.0)
 
     result = run_campaign(pytester, edited, "--resume", str(bundle))
@@ -113,11 +135,10 @@ def test_a_resume_under_an_edited_spec_is_refused(pytester):
     assert not (bundle / "resume-1").exists()
 
 
-def test_the_cli_resumes_too(pytester, capsys):
+def test_the_cli_resumes_too(pytester, capsys, ctrl_c_project):
     from h3bench.cli import main
 
-    spec = _spec(pytester)
-    bundle = _interrupt_in_block_3b(pytester, spec, signal.SIGINT)
+    spec, bundle = _interrupted(pytester, signal.SIGINT, ctrl_c_project)
 
     code = main(["run", "--runspec", str(spec), "--evidence-dir", str(pytester.path / "evidence"),
                  "--resume", str(bundle)])

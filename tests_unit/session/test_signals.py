@@ -36,7 +36,9 @@ def _in_candidate_block(pytester: pytest.Pytester, *args: str, **sim) -> tuple[o
     # No audit: the test is about the interruption, not about request latencies on a busy machine.
     spec = write_campaign(pytester.path, candidates={"slow": {"time_scale": 0.003, **sim}},
                           protocol={"shutdown_budget_s": BUDGET_S, "audit": False})
-    proc = start_campaign(pytester, spec, "tests_perf", "--benchmark-disable", *args, output=pytester.path / "out.txt")
+    # The candidate's block alone (-k): the baseline's block before it is not what the signal lands in.
+    proc = start_campaign(pytester, spec, "tests_perf", "-k", "2B", "--benchmark-disable", *args,
+                          output=pytester.path / "out.txt")
     block = "5s-slow-2B-slow"
     wait_until(lambda: any(s["block_id"] == block for s in evidence_lines(pytester, "samples.jsonl")), proc)
     (server,) = [s for s in evidence_lines(pytester, "servers.jsonl") if s["block"] == block]
@@ -80,7 +82,7 @@ def test_a_signal_while_the_server_is_still_loading_stops_it_and_seals(pytester)
     # workers load for 60 s (load_s is scaled by time_scale); the signal comes once its launch is recorded.
     spec = write_campaign(pytester.path, candidates={"slow": {"time_scale": 0.003, "load_s": 20_000}},
                           protocol={"shutdown_budget_s": BUDGET_S, "audit": False, "startup_budget_s": 300})
-    proc = start_campaign(pytester, spec, "tests_perf", "--benchmark-disable", output=pytester.path / "out.txt")
+    proc = start_campaign(pytester, spec, "tests_perf", "-k", "2B", "--benchmark-disable", output=pytester.path / "out.txt")
     block = "5s-slow-2B-slow"
     wait_until(lambda: any(s["block"] == block for s in evidence_lines(pytester, "servers.jsonl")), proc)
     (server,) = [s for s in evidence_lines(pytester, "servers.jsonl") if s["block"] == block]
