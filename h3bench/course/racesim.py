@@ -18,10 +18,11 @@ design keeps a dearer duration's level mostly for its last look
 (:data:`h3bench.stats.sequential.DEARER_GAMMA`) because one series has 2
 degrees of freedom at the look before it; a race's estimates pool every
 candidate's spread and can stop there. Two true 10 % of six at 950pr-x4's
-costs, 4000 races, seed 1: 103.2 h with PASS 99.7 % / 88.0 % (1 % / 2 %
-process noise) against 116.5 h with 100 % / 95.0 % at γ = -10; the
-intersection-union worst case 0.85 % / 1.15 %, 1.6 % / 2.0 % with a -3 %
-step inside the first round.
+costs, 4000 races, seed 1, rounds sharing anchors: 88.3 h with PASS 98.4 % /
+79.0 % (1 % / 2 % process noise; 103.2 h and 99.7 % / 88.0 % with each
+round's own anchors, 116.5 h at γ = -10); the intersection-union worst case
+0.83 % / 1.00 %, 1.30 % / 1.68 % with a -3 % step inside the first round
+(docs/statistics.md).
 
 The family's level is split over the durations (each duration's race holds
 ``α/2 / durations`` for its field, :func:`h3bench.stats.intervals.error_levels`
