@@ -14,7 +14,10 @@ margin, block budget), with its one candidate's arm standing for each of
   another (no family-wise bound);
 - **race**: :func:`h3bench.course.racesim.simulate_races`, priced by
   :func:`h3bench.course.racesim.race_time`: shared anchors, max-t critical
-  values, Holm step-down, the family's level split over the durations.
+  values, Holm step-down, the family's level split over the durations;
+  rounds share their anchors (:data:`h3bench.course.race.SHARED_ANCHORS`);
+- **race, own anchors**: the same race whose every round runs its own
+  anchors (each round's contrasts independent of the others').
 
 Per scenario and process noise (2 % request noise): mean / p90 wall hours of
 the node, PASS per candidate (each true one; the most any null one
@@ -92,10 +95,12 @@ def main() -> None:
             alone = [simulate_campaigns(design, truth[c:c + 1], model=model, n=args.n, seed=args.seed + 100 + c)
                      for c in range(args.k)]
             race = simulate_races(design, truth, model=model, n=args.n, seed=args.seed)
+            own = simulate_races(design, truth, model=model, n=args.n, seed=args.seed, shared=False)
             separate = sum(device_time(a, costs).wall_s for a in alone)
             rows = [("today", today.outcome, device_time(today, costs)),
                     ("separate", np.concatenate([a.outcome for a in alone], 1), DeviceTime(separate, separate, {})),
-                    ("race", race.outcome, race_time(race, costs))]
+                    ("race", race.outcome, race_time(race, costs)),
+                    ("race, own anchors", own.outcome, race_time(own, costs))]
             for name, outcome, priced in rows:
                 true, worst_null, family = figures(outcome, truth, margin)
                 mean, p90, _ = priced.summary().wall_h

@@ -6,7 +6,7 @@ the same for the live run, the pool's rounds and the plan's simulation
 one place where a duration's looks get their calibrated levels
 (:func:`h3bench.stats.sequential.boundaries`).
 
-Two modes (:class:`~h3bench.runspec.tables.DesignMode`):
+Three modes (:class:`~h3bench.runspec.tables.DesignMode`):
 
 - **fixed**: every duration runs the spec's ``order`` (``ABBAABBA``), judged
   once at the end, after ``lossless_baseline_blocks`` control blocks (2 when
@@ -16,7 +16,13 @@ Two modes (:class:`~h3bench.runspec.tables.DesignMode`):
   duration, :data:`~h3bench.stats.sequential.DEARER_LOOKS` at the others),
   the dearer durations only for a candidate that passed the cheaper ones,
   bounds widened for a step inside one pair
-  (:data:`~h3bench.stats.sequential.STEP_ALLOWANCE`).
+  (:data:`~h3bench.stats.sequential.STEP_ALLOWANCE`);
+- **race** (issue 44): the candidates share baseline anchors in rounds
+  (:mod:`h3bench.course.race`) at the looks, budget and margin the spec
+  would run sequentially (:func:`sequential_counterpart`); ``h3bench plan``
+  prices it beside that sequential design (:mod:`h3bench.course.racesim`),
+  and the live run refuses it before any server starts
+  (:data:`RACE_NOT_RUN_LIVE`): no session, pool or report reads a race yet.
 
 What the sequential design saves is measured against :meth:`Design.fixed_of`:
 the fixed design the project documents (1 warmup + 3 measured + 1 audit per
@@ -26,6 +32,7 @@ block, the spec's ``order``, its control blocks), which is what a spec with
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from h3bench.errors import UsageError
@@ -51,6 +58,7 @@ from h3bench.stats.sequential import (
 __all__ = [
     "DEFAULT_ANCHORED_ORDER",
     "DEFAULT_CONTROL_BLOCKS",
+    "RACE_NOT_RUN_LIVE",
     "Design",
     "DesignMode",
     "Series",
@@ -64,6 +72,7 @@ __all__ = [
     "looks_of",
     "lossless_level",
     "run_order",
+    "sequential_counterpart",
     "sequential_design",
     "series_of",
     "spread",
@@ -72,6 +81,9 @@ __all__ = [
 DEFAULT_CONTROL_BLOCKS = 2  # 4 + 2 baseline processes against 4 candidate ones: see h3bench.quality.lossless
 DEFAULT_ANCHORED_ORDER = "BABBAB"  # a candidate-only run without the lossless test: two anchors, four candidate blocks
 _ANCHORED_CANDIDATES = 4  # candidate blocks of a default anchored order
+RACE_NOT_RUN_LIVE = ("protocol.design = \"race\": design 'race' is not run by h3bench yet: `h3bench plan` prices it "
+                     "(h3bench.course.racesim) beside the sequential design, but no live run, pool or report reads a "
+                     "race; use design = \"sequential\", which runs every candidate's AB/BA pairs round-robin")
 
 
 @dataclass(frozen=True)
@@ -106,7 +118,7 @@ def control_blocks(spec: RunSpec) -> int:
 def in_order_of_cost(spec: RunSpec) -> bool:
     """Whether a dearer duration runs only for a candidate that passed the cheaper ones (unset: the sequential design)."""
     chosen = spec.protocol.durations_in_order_of_cost
-    return chosen if chosen is not None else spec.protocol.design is DesignMode.SEQUENTIAL
+    return chosen if chosen is not None else spec.protocol.design is not DesignMode.FIXED
 
 
 def run_order(spec: RunSpec) -> tuple[float, ...]:
@@ -181,8 +193,13 @@ def design_text(spec: RunSpec, *, anchored: bool = False) -> str:
                 "block")
     if p.design is DesignMode.FIXED:
         return f"fixed design: order {p.order} at every duration, {budget} per block"
-    looks = "; ".join(f"{d:g} s after {list(looks_of(spec, d))} pairs" for d in run_order(spec))
     gate = ", a dearer duration only after a PASS at the cheaper" if in_order_of_cost(spec) else ""
+    if p.design is DesignMode.RACE:
+        rounds = "; ".join(f"{d:g} s after {list(looks_of(spec, d))} rounds" for d in run_order(spec))
+        return (f"race design (priced, not run live yet): each round one block per candidate still in, a baseline "
+                f"anchor first and after every two, {budget} per block, looks {rounds}, linear spending, the family's "
+                f"level split over the durations{', futility at 1 - margin' if p.futility else ''}{gate}")
+    looks = "; ".join(f"{d:g} s after {list(looks_of(spec, d))} pairs" for d in run_order(spec))
     return (f"sequential design: AB/BA pairs round-robin, {budget} per block, looks {looks}, {p.spending} spending"
             f"{', futility at 1 - margin' if p.futility else ''}{gate}")
 
@@ -220,6 +237,8 @@ class Design:
     def of(cls, spec: RunSpec) -> Design:
         """The spec's design, durations in the order they run."""
         p = spec.protocol
+        if p.design is DesignMode.RACE:  # the sequential design's looks, budget, margin and allowance, in rounds
+            return dataclasses.replace(cls.of(sequential_counterpart(spec)), name=str(p.design), mode=p.design)
         order = run_order(spec)
         sequential = p.design is DesignMode.SEQUENTIAL
         # The default looks of a dearer (or the only) duration spend their levels mostly at the last look (see
@@ -250,6 +269,10 @@ class Design:
     def sequential(self) -> bool:
         return self.mode is DesignMode.SEQUENTIAL
 
+    @property
+    def race(self) -> bool:
+        return self.mode is DesignMode.RACE
+
     def gamma_at(self, duration: int) -> float:
         return self.gamma[duration] if isinstance(self.gamma, tuple) else self.gamma
 
@@ -276,16 +299,24 @@ class Design:
     def describe(self) -> str:
         looks = "; ".join(f"duration {i + 1}: looks after {list(n)} pairs" for i, n in enumerate(self.looks))
         parts = [self.budget.describe(), looks]
-        if self.sequential:
+        if self.mode is not DesignMode.FIXED:
             gammas = sorted({self.gamma_at(d) for d in range(self.n_durations)}, reverse=True)
             parts.append(f"{self.spending}{'' if self.spending != 'hsd' else ' γ = ' + ', '.join(f'{g:g}' for g in gammas)}"
                          " spending")
             parts.append("futility at 1 - margin" if self.futility else "no futility stop")
             if self.allowance:
-                parts.append(f"bounds allow a {self.allowance:.2%} step inside one pair")
+                parts.append(f"bounds allow a {self.allowance:.2%} step inside one {'round' if self.race else 'pair'}")
         parts.append("dearer durations only after a PASS at the cheaper" if self.in_order_of_cost
                      else "every duration runs")
         return f"{self.name}: " + ", ".join(parts)
+
+
+def sequential_counterpart(spec: RunSpec) -> RunSpec:
+    """The spec with ``design = "sequential"``: what a race is priced beside, and whose looks, budget and margin it
+    runs in rounds (its history: bundles of that sequential spec)."""
+    if spec.protocol.design is not DesignMode.RACE:
+        return spec
+    return spec.model_copy(update={"protocol": spec.protocol.model_copy(update={"design": DesignMode.SEQUENTIAL})})
 
 
 def sequential_design(n_durations: int = 2, *, budget: BlockBudget | None = None, name: str = "sequential",

@@ -5,13 +5,17 @@ Schedule
 A round runs each candidate still in the race once, and baseline
 **anchors** around them: one anchor, then every :data:`ANCHOR_EVERY`
 candidates another (``A c c A c c A c c A`` for six: 10 blocks where six
-AB/BA pairs run 12, four baseline blocks where they run six). Rounds do not
-share an anchor: contrasts of one candidate in two rounds that shared one
-would be correlated (a lone candidate's by 1/6), which a spread estimated
-from its contrasts does not see, and a race whose field shrinks would get
-ever more of it (with the first version's pooled spread, shared anchors
-raised the intersection-union worst case of six candidates,
-:mod:`h3bench.course.racesim`, from about 2.4 % to about 2.8 %). Every candidate
+AB/BA pairs run 12, four baseline blocks where they run six). Rounds
+**share anchors** (:data:`SHARED_ANCHORS`): a round after the first opens
+with the anchor that closed the one before, so ``r`` rounds of two
+candidates run ``2r + 1`` baseline blocks, not ``2r`` (the dearer
+duration's race of two candidates: 10 blocks in three rounds, not 12).
+Contrasts of two rounds that share an anchor are correlated (a lone
+candidate's by 1/6), which a spread estimated from each candidate's contrasts
+does not see (with the first version's pooled spread, shared anchors raised
+the intersection-union worst case of six candidates,
+:mod:`h3bench.course.racesim`, from about 2.4 % to about 2.8 %); the
+estimates weigh it (:func:`shared_precision`). Every candidate
 block stands next to an anchor, and its **contrast** is its block statistic
 minus the straight line through its two neighbouring anchors at its slot
 (:func:`round_weights`): a drift that is linear over the round cancels
@@ -27,9 +31,9 @@ Decisions
 ---------
 After the rounds of each look, every candidate still running is judged on
 its effect estimated by generalised least squares over the contrasts so
-far (:func:`estimates`): each round's contrasts are a known linear map of
-its blocks, so their covariance is known up to the block noise whichever
-candidates ran, and the spread pooled over all candidates' whitened
+far (:func:`estimates`): the contrasts are a known linear map of the
+race's blocks, so their covariance is known up to the block noise whichever
+candidates ran, across rounds that share an anchor too, and the spread pooled over all candidates' whitened
 residuals (the blocks of one host share one noise: Dunnett's common
 variance) gives far more degrees of freedom than one series' ``pairs - 1``,
 and an exact t statistic for each candidate however the field changed. Its
@@ -88,6 +92,7 @@ __all__ = [
     "ANCHOR",
     "ANCHOR_EVERY",
     "RACE_PATHS",
+    "SHARED_ANCHORS",
     "Estimates",
     "LookState",
     "RaceBoundaries",
@@ -101,10 +106,12 @@ __all__ = [
     "race_round",
     "round_precision",
     "round_weights",
+    "shared_precision",
 ]
 
 ANCHOR = -1  # a slot of a round that runs the baseline
 ANCHOR_EVERY = 2  # candidates between two anchors: each candidate block stands next to one
+SHARED_ANCHORS = True  # a round opens with the anchor that closed the one before (the estimates weigh the correlation)
 RACE_PATHS = 1 << 18  # calibration paths per field size: Monte-Carlo error about 1.2 % of a level of 0.025
 
 
@@ -209,6 +216,32 @@ def round_precision(key: int, round_index: int, n_candidates: int) -> np.ndarray
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def shared_precision(keys: tuple[int, ...], n_candidates: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rounds that share anchors (each after the first opens with the anchor that closed the one before), run by the
+    candidates in the bit sets ``keys``: each contrast's candidate and round, and the inverse of their covariance in
+    block variances (contrasts of two rounds that share an anchor correlate)."""
+    who: list[int] = []
+    when: list[int] = []
+    parts: list[tuple[int, np.ndarray]] = []
+    start = 0
+    for r, key in enumerate(keys):
+        slots = race_round([c for c in range(n_candidates) if key >> c & 1], r)
+        found, w = round_weights(slots)
+        who += found
+        when += [r] * len(found)
+        parts.append((start, w))
+        start += len(slots) - 1
+    weights = np.zeros((len(who), start + 1))
+    row = 0
+    for first, w in parts:
+        weights[row:row + len(w), first:first + w.shape[1]] = w
+        row += len(w)
+    out = np.linalg.inv(weights @ weights.T)
+    out.setflags(write=False)
+    return np.array(who), np.array(when), out
+
+
 @dataclass(frozen=True)
 class Estimates:
     """Each candidate's effect (log ratio), its standard error, and the degrees of freedom of their common spread."""
@@ -218,7 +251,7 @@ class Estimates:
     df: np.ndarray  # (...,)
 
 
-def estimates(contrasts: np.ndarray) -> Estimates:
+def estimates(contrasts: np.ndarray, shared: bool = False) -> Estimates:
     """Generalised least squares on the contrasts so far, ``(..., candidates, rounds)`` with NaN where one did not run.
 
     Each round's contrasts are a known linear map of its blocks
@@ -228,7 +261,9 @@ def estimates(contrasts: np.ndarray) -> Estimates:
     with ``contrasts run - candidates`` degrees of freedom, and each
     candidate's t statistic is exact (normal blocks), however the field
     changed. With one candidate per round, or none sharing an anchor, this
-    is each candidate's mean contrast and a pooled spread.
+    is each candidate's mean contrast and a pooled spread. ``shared``: the
+    rounds share their anchors, and the covariance spans the whole race
+    (:func:`shared_precision`).
     """
     x = np.asarray(contrasts, dtype=float)
     lead, (k, n) = x.shape[:-2], x.shape[-2:]
@@ -239,7 +274,16 @@ def estimates(contrasts: np.ndarray) -> Estimates:
     score = np.zeros((len(x), k))
     squares = np.zeros(len(x))
     keys = (ran * (1 << np.arange(k))[None, :, None]).sum(1)
-    for r in range(n):
+    for history in np.unique(keys, axis=0) if shared else ():
+        rows = (keys == history).all(-1)
+        who, when, precision = shared_precision(tuple(int(h) for h in history if h), k)
+        c = values[rows][:, who, when]
+        onto = np.zeros((len(who), k))
+        onto[np.arange(len(who)), who] = 1.0
+        info[rows] += onto.T @ precision @ onto
+        score[rows] += c @ precision @ onto
+        squares[rows] += np.einsum("ij,jk,ik->i", c, precision, c)
+    for r in range(n if not shared else 0):
         for key in np.unique(keys[:, r]):
             if key == 0:
                 continue
@@ -285,6 +329,7 @@ class RaceBoundaries:
     pass_level: float
     fail_level: float
     allowance: float = 0.0  # a step this large inside one round: each bound moved out by log(1 + it) / rounds
+    shared: bool = False  # rounds share their anchors (estimates over the whole race's covariance)
 
     @property
     def max_rounds(self) -> int:
@@ -304,7 +349,7 @@ def _levels(m: int, looks: tuple[int, ...], level: float, spending: str, gamma: 
 
 def race_boundaries(looks: Sequence[int], n_candidates: int, levels: intervals.Levels, margin: float, *,
                     spending: str = "hsd", gamma: float = 0.0, futility: bool = True, allowance: float = 0.0,
-                    n_paths: int = RACE_PATHS) -> RaceBoundaries:
+                    shared: bool = False, n_paths: int = RACE_PATHS) -> RaceBoundaries:
     """The race's boundaries at one duration for a field of ``n_candidates`` (the levels: family-wise, per duration).
 
     ``allowance``: a step of that size inside one round moves a contrast by
@@ -318,7 +363,7 @@ def race_boundaries(looks: Sequence[int], n_candidates: int, levels: intervals.L
     passes = tuple(_levels(m, found, levels.pass_level, spending, gamma, n_paths) for m in range(1, n_candidates + 1))
     fails = _levels(n_candidates, found, levels.fail_level, spending, gamma, n_paths)
     return RaceBoundaries(found, passes, fails, margin, 1 - margin if futility else None, levels.pass_level,
-                          levels.fail_level, allowance)
+                          levels.fail_level, allowance, shared)
 
 
 @dataclass(frozen=True)
@@ -365,7 +410,7 @@ def decide_look(contrasts: np.ndarray, j: int, state: LookState, b: RaceBoundari
     x = np.asarray(contrasts, dtype=float)[..., :n]
     running = state.running
     field = (running | (state.look >= 0)) & (state.code != PASS)  # entered, not PASSed
-    found = estimates(x)
+    found = estimates(x, b.shared)
     mean, se, df = found.effect, found.se, found.df[..., None]
     ratio = np.exp(mean)
     widen = math.log1p(b.allowance) / n

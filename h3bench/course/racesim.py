@@ -18,10 +18,11 @@ design keeps a dearer duration's level mostly for its last look
 (:data:`h3bench.stats.sequential.DEARER_GAMMA`) because one series has 2
 degrees of freedom at the look before it; a race's estimates pool every
 candidate's spread and can stop there. Two true 10 % of six at 950pr-x4's
-costs, 4000 races, seed 1: 103.2 h with PASS 99.7 % / 88.0 % (1 % / 2 %
-process noise) against 116.5 h with 100 % / 95.0 % at γ = -10; the
-intersection-union worst case 0.85 % / 1.15 %, 1.6 % / 2.0 % with a -3 %
-step inside the first round.
+costs, 4000 races, seed 1, rounds sharing anchors: 88.3 h with PASS 98.4 % /
+79.0 % (1 % / 2 % process noise; 103.2 h and 99.7 % / 88.0 % with each
+round's own anchors, 116.5 h at γ = -10); the intersection-union worst case
+0.83 % / 1.00 %, 1.30 % / 1.68 % with a -3 % step inside the first round
+(docs/statistics.md).
 
 The family's level is split over the durations (each duration's race holds
 ``α/2 / durations`` for its field, :func:`h3bench.stats.intervals.error_levels`
@@ -39,6 +40,7 @@ baseline's block, each candidate block at its own.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -50,6 +52,7 @@ from h3bench.course.devicetime import PARTS, CampaignCosts, DeviceTime
 from h3bench.course.race import (
     ANCHOR,
     RACE_PATHS,
+    SHARED_ANCHORS,
     LookState,
     decide_look,
     race_boundaries,
@@ -84,13 +87,18 @@ class RaceRun:
 
 
 def simulate_races(design: Design, ratios: np.ndarray | Sequence[Sequence[float]], *, model: LatencyModel | None = None,
-                   n: int = 20_000, seed: int = 0, n_paths: int = RACE_PATHS) -> RaceRun:
-    """Simulate ``n`` races of ``design``'s looks (in rounds), budget and margin; ``ratios[c][d]`` the truth."""
+                   n: int = 20_000, seed: int = 0, n_paths: int = RACE_PATHS, shared: bool = SHARED_ANCHORS) -> RaceRun:
+    """Simulate ``n`` races of ``design``'s looks (in rounds), budget and margin; ``ratios[c][d]`` the truth.
+
+    ``shared``: rounds share their anchors (:data:`h3bench.course.race.SHARED_ANCHORS`); a step or cooling
+    drawn in the first round moves every later block, the shared anchor's too.
+    """
     truth = np.asarray(ratios, dtype=float)
     if truth.ndim != 2 or truth.shape[1] != design.n_durations:
         raise UsageError(f"ratios must be (candidates, {design.n_durations}), got {truth.shape}")
     model = model or LatencyModel()
-    later = dataclasses.replace(model, step=0.0, cooling=0.0)  # a step or cooling stays: it moves no later contrast
+    later = dataclasses.replace(model, step=0.0, cooling=0.0)  # a step or cooling stays: every later block moves
+    stays = math.log1p(model.step) + math.log1p(-model.cooling)
     rng = np.random.default_rng(seed)
     k, n_dur = truth.shape
     levels = intervals.error_levels(n_dur, n_dur)  # α/2 / durations for each duration's field
@@ -105,19 +113,25 @@ def simulate_races(design: Design, ratios: np.ndarray | Sequence[Sequence[float]
         state = LookState.start((n, k), entered)
         fields = {m: race_boundaries(looks, m, levels, design.margin, spending=design.spending,
                                      gamma=RACE_GAMMA, futility=design.futility,
-                                     allowance=design.allowance, n_paths=n_paths)
+                                     allowance=design.allowance, shared=shared, n_paths=n_paths)
                   for m in range(1, k + 1)}
         size = entered.sum(-1)  # each race's field: the critical values of its own number of candidates
+        last = np.zeros(n)  # the log statistic of the anchor that closed each race's round
         for r in range(looks[-1]):
             running = state.running
             keys = running @ (1 << np.arange(k))
             for key in np.unique(keys[keys > 0]):
                 rows = np.flatnonzero(keys == key)
                 slots = race_round([c for c in range(k) if key >> c & 1], r)
-                order = "".join("A" if s == ANCHOR else "B" for s in slots)
+                run = slots[1:] if shared and r else slots  # a shared first anchor ran as the last round's last
+                order = "".join("A" if s == ANCHOR else "B" for s in run)
                 x = draw_samples(rng, len(rows), order, design.budget, 1.0, model if r == 0 else later)
-                x *= np.array([1.0 if s == ANCHOR else truth[s, d] for s in slots])[None, :, None]
-                contrasts[rows, :, r] = race_contrasts(block_log_statistics(x, design.budget), slots, k)
+                x *= np.array([1.0 if s == ANCHOR else truth[s, d] for s in run])[None, :, None]
+                stats = block_log_statistics(x, design.budget) + (stays if shared and r else 0.0)
+                if shared and r:
+                    stats = np.concatenate([last[rows, None], stats], axis=1)
+                last[rows] = stats[:, -1]
+                contrasts[rows, :, r] = race_contrasts(stats, slots, k)
                 anchors[rows, d] += order.count("A")
             rounds[..., d] += running
             if r + 1 in looks:

@@ -21,6 +21,9 @@ A cheap warmup (``protocol.warmup_steps``) costs a share of a request
 plan prices every warmup at it, and says what it saves per block against a full
 warmup, or, for a spec without one, what upstream's 2-step dummy run would save.
 
+A race spec is planned as its sequential counterpart, the race priced beside
+it (:func:`h3bench.plan.race.race_plan`) and the live run's refusal listed.
+
 Blocks only: the quality comparisons run on top, on the CPU.
 """
 
@@ -34,24 +37,24 @@ from pathlib import Path
 
 from h3bench.course.cases import Block
 from h3bench.course.course import Course
-from h3bench.course.design import Design, run_order, series_of
+from h3bench.course.design import RACE_NOT_RUN_LIVE, Design, run_order, sequential_counterpart, series_of
 from h3bench.course.designsim import SIMULATED_REQUESTS, simulate_campaigns
 from h3bench.course.devicetime import ArmCost, CampaignCosts, DeviceTimeSummary, device_time, sharded_time, worst_seconds
-from h3bench.course.feasibility import design_problems, design_warnings
 from h3bench.course.schedule import spec_blocks
 from h3bench.course.shards import check_shards
 from h3bench.errors import H3BenchError, UsageError
-from h3bench.evidence import BundleReader, files
+from h3bench.evidence import BundleReader
 from h3bench.h3 import expected_shape
-from h3bench.host.devices import DeviceLock
+from h3bench.plan.problems import launch_problems
+from h3bench.plan.race import RacePlan, race_plan
 from h3bench.run.records import Lifecycle, load_results
-from h3bench.runspec import BASELINE, UNPINNED, RunSpec
+from h3bench.runspec import BASELINE, RunSpec
 from h3bench.server.startup import StartupPhases, typical
 from h3bench.stats.intervals import PASS
 
 __all__ = ["BYTES_PER_PIXEL_FRAME", "Cost", "DeviceEstimate", "Plan", "WarmupPrice", "bundle_bytes", "campaign_costs",
-           "cost_of", "device_estimates", "make_plan", "measured_start_up", "shard_estimates", "warmup_prices",
-           "warmup_share"]
+           "cost_of", "device_estimates", "make_plan", "measured_start_up", "scenarios", "shard_estimates",
+           "warmup_prices", "warmup_share"]
 
 # Measured on the simulator's H.264 crf 18 outputs (0.2 bit per pixel and frame), plus 128 kbit/s of AAC.
 BYTES_PER_PIXEL_FRAME = 0.2 / 8
@@ -115,6 +118,7 @@ class Plan:
     device: tuple[DeviceEstimate, ...] = ()  # per scenario; empty when some arm or duration has no cost
     anchored: bool = False  # a candidate-only run
     warmup: tuple[WarmupPrice, ...] = ()  # per duration: what the cheap warmup saves per block (warmup_prices)
+    race: RacePlan | None = None  # a race spec: priced beside its sequential counterpart (this plan's spec)
 
     @property
     def server_starts(self) -> int:
@@ -303,16 +307,9 @@ def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 20
     costs, own = found
     course = Course.of(spec)
     design, fixed = course.design, Design.fixed_of(spec)
-    n_candidates = len(series_of(spec))
-    scenarios = {"no effect": [[1.0] * len(costs.durations)] * n_candidates,
-                 "a true 10 % speedup": [[0.9] * len(costs.durations)] * n_candidates}
-    if any(abs(r - 1) > 1e-9 for ratios in own.values() for r in ratios):
-        hinted = [own[series.arm] for series in series_of(spec)]
-        scenarios["the costs' own effect (" + ", ".join(f"{c} {'/'.join(f'{r:.3f}' for r in own[c])}"
-                                                        for c in spec.candidates) + ")"] = hinted
     lossless = spec.gates.lossless
     estimates = []
-    for name, ratios in scenarios.items():
+    for name, ratios in scenarios(spec, own, [series.arm for series in series_of(spec)]).items():
         run = simulate_campaigns(design, ratios, n=n, lossless=lossless, control_arms=course.control_arms)
         passed = float((run.outcome == PASS).all(-1).mean())
         # The fixed design runs every block of its course whatever the data: its dearest campaign is its only one.
@@ -320,6 +317,25 @@ def device_estimates(spec: RunSpec, history: Iterable[Path] = (), *, n: int = 20
         estimates.append(DeviceEstimate(name, device_time(run, costs).summary(), fixed_h, _extra_h(spec, costs),
                                         passed, worst_seconds(course, costs, ratios)[0] / 3600))
     return tuple(estimates)
+
+
+def scenarios(spec: RunSpec, own: dict[str, list[float]], arms: list[str]) -> dict[str, list[list[float]]]:
+    """True ratios ``[arm][duration]`` per scenario: no effect, a true 10 %, and the costs' own when they differ."""
+    n_durations = len(spec.workload.durations)
+    scenarios = {"no effect": [[1.0] * n_durations] * len(arms),
+                 "a true 10 % speedup": [[0.9] * n_durations] * len(arms)}
+    if any(abs(r - 1) > 1e-9 for ratios in own.values() for r in ratios):
+        scenarios["the costs' own effect (" + ", ".join(f"{c} {'/'.join(f'{r:.3f}' for r in own[c])}"
+                                                        for c in spec.candidates) + ")"] = [own[a] for a in arms]
+    return scenarios
+
+
+def _race(spec: RunSpec, history: Iterable[Path], startup_s: float | None) -> RacePlan:
+    """The race priced at its sequential counterpart's costs (its history: that spec's bundles), in its scenarios."""
+    found = campaign_costs(sequential_counterpart(spec), history, startup_s)
+    if found is None or spec.protocol.requests_per_block > SIMULATED_REQUESTS:
+        return race_plan(spec, None, {})
+    return race_plan(spec, found[0], scenarios(spec, found[1], list(spec.candidates)))
 
 
 def shard_estimates(spec: RunSpec, shards: int, history: Iterable[Path] = (), *, n: int = 2000
@@ -357,44 +373,6 @@ def _extra_h(spec: RunSpec, costs: CampaignCosts) -> float:
     return seconds / 3600
 
 
-def _problems(spec: RunSpec, lpips_dir: Path | None, lock_path: Path | None, evidence: tuple[Path, float] | None = None,
-              ) -> list[str]:
-    problems = [f"{path} is {UNPINNED}: a formal campaign needs it pinned" for path in spec.unpinned]
-    if evidence is not None:  # what the campaign itself refuses before any server starts
-        try:
-            files.require_writable(*evidence)
-        except H3BenchError as exc:
-            problems.append(str(exc))
-    try:
-        spec.verify_inputs()
-    except H3BenchError as exc:
-        problems.append(str(exc))
-    if spec.gates.lpips_required:
-        try:
-            from h3bench.metrics.lpips_weights import authenticate_weights
-
-            authenticate_weights(lpips_dir)
-        except H3BenchError as exc:
-            problems.append(f"LPIPS weights: {exc}")
-    if spec.hardware.kind != "sim":
-        holder = DeviceLock(lock_path).holder() if lock_path is not None else None
-        if holder is not None:
-            problems.append(f"the device lock {lock_path} is held by {holder}: another campaign is running on this "
-                            "host")
-        problems += _device_problems(spec)
-    return problems + design_problems(spec, lossless_on=spec.gates.lossless) + design_warnings(spec)
-
-
-def _device_problems(spec: RunSpec) -> list[str]:
-    from h3bench.host.devices import NpuSmiCheck
-
-    try:
-        NpuSmiCheck(spec.hardware.device_ids).before_start()
-    except H3BenchError as exc:
-        return [f"devices: {exc}"]
-    return []
-
-
 def bundle_bytes(spec: RunSpec, arms: str = "all", *, anchored: bool = False) -> float:
     """The disk the blocks of ``arms`` need for their outputs, by the output-size model of :func:`make_plan`."""
     protocol = spec.protocol
@@ -423,6 +401,14 @@ def make_plan(
     for the campaign. ``startup_bundle``: a stored bundle whose measured server starts (their phases)
     price every start, in place of the hints' or the history's.
     """
+    if Design.of(spec).race:  # planned as the sequential design it is priced beside, the race on top
+        history = tuple(history)
+        plan = make_plan(sequential_counterpart(spec), arms=arms, selects=selects, history=history,
+                         lpips_dir=lpips_dir, lock_path=lock_path, anchored=anchored, evidence_root=evidence_root,
+                         startup_bundle=startup_bundle)
+        start = measured_start_up(startup_bundle) if startup_bundle is not None else None
+        race = None if anchored else _race(spec, history, start.ready_s if start else None)
+        return dataclasses.replace(plan, problems=(*plan.problems, RACE_NOT_RUN_LIVE), race=race)
     protocol = spec.protocol
     counts = (protocol.warmups_per_block, protocol.requests_per_block, int(protocol.audit))
     blocks = tuple(b for b in spec_blocks(spec, arms, anchored=anchored) if selects(b))
@@ -461,6 +447,6 @@ def make_plan(
     if start is not None and startup_bundle is not None:
         source += f"; every server start as bundle {startup_bundle.name} measured it ({start.describe()})"
     evidence = (evidence_root.resolve(), disk) if evidence_root is not None else None
-    return Plan(spec, blocks, counts, seconds, disk, source, tuple(_problems(spec, lpips_dir, lock_path, evidence)),
+    return Plan(spec, blocks, counts, seconds, disk, source, tuple(launch_problems(spec, lpips_dir, lock_path, evidence)),
                 device_estimates(spec, history, startup_s=start.ready_s if start else None) if not anchored else (),
                 anchored, warmup_prices(spec, history))

@@ -4,7 +4,9 @@ Per duration the blocks in order, grouped by series; the server starts; the
 estimated wall time and its source; the expected device time of the design
 over simulated campaigns (and over several hosts with ``--shards``); the
 lossless test's error rate and where its controls go; the disk; and every
-problem found before launch.
+problem found before launch. A race spec: the same for the sequential design
+of the spec, the race's own device time, PASS rates and family-wise error
+rates beside it (:func:`race_lines`), and the live run's refusal as a problem.
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from h3bench.course.design import Design, control_blocks, design_text, lossless_
 from h3bench.course.designsim import SIMULATED_REQUESTS
 from h3bench.h3 import workload_marker
 from h3bench.plan.estimate import Plan, shard_estimates
+from h3bench.plan.race import RacePlan
 from h3bench.quality import lossless_design
 from h3bench.runspec import RunSpec
+from h3bench.stats.intervals import ALPHA
 
-__all__ = ["block_groups", "control_lines", "dearer_than_fixed", "lossless_rate_line", "plan_lines", "shard_lines",
-           "warmup_line"]
+__all__ = ["block_groups", "control_lines", "dearer_than_fixed", "lossless_rate_line", "plan_lines", "race_lines",
+           "shard_lines", "warmup_line"]
 
 
 def _duration(seconds: float) -> str:
@@ -144,9 +148,38 @@ def dearer_than_fixed(p: Plan) -> list[str]:
             "(protocol.looks) or fewer pairs at the cheapest" for e in p.device if e.worst_h > e.fixed_h * 1.0005]
 
 
+def race_lines(race: RacePlan, p: Plan) -> list[str]:
+    """The race's device time per scenario beside the sequential design's, each candidate's PASS rate, the family's
+    error rates."""
+    sequential = {e.scenario: e.design.wall_h[0] for e in p.device}
+    errors = race.errors
+    lines = [f"expected device time of the race (mean / p90 / max over {errors.n} simulated races; starts, stops, "
+             "warmups, measured requests and audits; no lossless controls):"]
+    for e in race.device:
+        beside = f"; sequential design: {_one(sequential[e.scenario], 'wall')}" if e.scenario in sequential else ""
+        each = ", ".join(f"{name} {rate:.0%}" for name, rate in zip(race.spec.candidates, e.pass_rates, strict=True))
+        lines.append(f"  {e.scenario}: {_three(e.race.wall_h, 'wall')}, {_three(e.race.device_h, 'device')}"
+                     f"{beside}; PASS per candidate: {each}")
+    if not race.device:
+        lines.append("  unknown (no cost for some arm or duration)")
+    lines += [f"warning: the race costs more than the sequential design ({e.scenario}: {e.race.wall_h[0]:.3g} h against "
+              f"{sequential[e.scenario]:.3g} h of mean wall time)" for e in race.device
+              if e.race.wall_h[0] > sequential.get(e.scenario, float("inf"))]
+    worst = (f", {errors.faster_worst:.2%} at the intersection-union worst case over durations"
+             if errors.faster_worst is not None else "")
+    lines.append(f"race's family-wise error rates ({errors.n} simulated races, budget {ALPHA / 2:.1%} each): false "
+                 f"\"faster\" {errors.faster:.2%} with every candidate at 1 - margin{worst}; false \"slower\" "
+                 f"{errors.slower:.2%} with every candidate at 1 + margin")
+    return lines
+
+
 def plan_lines(p: Plan) -> list[str]:
     """The plan as the terminal shows it."""
-    lines = [f"plan of {p.spec.name} (id {p.spec.spec_id[:16]}): {design_text(p.spec, anchored=p.anchored)}"]
+    shown = p.race.spec if p.race is not None else p.spec
+    lines = [f"plan of {shown.name} (id {shown.spec_id[:16]}): {design_text(shown, anchored=p.anchored)}"]
+    if p.race is not None:
+        lines.append("blocks, wall time and device time below are the sequential design's (the same spec with "
+                     "design = \"sequential\"), which the race is priced beside")
     for duration in p.spec.workload.durations:
         blocks = [b for b in p.blocks if b.duration == duration]
         if blocks:
@@ -159,6 +192,8 @@ def plan_lines(p: Plan) -> list[str]:
                  if Design.of(p.spec).sequential else "the blocks")
         lines.append(f"estimated wall time: {_duration(p.seconds)} for {every}, quality on top (source: {p.source})")
     lines += _device_lines(p)
+    if p.race is not None:
+        lines += race_lines(p.race, p)
     if (warmup := warmup_line(p)) is not None:
         lines.append(warmup)
     lines += [f"warning: {line}" for line in dearer_than_fixed(p)]

@@ -23,10 +23,16 @@ _Positive = Annotated[StrictFloat, Field(gt=0)]
 
 
 class DesignMode(StrEnum):
-    """How a campaign's blocks run: a fixed order judged once, or pairs judged at looks (:mod:`h3bench.course.design`)."""
+    """How a campaign's blocks run: a fixed order judged once, or pairs judged at looks (:mod:`h3bench.course.design`).
+
+    A race (:mod:`h3bench.course.race`) is priced by ``h3bench plan``; the
+    live run refuses it before any server starts
+    (:func:`h3bench.session.selection.require_runnable`).
+    """
 
     FIXED = "fixed"
     SEQUENTIAL = "sequential"
+    RACE = "race"
 
 
 class Hardware(Frozen):
@@ -193,17 +199,6 @@ class Protocol(Frozen):
     lossless_baseline_blocks: Annotated[StrictInt, Field(ge=0)] | None = None
     anchored_order: StrictStr | None = None  # unset: h3bench.course.design.anchored_order chooses
     profile: StrictBool = False
-
-    @field_validator("design", mode="before")
-    @classmethod
-    def _not_a_race(cls, value: object) -> object:
-        if value == "race":  # issue 44: simulated and priced (h3bench.course.racesim), not yet run live
-            raise ValueError(
-                "design 'race' is not run by h3bench yet: its schedule and decisions are simulated and priced by "
-                "benchmarks/bench_race.py (h3bench.course.racesim), but no live run, pool or report reads a race; "
-                "use design = \"sequential\", which runs every candidate's AB/BA pairs round-robin"
-            )
-        return value
 
     @field_validator("order")
     @classmethod

@@ -11,6 +11,10 @@ candidate`` is refused too: every other arm runs its own baseline blocks.
 ``-m`` and ``-k`` may select any part of the schedule: the verdict then
 covers the durations whose blocks ran, and says which were not selected
 (:attr:`h3bench.verdict.verdicts.VerdictDocument.not_selected`).
+
+A race spec (``design = "race"``) is refused whatever the options: ``h3bench
+plan`` prices it, but no session runs one yet
+(:data:`h3bench.course.design.RACE_NOT_RUN_LIVE`).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from h3bench.course.design import RACE_NOT_RUN_LIVE, Design
 from h3bench.errors import H3BenchError, UsageError
 from h3bench.evidence import BundleReader
 from h3bench.runspec import BASELINE, RunSpec
@@ -65,7 +70,9 @@ def _with_arm(args: Sequence[str], arm: str) -> list[str]:
 
 
 def require_runnable(spec: RunSpec, settings: Settings) -> None:
-    """Refuse, before any server starts, an arm selection whose schedule cannot reach a verdict."""
+    """Refuse, before any server starts, a race, or an arm selection whose schedule cannot reach a verdict."""
+    if Design.of(spec).race:
+        raise UsageError(RACE_NOT_RUN_LIVE)
     if settings.baseline_evidence is not None and settings.arm != "candidate":
         raise UsageError(f"--baseline-evidence anchors a candidate-only run, and --arm {settings.arm} runs its own "
                          "baseline blocks: add --arm candidate, or leave --baseline-evidence out")

@@ -19,6 +19,7 @@ from h3bench.course.race import (
     race_contrasts,
     race_round,
     round_weights,
+    shared_precision,
 )
 from h3bench.stats import intervals
 from h3bench.stats.intervals import INCONCLUSIVE, PASS
@@ -165,3 +166,38 @@ def test_each_t_is_exact_however_the_field_changes():
     assert (found.df == (2 + 3 + 6) - 3).all()  # contrasts run, less the candidates
     t = found.effect[:, 2] / found.se[:, 2]
     assert abs((t > stdtrit(found.df[0], 0.95)).mean() - 0.05) < 0.004
+
+
+def test_rounds_that_share_an_anchor_correlate_and_their_precision_says_so():
+    """A lone candidate's contrasts in two rounds sharing the middle anchor (A c A c A): variance 3/2 each,
+    covariance 1/4 (correlation 1/6)."""
+    who, when, precision = shared_precision((1, 1), 1)
+    assert list(who) == [0, 0] and list(when) == [0, 1]
+    assert np.allclose(np.linalg.inv(precision), [[1.5, 0.25], [0.25, 1.5]])
+
+
+def _shared_race(n: int, seed: int) -> np.ndarray:
+    """Three candidates on normal blocks, two leaving after rounds 2 and 3; each round opens with the last's anchor."""
+    rng = np.random.default_rng(seed)
+    rounds = 6
+    x = np.full((n, 3, rounds), np.nan)
+    last = np.zeros(n)
+    for r in range(rounds):
+        slots = race_round([c for c, leaves in enumerate((2, 3, rounds)) if r < leaves], r)
+        new = rng.standard_normal((n, len(slots) - (1 if r else 0)))
+        blocks = np.concatenate([last[:, None], new], 1) if r else new
+        last = blocks[:, -1]
+        x[:, :, r] = race_contrasts(blocks, slots, 3)
+    return x
+
+
+def test_with_shared_anchors_each_t_is_exact_and_the_per_round_estimates_are_not():
+    """The same race with shared anchors: the whole race's covariance gives the one that stays an exact t; weighing
+    each round alone does not (its spread misses the correlation across rounds)."""
+    x = _shared_race(40_000, 11)
+    found = estimates(x, shared=True)
+    assert (found.df == (2 + 3 + 6) - 3).all()
+    crit = stdtrit(found.df[0], 0.95)
+    assert abs((found.effect[:, 2] / found.se[:, 2] > crit).mean() - 0.05) < 0.004
+    per_round = estimates(x)
+    assert (per_round.effect[:, 2] / per_round.se[:, 2] > crit).mean() > 0.058

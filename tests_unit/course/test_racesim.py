@@ -64,3 +64,12 @@ def test_ratios_must_match_the_durations():
 def test_a_step_inside_the_first_round_is_allowed_for():
     """Three at the margin, a -3 % step inside round 1, futility off: the family's rate stays ≤ 2.5 %."""
     assert _family_false_faster(_design(futility=False), [[0.98]] * 3, step=-0.03) <= 0.025 + 2 * 0.002
+
+
+def test_shared_anchors_run_one_baseline_block_fewer_each_round_after_the_first():
+    """A lone candidate: A c A, then c A each round (r + 1 anchors), against A c A every round (2 r)."""
+    design = _design(looks=(2, 4))
+    shared = simulate_races(design, [[0.9]], n=200, seed=3, n_paths=PATHS)
+    own = simulate_races(design, [[0.9]], n=200, seed=3, n_paths=PATHS, shared=False)
+    assert (shared.anchors[:, 0] == shared.rounds[:, 0, 0] + 1).all()
+    assert (own.anchors[:, 0] == 2 * own.rounds[:, 0, 0]).all()

@@ -1,8 +1,9 @@
-"""A race spec (issue 44) is refused when the campaign loads it, with a message that says why, before any server starts.
+"""A race spec (issue 44) is refused when the campaign starts, with a message that says why, before any server starts.
 
-The race is simulated and priced (h3bench.course.racesim, benchmarks/bench_race.py)
-but the live run, the pool and the report do not read one yet; a spec naming
-it must not run as something else. One child pytest: about 3 CPU s.
+The race loads and ``h3bench plan`` prices it (h3bench.course.racesim,
+tests_unit/plan/test_race_plan.py), but the live run, the pool and the report
+do not read one yet; a spec naming it must not run as something else. One
+child pytest: about 3 CPU s.
 """
 
 from __future__ import annotations
