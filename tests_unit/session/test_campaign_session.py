@@ -179,11 +179,12 @@ def test_block_seeds_give_every_run_of_a_campaign_the_same_outputs(pytester):
     seeded = {"block_seed": 0}
     spec = write_campaign(pytester.path, baseline=seeded, candidates={"clean": seeded}, protocol={"audit": False})
 
-    for _ in range(2):  # the baseline's two blocks: two processes of one arm
-        run_campaign(pytester, spec, "tests_perf", "-k", "1A or 4A", "--benchmark-disable").assert_outcomes(passed=2)
+    for _ in range(2):  # the baseline's two blocks (two processes of one arm) and a candidate's
+        run_campaign(pytester, spec, "tests_perf", "-k", "1A or 2B or 4A",
+                     "--benchmark-disable").assert_outcomes(passed=3)
 
     first, second = (_outputs(bundle) for bundle in bundles_in(pytester.path / "evidence"))
-    assert first == second and len(first) == 2 * 4  # warmup and three measured requests per block
+    assert first == second and len(first) == 3 * 4  # warmup and three measured requests per block
     # The measured requests of one process repeat its output; two processes of one arm differ.
     assert first[("5s-clean-1A-baseline", "measured", 0)] != first[("5s-clean-4A-baseline", "measured", 0)]
     log = bundles_in(pytester.path / "evidence")[0] / "logs" / "5s-clean-1A-baseline.log"
