@@ -10,13 +10,45 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from h3bench import evidence
-from tests_unit.campaign_project import UNUSED_PLUGINS, bundle_of, bundles_in, run_campaign, write_campaign
+from tests_unit.campaign_project import bundle_of, bundles_in, child_campaign, run_campaign, write_campaign
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]
+
+# The tests of candidate-only runs share one worker, where their stored baseline runs once.
+STORED_BASELINE = pytest.mark.xdist_group("plugin-stored-baseline")
+
+
+@pytest.fixture(scope="module")
+def stored_baseline(tmp_path_factory) -> Path:
+    """A baseline-only run of the default spec, once for the module: what ``--baseline-evidence`` takes."""
+    root = tmp_path_factory.mktemp("stored-baseline")
+    code, out, bundle = child_campaign(root, write_campaign(root), "tests_perf", "--arm", "baseline",
+                                       "--benchmark-disable")
+    assert code == pytest.ExitCode.OK and bundle is not None, out
+    assert pytest.RunResult.parse_summary_nouns(out.splitlines()) == {"passed": 2}, out  # its 2 blocks
+    return bundle
+
+
+@pytest.fixture(scope="module")
+def candidate_only(tmp_path_factory, stored_baseline) -> SimpleNamespace:
+    """The whole campaign run candidate-only (-v, its report written) against a copy of the stored baseline, once.
+
+    ``evidence`` holds that copy (``baseline``) and the run's own bundle; ``result`` is what pytest printed.
+    """
+    root = tmp_path_factory.mktemp("candidate-only")
+    spec = write_campaign(root)  # the stored run's spec, so the same spec id
+    baseline = Path(shutil.copytree(stored_baseline, root / "evidence" / stored_baseline.name))
+    code, out, _ = child_campaign(root, spec, "--arm", "candidate", "--baseline-evidence", str(baseline),
+                                  "--benchmark-disable", report=True, verbose=True)
+    return SimpleNamespace(evidence=root / "evidence", baseline=baseline,
+                           result=pytest.RunResult(code, out.splitlines(), [], 0.0))
 
 
 def run(pytester: pytest.Pytester, spec, *args: str) -> pytest.RunResult:
@@ -91,19 +123,15 @@ def test_the_default_design_reaches_a_lossless_verdict_and_says_what_it_counted(
     assert evidence.verify(bundle).ok
 
 
-def test_arm_option_runs_only_the_candidates_blocks(pytester):
+@STORED_BASELINE
+def test_arm_option_runs_only_the_candidates_blocks(candidate_only):
     # A candidate-only run is judged against a stored baseline-only run (its references) and today's anchors.
-    spec = write_campaign(pytester.path)
-    run(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable").assert_outcomes(passed=2)
-    (baseline,) = bundles_in(pytester.path / "evidence")
-
-    result = run(pytester, spec, "tests_perf", "--arm", "candidate", "--benchmark-disable",
-                 "--baseline-evidence", str(baseline))
+    result, output = candidate_only.result, "\n".join(candidate_only.result.outlines)
 
     # the anchored order: 4 candidate blocks and 2 of today's baseline blocks that tie them to the stored run
-    result.assert_outcomes(passed=6)
+    assert re.findall(r"^tests_perf/\S+ (\w+)", output, re.M) == ["PASSED"] * 6, output
     result.stdout.fnmatch_lines(["*--arm candidate*", "h3bench 5 s runs: clean BABBAB"])
-    assert len(bundles_in(pytester.path / "evidence")) == 2
+    assert len(bundles_in(candidate_only.evidence)) == 2
 
 
 def test_bad_arm_value_is_refused_on_the_command_line(pytester):
@@ -209,17 +237,9 @@ def test_under_xdist_the_controller_runs_the_blocks_and_workers_check_quality(py
     assert verdict["candidates"]["clean"]["durations"]["5s"]["quality_pairs"] == 6
 
 
-def test_candidate_only_run_is_anchored_to_fresh_baseline_blocks_and_reports_the_shift(pytester):
-    spec = write_campaign(pytester.path)
-    first = run(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable")
-    first.assert_outcomes(passed=2)
-    baseline = bundle_of(pytester)
-    evidence_dir = pytester.path / "candidate-evidence"
-
-    result = pytester.runpytest_subprocess(
-        "--runspec", str(spec), "--evidence-dir", str(evidence_dir), *UNUSED_PLUGINS,
-        "--arm", "candidate", "--baseline-evidence", str(baseline), "--benchmark-disable", "-v", timeout=600,
-    )
+@STORED_BASELINE
+def test_candidate_only_run_is_anchored_to_fresh_baseline_blocks_and_reports_the_shift(candidate_only):
+    result, baseline = candidate_only.result, candidate_only.baseline
 
     # BABBAB: 4 candidate blocks and 2 fresh anchors; lifecycle 5 tests x 6 blocks; the outputs of the stored
     # baseline's 2 blocks and of the 2 anchors; 4 x 3 matched pairs (against the stored baseline's outputs).
@@ -231,7 +251,7 @@ def test_candidate_only_run_is_anchored_to_fresh_baseline_blocks_and_reports_the
         "*today's anchors are *% against the stored baseline's 2 blocks*",
         f"*candidate-only run: quality references and the shift report from the stored baseline {baseline}*",
     ])
-    (bundle,) = bundles_in(evidence_dir)
+    (bundle,) = set(bundles_in(candidate_only.evidence)) - {baseline}
     verdict = json.loads((bundle / "verdict.json").read_text())["candidates"]["clean"]["durations"]["5s"]
     assert verdict["estimate"]["shift"] is not None and verdict["quality_pairs"] == 12
     ids = [block["id"] for block in verdict["blocks"]]
@@ -239,10 +259,9 @@ def test_candidate_only_run_is_anchored_to_fresh_baseline_blocks_and_reports_the
     assert all("-anchored-" in block for block in ids)
 
 
-def test_candidate_only_run_refuses_a_baseline_from_another_spec(pytester):
-    spec = write_campaign(pytester.path)
-    run(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable").assert_outcomes(passed=2)
-    baseline = bundle_of(pytester)
+@STORED_BASELINE
+def test_candidate_only_run_refuses_a_baseline_from_another_spec(pytester, stored_baseline):
+    baseline = stored_baseline
     other = write_campaign(pytester.path, protocol={"shutdown_budget_s": 6.0})
 
     result = run(pytester, other, "tests_perf", "--arm", "candidate", "--baseline-evidence", str(baseline))
