@@ -11,6 +11,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,7 @@ def stored_baseline(project) -> Path:
     code, out, bundle = child_campaign(project, project / "spec.toml", "tests_perf", "--arm", "baseline",
                                        "--benchmark-disable")
     assert code == 0 and bundle is not None, out
+    assert pytest.RunResult.parse_summary_nouns(out.splitlines()) == {"passed": 4}, out  # 2 blocks per workload
     return bundle
 
 
@@ -91,10 +93,10 @@ def test_a_candidate_only_run_without_a_stored_baseline_names_the_baseline_run_a
     assert not (pytester.path / "evidence").exists(), "nothing runs, nothing is written"
 
 
-def test_a_candidate_only_run_names_the_newest_stored_baseline_to_add(pytester):
-    spec = write_campaign(pytester.path, protocol={"audit": False})
-    run_campaign(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable").assert_outcomes(passed=2)
-    (stored,) = bundles_in(pytester.path / "evidence")
+@pytest.mark.xdist_group("selection-stored")
+def test_a_candidate_only_run_names_the_newest_stored_baseline_to_add(pytester, stored_baseline):
+    spec = write_campaign(pytester.path, durations=(5, 15), protocol={"audit": False})  # the stored run's spec
+    stored = shutil.copytree(stored_baseline, pytester.path / "evidence" / stored_baseline.name)
 
     result = run_campaign(pytester, spec, "tests_perf", "--arm", "candidate")
 
@@ -124,13 +126,12 @@ def test_a_one_workload_run_judges_that_workload_and_says_the_other_was_not_sele
     assert "### 5 s" in summary and "### 15 s" not in summary and "clean: ref2va_15s not selected" in summary
 
 
-def test_the_header_of_a_candidate_only_run_shows_the_anchored_order_it_runs(pytester):
-    spec = write_campaign(pytester.path, protocol={"audit": False})
-    run_campaign(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable").assert_outcomes(passed=2)
-    (stored,) = bundles_in(pytester.path / "evidence")
+@pytest.mark.xdist_group("selection-stored")
+def test_the_header_of_a_candidate_only_run_shows_the_anchored_order_it_runs(pytester, stored_baseline):
+    spec = write_campaign(pytester.path, durations=(5, 15), protocol={"audit": False})  # the stored run's spec
 
-    result = run_campaign(pytester, spec, "tests_perf", "--arm", "candidate", "--baseline-evidence", str(stored),
-                          "--collect-only")
+    result = run_campaign(pytester, spec, "tests_perf", "--arm", "candidate", "--baseline-evidence",
+                          str(stored_baseline), "--collect-only")
 
     result.stdout.fnmatch_lines(["*h3bench arms: candidate; candidate-only run: anchored order BABBAB*",
                                  "h3bench 5 s runs: clean BABBAB"])
