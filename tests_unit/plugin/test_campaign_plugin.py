@@ -161,28 +161,44 @@ def test_markers_are_registered(pytester):
     result.stdout.fnmatch_lines(["@pytest.mark.ref2va_5s:*", "@pytest.mark.ref2va_15s:*"])
 
 
-@pytest.mark.parametrize(
-    ("profile", "cause"),
-    [
-        ({"startup_error": "conflicting offload settings"},
-         "*server did not start*exit code 1*startup failed*conflicting offload settings*"),
-        ({"fail_request": 3}, "*request failed*500*"),
-        ({"crash_request": 3}, "*request failed*500*died*"),
-        ({"hang_request": 3}, "*request failed*no response from*within 4 s*"),
-    ],
-    ids=["startup-exit", "http-500", "worker-crash", "hang"],
-)
-def test_failure_injection_fails_the_block_names_the_cause_and_stops_the_candidate(pytester, profile, cause):
-    spec = write_campaign(pytester.path, candidates={"broken": profile}, protocol={"request_timeout_s": 4.0})
+# Every injected failure is one candidate of one campaign: each series' first block is the baseline's, then the
+# candidate's, which fails. name: (the candidate's sim profile, the cause its verdict names)
+FAILURES = {
+    "startup_exit": ({"startup_error": "conflicting offload settings"},
+                     "*server did not start*exit code 1*startup failed*conflicting offload settings*"),
+    "http_500": ({"fail_request": 3}, "*request failed*500*"),
+    "worker_crash": ({"crash_request": 3}, "*request failed*500*died*"),
+    "hang": ({"hang_request": 3}, "*request failed*no response from*within 4 s*"),
+}
 
-    result = run(pytester, spec, "tests_perf", "--benchmark-disable", "-rs")
+
+@pytest.fixture(scope="module")
+def failures(tmp_path_factory) -> SimpleNamespace:
+    """The perf campaign of every injected failure (-v -rs), once for the module: what pytest printed, its bundle."""
+    root = tmp_path_factory.mktemp("failures")
+    spec = write_campaign(root, candidates={name: profile for name, (profile, _) in FAILURES.items()},
+                          protocol={"request_timeout_s": 4.0})
+    code, out, bundle = child_campaign(root, spec, "tests_perf", "--benchmark-disable", "-rs", verbose=True)
+    assert bundle is not None, out
+    return SimpleNamespace(result=pytest.RunResult(code, out.splitlines(), [], 0.0), bundle=bundle)
+
+
+def outcomes_of(result: pytest.RunResult, series: str) -> list[str]:
+    """The -v outcome of each block of one series, in order."""
+    return re.findall(rf"^tests_\w+/\S+\[5s-{series}-\S+\] (\w+)", "\n".join(result.outlines), re.M)
+
+
+@pytest.mark.xdist_group("plugin-failures")
+@pytest.mark.parametrize("name", FAILURES, ids=lambda name: name.replace("_", "-"))
+def test_failure_injection_fails_the_block_names_the_cause_and_stops_the_candidate(failures, name):
+    result, cause = failures.result, FAILURES[name][1]
 
     # Block 1A passes, 2B (the candidate's first) fails, and the rest of its series (3B, 4A) is skipped.
-    result.assert_outcomes(passed=1, failed=1, skipped=2)
-    result.stdout.fnmatch_lines(["*candidate 'broken' was stopped*"])
-    result.stdout.fnmatch_lines([f"verdict broken: FAIL (stopped: {cause}"])
-    verdict = json.loads((bundle_of(pytester) / "verdict.json").read_text())
-    assert verdict["candidates"]["broken"]["verdict"] == "FAIL"
+    assert outcomes_of(result, name) == ["PASSED", "FAILED", "SKIPPED", "SKIPPED"], result.outlines
+    result.stdout.fnmatch_lines([f"*candidate '{name}' was stopped*"])
+    result.stdout.fnmatch_lines([f"verdict {name}: FAIL (stopped: {cause}"])
+    verdict = json.loads((failures.bundle / "verdict.json").read_text())
+    assert verdict["candidates"][name]["verdict"] == "FAIL"
 
 
 def test_a_candidate_that_serves_repeats_from_a_cache_fails_its_speed_verdict_by_the_audit(pytester):
