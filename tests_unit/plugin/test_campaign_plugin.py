@@ -214,20 +214,29 @@ def test_a_candidate_that_serves_repeats_from_a_cache_fails_its_speed_verdict_by
     result.stdout.fnmatch_lines(["*speed FAIL: anti-shortcut audit failed at look 1*", "verdict cached: FAIL*"])
 
 
-@pytest.mark.parametrize(
-    "profile",
-    [{"worker_ignores_sigterm": True}, {"shutdown_delay_s": 8.0}],
-    ids=["worker-ignores-sigterm", "slow-shutdown"],
-)
-def test_shutdown_beyond_the_shared_budget_fails_the_lifecycle_test(pytester, profile):
-    spec = write_campaign(pytester.path, candidates={"stubborn": profile}, protocol={"shutdown_budget_s": 3.0})
+# Both ways past the shutdown budget are candidates of one campaign. name: the candidate's sim profile
+STUBBORN = {"ignores_sigterm": {"worker_ignores_sigterm": True}, "slow_shutdown": {"shutdown_delay_s": 8.0}}
 
-    result = run(pytester, spec, "tests_lifecycle")
 
-    result.stdout.fnmatch_lines(["*not stopped by SIGTERM within 3 s; it was killed*"])
-    result.stdout.fnmatch_lines(["verdict stubborn: FAIL (stopped: *did not exit within the shared shutdown budget of 3 s*"])
+@pytest.fixture(scope="module")
+def stubborn(tmp_path_factory) -> SimpleNamespace:
+    """The lifecycle campaign of both stubborn candidates (-v), once for the module: what pytest printed, its bundle."""
+    root = tmp_path_factory.mktemp("stubborn")
+    spec = write_campaign(root, candidates=STUBBORN, protocol={"shutdown_budget_s": 3.0})
+    code, out, bundle = child_campaign(root, spec, "tests_lifecycle", verbose=True)
+    assert bundle is not None, out
+    return SimpleNamespace(result=pytest.RunResult(code, out.splitlines(), [], 0.0), bundle=bundle)
+
+
+@pytest.mark.xdist_group("plugin-stubborn")
+@pytest.mark.parametrize("name", STUBBORN, ids=["worker-ignores-sigterm", "slow-shutdown"])
+def test_shutdown_beyond_the_shared_budget_fails_the_lifecycle_test(stubborn, name):
+    result = stubborn.result
+
+    result.stdout.fnmatch_lines([f"*5s-{name}-*not stopped by SIGTERM within 3 s; it was killed*"])
+    result.stdout.fnmatch_lines([f"verdict {name}: FAIL (stopped: *did not exit within the shared shutdown budget of 3 s*"])
     # Every process was still proven gone after the SIGKILL.
-    lifecycle = [json.loads(line) for line in (bundle_of(pytester) / "lifecycle.jsonl").read_text().splitlines()]
+    lifecycle = [json.loads(line) for line in (stubborn.bundle / "lifecycle.jsonl").read_text().splitlines()]
     assert all(not event["exit"]["survivors"] for event in lifecycle)
 
 
