@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from h3bench import evidence
-from tests_unit.campaign_project import bundle_of, bundles_in, child_campaign, run_campaign, write_campaign
+from tests_unit.campaign_project import UNUSED_PLUGINS, bundle_of, bundles_in, child_campaign, run_campaign, write_campaign
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]
 
@@ -156,7 +156,7 @@ def test_bad_runspec_is_a_usage_error_naming_the_field(pytester):
 def test_markers_are_registered(pytester):
     write_campaign(pytester.path)
 
-    result = pytester.runpytest_subprocess("--markers")
+    result = pytester.runpytest_subprocess("--markers", *UNUSED_PLUGINS)
 
     result.stdout.fnmatch_lines(["@pytest.mark.ref2va_5s:*", "@pytest.mark.ref2va_15s:*"])
 
