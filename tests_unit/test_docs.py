@@ -39,7 +39,7 @@ from h3bench.evidence.verify import final_sha256
 from h3bench.runspec import load_runspec
 from tests_unit import mediagen
 from tests_unit.bundlesim import FIXTURES, write_bundle
-from tests_unit.campaign_project import write_campaign
+from tests_unit.campaign_project import UNUSED_PLUGINS, write_campaign
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("docs")]
 
@@ -191,8 +191,7 @@ def _collects(argv: list[str], places: dict[str, str], tmp_path: Path) -> None:
     if "--benchmark-compare" in " ".join(argv):  # the stored run --benchmark-autosave left
         extra.append("--benchmark-storage=.benchmarks/stored")
     result = subprocess.run([sys.executable, "-m", *argv, *extra, "--collect-only", "-q", "-p", "no:randomly",
-                             "-p", "no:cacheprovider"], cwd=places["ROOT"], env=env, capture_output=True, text=True,
-                            timeout=300)
+                             *UNUSED_PLUGINS], cwd=places["ROOT"], env=env, capture_output=True, text=True, timeout=300)
     out = result.stdout + result.stderr
     assert result.returncode == 0 and "Traceback" not in out, f"{' '.join(argv)} exited {result.returncode}:\n{out}"
 

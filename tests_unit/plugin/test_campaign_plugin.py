@@ -10,13 +10,45 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from h3bench import evidence
-from tests_unit.campaign_project import UNUSED_PLUGINS, bundle_of, bundles_in, run_campaign, write_campaign
+from tests_unit.campaign_project import UNUSED_PLUGINS, bundle_of, bundles_in, child_campaign, run_campaign, write_campaign
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]
+
+# The tests of candidate-only runs share one worker, where their stored baseline runs once.
+STORED_BASELINE = pytest.mark.xdist_group("plugin-stored-baseline")
+
+
+@pytest.fixture(scope="module")
+def stored_baseline(tmp_path_factory) -> Path:
+    """A baseline-only run of the default spec, once for the module: what ``--baseline-evidence`` takes."""
+    root = tmp_path_factory.mktemp("stored-baseline")
+    code, out, bundle = child_campaign(root, write_campaign(root), "tests_perf", "--arm", "baseline",
+                                       "--benchmark-disable")
+    assert code == pytest.ExitCode.OK and bundle is not None, out
+    assert pytest.RunResult.parse_summary_nouns(out.splitlines()) == {"passed": 2}, out  # its 2 blocks
+    return bundle
+
+
+@pytest.fixture(scope="module")
+def candidate_only(tmp_path_factory, stored_baseline) -> SimpleNamespace:
+    """The whole campaign run candidate-only (-v, its report written) against a copy of the stored baseline, once.
+
+    ``evidence`` holds that copy (``baseline``) and the run's own bundle; ``result`` is what pytest printed.
+    """
+    root = tmp_path_factory.mktemp("candidate-only")
+    spec = write_campaign(root)  # the stored run's spec, so the same spec id
+    baseline = Path(shutil.copytree(stored_baseline, root / "evidence" / stored_baseline.name))
+    code, out, _ = child_campaign(root, spec, "--arm", "candidate", "--baseline-evidence", str(baseline),
+                                  "--benchmark-disable", report=True, verbose=True)
+    return SimpleNamespace(evidence=root / "evidence", baseline=baseline,
+                           result=pytest.RunResult(code, out.splitlines(), [], 0.0))
 
 
 def run(pytester: pytest.Pytester, spec, *args: str) -> pytest.RunResult:
@@ -91,19 +123,15 @@ def test_the_default_design_reaches_a_lossless_verdict_and_says_what_it_counted(
     assert evidence.verify(bundle).ok
 
 
-def test_arm_option_runs_only_the_candidates_blocks(pytester):
+@STORED_BASELINE
+def test_arm_option_runs_only_the_candidates_blocks(candidate_only):
     # A candidate-only run is judged against a stored baseline-only run (its references) and today's anchors.
-    spec = write_campaign(pytester.path)
-    run(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable").assert_outcomes(passed=2)
-    (baseline,) = bundles_in(pytester.path / "evidence")
-
-    result = run(pytester, spec, "tests_perf", "--arm", "candidate", "--benchmark-disable",
-                 "--baseline-evidence", str(baseline))
+    result, output = candidate_only.result, "\n".join(candidate_only.result.outlines)
 
     # the anchored order: 4 candidate blocks and 2 of today's baseline blocks that tie them to the stored run
-    result.assert_outcomes(passed=6)
+    assert re.findall(r"^tests_perf/\S+ (\w+)", output, re.M) == ["PASSED"] * 6, output
     result.stdout.fnmatch_lines(["*--arm candidate*", "h3bench 5 s runs: clean BABBAB"])
-    assert len(bundles_in(pytester.path / "evidence")) == 2
+    assert len(bundles_in(candidate_only.evidence)) == 2
 
 
 def test_bad_arm_value_is_refused_on_the_command_line(pytester):
@@ -128,33 +156,49 @@ def test_bad_runspec_is_a_usage_error_naming_the_field(pytester):
 def test_markers_are_registered(pytester):
     write_campaign(pytester.path)
 
-    result = pytester.runpytest_subprocess("--markers")
+    result = pytester.runpytest_subprocess("--markers", *UNUSED_PLUGINS)
 
     result.stdout.fnmatch_lines(["@pytest.mark.ref2va_5s:*", "@pytest.mark.ref2va_15s:*"])
 
 
-@pytest.mark.parametrize(
-    ("profile", "cause"),
-    [
-        ({"startup_error": "conflicting offload settings"},
-         "*server did not start*exit code 1*startup failed*conflicting offload settings*"),
-        ({"fail_request": 3}, "*request failed*500*"),
-        ({"crash_request": 3}, "*request failed*500*died*"),
-        ({"hang_request": 3}, "*request failed*no response from*within 4 s*"),
-    ],
-    ids=["startup-exit", "http-500", "worker-crash", "hang"],
-)
-def test_failure_injection_fails_the_block_names_the_cause_and_stops_the_candidate(pytester, profile, cause):
-    spec = write_campaign(pytester.path, candidates={"broken": profile}, protocol={"request_timeout_s": 4.0})
+# Every injected failure is one candidate of one campaign: each series' first block is the baseline's, then the
+# candidate's, which fails. name: (the candidate's sim profile, the cause its verdict names)
+FAILURES = {
+    "startup_exit": ({"startup_error": "conflicting offload settings"},
+                     "*server did not start*exit code 1*startup failed*conflicting offload settings*"),
+    "http_500": ({"fail_request": 3}, "*request failed*500*"),
+    "worker_crash": ({"crash_request": 3}, "*request failed*500*died*"),
+    "hang": ({"hang_request": 3}, "*request failed*no response from*within 4 s*"),
+}
 
-    result = run(pytester, spec, "tests_perf", "--benchmark-disable", "-rs")
+
+@pytest.fixture(scope="module")
+def failures(tmp_path_factory) -> SimpleNamespace:
+    """The perf campaign of every injected failure (-v -rs), once for the module: what pytest printed, its bundle."""
+    root = tmp_path_factory.mktemp("failures")
+    spec = write_campaign(root, candidates={name: profile for name, (profile, _) in FAILURES.items()},
+                          protocol={"request_timeout_s": 4.0})
+    code, out, bundle = child_campaign(root, spec, "tests_perf", "--benchmark-disable", "-rs", verbose=True)
+    assert bundle is not None, out
+    return SimpleNamespace(result=pytest.RunResult(code, out.splitlines(), [], 0.0), bundle=bundle)
+
+
+def outcomes_of(result: pytest.RunResult, series: str) -> list[str]:
+    """The -v outcome of each block of one series, in order."""
+    return re.findall(rf"^tests_\w+/\S+\[5s-{series}-\S+\] (\w+)", "\n".join(result.outlines), re.M)
+
+
+@pytest.mark.xdist_group("plugin-failures")
+@pytest.mark.parametrize("name", FAILURES, ids=lambda name: name.replace("_", "-"))
+def test_failure_injection_fails_the_block_names_the_cause_and_stops_the_candidate(failures, name):
+    result, cause = failures.result, FAILURES[name][1]
 
     # Block 1A passes, 2B (the candidate's first) fails, and the rest of its series (3B, 4A) is skipped.
-    result.assert_outcomes(passed=1, failed=1, skipped=2)
-    result.stdout.fnmatch_lines(["*candidate 'broken' was stopped*"])
-    result.stdout.fnmatch_lines([f"verdict broken: FAIL (stopped: {cause}"])
-    verdict = json.loads((bundle_of(pytester) / "verdict.json").read_text())
-    assert verdict["candidates"]["broken"]["verdict"] == "FAIL"
+    assert outcomes_of(result, name) == ["PASSED", "FAILED", "SKIPPED", "SKIPPED"], result.outlines
+    result.stdout.fnmatch_lines([f"*candidate '{name}' was stopped*"])
+    result.stdout.fnmatch_lines([f"verdict {name}: FAIL (stopped: {cause}"])
+    verdict = json.loads((failures.bundle / "verdict.json").read_text())
+    assert verdict["candidates"][name]["verdict"] == "FAIL"
 
 
 def test_a_candidate_that_serves_repeats_from_a_cache_fails_its_speed_verdict_by_the_audit(pytester):
@@ -170,20 +214,29 @@ def test_a_candidate_that_serves_repeats_from_a_cache_fails_its_speed_verdict_by
     result.stdout.fnmatch_lines(["*speed FAIL: anti-shortcut audit failed at look 1*", "verdict cached: FAIL*"])
 
 
-@pytest.mark.parametrize(
-    "profile",
-    [{"worker_ignores_sigterm": True}, {"shutdown_delay_s": 8.0}],
-    ids=["worker-ignores-sigterm", "slow-shutdown"],
-)
-def test_shutdown_beyond_the_shared_budget_fails_the_lifecycle_test(pytester, profile):
-    spec = write_campaign(pytester.path, candidates={"stubborn": profile}, protocol={"shutdown_budget_s": 3.0})
+# Both ways past the shutdown budget are candidates of one campaign. name: the candidate's sim profile
+STUBBORN = {"ignores_sigterm": {"worker_ignores_sigterm": True}, "slow_shutdown": {"shutdown_delay_s": 8.0}}
 
-    result = run(pytester, spec, "tests_lifecycle")
 
-    result.stdout.fnmatch_lines(["*not stopped by SIGTERM within 3 s; it was killed*"])
-    result.stdout.fnmatch_lines(["verdict stubborn: FAIL (stopped: *did not exit within the shared shutdown budget of 3 s*"])
+@pytest.fixture(scope="module")
+def stubborn(tmp_path_factory) -> SimpleNamespace:
+    """The lifecycle campaign of both stubborn candidates (-v), once for the module: what pytest printed, its bundle."""
+    root = tmp_path_factory.mktemp("stubborn")
+    spec = write_campaign(root, candidates=STUBBORN, protocol={"shutdown_budget_s": 3.0})
+    code, out, bundle = child_campaign(root, spec, "tests_lifecycle", verbose=True)
+    assert bundle is not None, out
+    return SimpleNamespace(result=pytest.RunResult(code, out.splitlines(), [], 0.0), bundle=bundle)
+
+
+@pytest.mark.xdist_group("plugin-stubborn")
+@pytest.mark.parametrize("name", STUBBORN, ids=["worker-ignores-sigterm", "slow-shutdown"])
+def test_shutdown_beyond_the_shared_budget_fails_the_lifecycle_test(stubborn, name):
+    result = stubborn.result
+
+    result.stdout.fnmatch_lines([f"*5s-{name}-*not stopped by SIGTERM within 3 s; it was killed*"])
+    result.stdout.fnmatch_lines([f"verdict {name}: FAIL (stopped: *did not exit within the shared shutdown budget of 3 s*"])
     # Every process was still proven gone after the SIGKILL.
-    lifecycle = [json.loads(line) for line in (bundle_of(pytester) / "lifecycle.jsonl").read_text().splitlines()]
+    lifecycle = [json.loads(line) for line in (stubborn.bundle / "lifecycle.jsonl").read_text().splitlines()]
     assert all(not event["exit"]["survivors"] for event in lifecycle)
 
 
@@ -209,17 +262,9 @@ def test_under_xdist_the_controller_runs_the_blocks_and_workers_check_quality(py
     assert verdict["candidates"]["clean"]["durations"]["5s"]["quality_pairs"] == 6
 
 
-def test_candidate_only_run_is_anchored_to_fresh_baseline_blocks_and_reports_the_shift(pytester):
-    spec = write_campaign(pytester.path)
-    first = run(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable")
-    first.assert_outcomes(passed=2)
-    baseline = bundle_of(pytester)
-    evidence_dir = pytester.path / "candidate-evidence"
-
-    result = pytester.runpytest_subprocess(
-        "--runspec", str(spec), "--evidence-dir", str(evidence_dir), *UNUSED_PLUGINS,
-        "--arm", "candidate", "--baseline-evidence", str(baseline), "--benchmark-disable", "-v", timeout=600,
-    )
+@STORED_BASELINE
+def test_candidate_only_run_is_anchored_to_fresh_baseline_blocks_and_reports_the_shift(candidate_only):
+    result, baseline = candidate_only.result, candidate_only.baseline
 
     # BABBAB: 4 candidate blocks and 2 fresh anchors; lifecycle 5 tests x 6 blocks; the outputs of the stored
     # baseline's 2 blocks and of the 2 anchors; 4 x 3 matched pairs (against the stored baseline's outputs).
@@ -231,7 +276,7 @@ def test_candidate_only_run_is_anchored_to_fresh_baseline_blocks_and_reports_the
         "*today's anchors are *% against the stored baseline's 2 blocks*",
         f"*candidate-only run: quality references and the shift report from the stored baseline {baseline}*",
     ])
-    (bundle,) = bundles_in(evidence_dir)
+    (bundle,) = set(bundles_in(candidate_only.evidence)) - {baseline}
     verdict = json.loads((bundle / "verdict.json").read_text())["candidates"]["clean"]["durations"]["5s"]
     assert verdict["estimate"]["shift"] is not None and verdict["quality_pairs"] == 12
     ids = [block["id"] for block in verdict["blocks"]]
@@ -239,10 +284,9 @@ def test_candidate_only_run_is_anchored_to_fresh_baseline_blocks_and_reports_the
     assert all("-anchored-" in block for block in ids)
 
 
-def test_candidate_only_run_refuses_a_baseline_from_another_spec(pytester):
-    spec = write_campaign(pytester.path)
-    run(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable").assert_outcomes(passed=2)
-    baseline = bundle_of(pytester)
+@STORED_BASELINE
+def test_candidate_only_run_refuses_a_baseline_from_another_spec(pytester, stored_baseline):
+    baseline = stored_baseline
     other = write_campaign(pytester.path, protocol={"shutdown_budget_s": 6.0})
 
     result = run(pytester, other, "tests_perf", "--arm", "candidate", "--baseline-evidence", str(baseline))

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from tests_unit.campaign_project import UNUSED_PLUGINS, child_campaign, write_campaign
+from h3bench.runspec import load_runspec
+from tests_unit.bundlesim import write_bundle
+from tests_unit.campaign_project import UNUSED_PLUGINS, write_campaign
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env"),
               pytest.mark.xdist_group("option-paths")]
@@ -22,12 +24,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env
 
 @pytest.fixture(scope="module")
 def baseline_bundle(tmp_path_factory) -> Path:
-    """A baseline-only run of the project's spec, once for the module: each test copies it into its project."""
+    """A sealed bundle of the project's spec, once for the module: each test copies it into its project.
+
+    Written without servers (:mod:`tests_unit.bundlesim`): these tests only collect, and what
+    ``--baseline-evidence`` and ``--resume`` read at collection is a complete bundle of the same spec.
+    """
     root = tmp_path_factory.mktemp("baseline")
     spec = write_campaign(root, protocol={"audit": False})
-    code, out, bundle = child_campaign(root, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable")
-    assert code == pytest.ExitCode.OK and bundle is not None, out
-    return bundle
+    (root / "evidence").mkdir()
+    return write_bundle(root / "evidence", load_runspec(spec), lambda block, index: block.duration,
+                        started_at="2026-12-01T00:00:00Z")
 
 
 @pytest.fixture

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import fnmatch
 import json
+import re
 import shlex
+import shutil
+from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -26,50 +30,69 @@ from tests_unit.campaign_project import bundles_in, child_campaign, run_campaign
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("campaign_subprocess_env")]
 
 
-@pytest.fixture(scope="module")
-def project(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("selection")
-    write_campaign(root, durations=(5, 15), protocol={"audit": False})
-    return root
+# -k: the first pair at 5 s, in the paired order (1A 2B) and in the anchored one (1B 2A).
+SELECTIONS = {"all": [], "-m": ["-m", "ref2va_5s"], "-k": ["-k", "not 15s and (1A or 2B or anchored-1B or anchored-2A)"]}
+# Tests that read the same run share one xdist worker, where the module fixture runs it once: every run that takes
+# the stored baseline, the baseline-only run that is that baseline, and the one-workload run.
+SHARED = pytest.mark.xdist_group("selection-stored")
 
 
 @pytest.fixture(scope="module")
-def stored_baseline(project) -> Path:
-    """A formal baseline-only run of the project's spec: what ``--baseline-evidence`` takes."""
-    code, out, bundle = child_campaign(project, project / "spec.toml", "tests_perf", "--arm", "baseline",
-                                       "--benchmark-disable")
-    assert code == 0 and bundle is not None, out
+def campaign(tmp_path_factory) -> Callable[..., SimpleNamespace]:
+    """Run the campaign (both workloads, tests_perf and tests_quality, -v) with an arm, a selection and a stored
+    baseline, once per combination for the module, each in a project of its own.
+
+    A run's ``result`` is what pytest printed; ``evidence`` is its evidence directory.
+    """
+    runs: dict[tuple[str, str, Path | None], SimpleNamespace] = {}
+
+    def run(arm: str, selection: str, baseline: Path | None = None) -> SimpleNamespace:
+        if (arm, selection, baseline) not in runs:
+            root = tmp_path_factory.mktemp("selection")
+            spec = write_campaign(root, durations=(5, 15), protocol={"audit": False})
+            extra = ["--baseline-evidence", str(baseline)] if baseline else []
+            code, out, _ = child_campaign(root, spec, "tests_perf", "tests_quality", "--benchmark-disable", "--arm",
+                                          arm, *extra, *SELECTIONS[selection], verbose=True)
+            runs[arm, selection, baseline] = SimpleNamespace(result=pytest.RunResult(code, out.splitlines(), [], 0.0),
+                                                             evidence=root / "evidence")
+        return runs[arm, selection, baseline]
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def stored_baseline(campaign) -> Path:
+    """A formal baseline-only run of the spec (the combination baseline-fresh-all): what ``--baseline-evidence`` takes."""
+    run = campaign("baseline", "all")
+    output = "\n".join(run.result.outlines)
+    assert run.result.ret == 0, output
+    assert re.findall(r"^tests_perf/\S+ (\w+)", output, re.M) == ["PASSED"] * 4, output  # 2 blocks per workload
+    (bundle,) = bundles_in(run.evidence)
     return bundle
 
 
-# -k: the first pair at 5 s, in the paired order (1A 2B) and in the anchored one (1B 2A).
-SELECTIONS = {"all": [], "-m": ["-m", "ref2va_5s"], "-k": ["-k", "not 15s and (1A or 2B or anchored-1B or anchored-2A)"]}
+COMBINATIONS = [
+    pytest.param(arm, evidence, selection, id=f"{arm}-{'stored' if evidence else 'fresh'}-{selection}",
+                 marks=[SHARED] if evidence or (arm, selection) in {("baseline", "all"), ("all", "-m")} else [])
+    for arm in ("all", "baseline", "candidate") for evidence in (False, True) for selection in SELECTIONS
+]
 
 
-# The combinations that take the stored baseline share one xdist worker, where its module fixture runs once.
-STORED = pytest.param(True, id="stored", marks=pytest.mark.xdist_group("selection-stored"))
-
-
-@pytest.mark.parametrize("selection", SELECTIONS)
-@pytest.mark.parametrize("evidence", [False, STORED], ids=["fresh", "stored"])
-@pytest.mark.parametrize("arm", ["all", "baseline", "candidate"])
+@pytest.mark.parametrize(("arm", "evidence", "selection"), COMBINATIONS)
 def test_every_combination_runs_to_a_verdict_or_is_refused_before_any_server_starts(
-        pytester, request, arm, evidence, selection):
-    spec = write_campaign(pytester.path, durations=(5, 15), protocol={"audit": False})
-    extra = ["--baseline-evidence", str(request.getfixturevalue("stored_baseline"))] if evidence else []
+        campaign, request, arm, evidence, selection):
+    run = campaign(arm, selection, request.getfixturevalue("stored_baseline") if evidence else None)
 
-    result = run_campaign(pytester, spec, "tests_perf", "tests_quality", "--benchmark-disable", "--arm", arm,
-                          *extra, *SELECTIONS[selection])
-
-    out = result.stdout.str() + result.stderr.str()
+    result = run.result
+    out = "\n".join(result.outlines)
     assert "Traceback" not in out and "INTERNALERROR" not in out
     refused = (arm == "candidate") != evidence
     if refused:
         assert result.ret == pytest.ExitCode.USAGE_ERROR, out
-        assert not (pytester.path / "evidence").exists() or not bundles_in(pytester.path / "evidence")
+        assert not run.evidence.exists() or not bundles_in(run.evidence)
         return
     assert result.ret == pytest.ExitCode.OK, out
-    (bundle,) = bundles_in(pytester.path / "evidence")
+    (bundle,) = bundles_in(run.evidence)
     verdict = json.loads((bundle / "verdict.json").read_text())
     judged = {key for c in verdict["candidates"].values() for key in c["durations"]}
     assert "15s" not in judged if selection != "all" else True
@@ -91,10 +114,10 @@ def test_a_candidate_only_run_without_a_stored_baseline_names_the_baseline_run_a
     assert not (pytester.path / "evidence").exists(), "nothing runs, nothing is written"
 
 
-def test_a_candidate_only_run_names_the_newest_stored_baseline_to_add(pytester):
-    spec = write_campaign(pytester.path, protocol={"audit": False})
-    run_campaign(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable").assert_outcomes(passed=2)
-    (stored,) = bundles_in(pytester.path / "evidence")
+@SHARED
+def test_a_candidate_only_run_names_the_newest_stored_baseline_to_add(pytester, stored_baseline):
+    spec = write_campaign(pytester.path, durations=(5, 15), protocol={"audit": False})  # the stored run's spec
+    stored = shutil.copytree(stored_baseline, pytester.path / "evidence" / stored_baseline.name)
 
     result = run_campaign(pytester, spec, "tests_perf", "--arm", "candidate")
 
@@ -102,17 +125,17 @@ def test_a_candidate_only_run_names_the_newest_stored_baseline_to_add(pytester):
     assert result.stderr.str().splitlines()[-1].strip().endswith(f"--arm candidate --baseline-evidence {stored}")
 
 
-def test_a_one_workload_run_judges_that_workload_and_says_the_other_was_not_selected(pytester):
-    spec = write_campaign(pytester.path, durations=(5, 15), protocol={"audit": False})
+@SHARED
+def test_a_one_workload_run_judges_that_workload_and_says_the_other_was_not_selected(campaign, tmp_path):
+    run = campaign("all", "-m")  # as `pytest tests_perf tests_quality -m ref2va_5s -v` runs it
 
-    result = run_campaign(pytester, spec, "tests_perf", "tests_quality", "-m", "ref2va_5s", "--benchmark-disable", "-v")
-
+    result = run.result
     assert result.ret == pytest.ExitCode.OK
     # Nothing was rejected: the run judged 5 s and says that 15 s is not judged, on one screen and in -v.
     result.stdout.fnmatch_lines(["verdict clean for ref2va_5s: *; not judged: ref2va_15s not selected",
                                  "candidate clean: not judged: ref2va_15s not selected"])
     assert "ref2va 15s" not in result.stdout.str() and "rejected" not in result.stdout.str()
-    (bundle,) = bundles_in(pytester.path / "evidence")
+    (bundle,) = bundles_in(run.evidence)
     opened = Bundle.open(bundle)
     screen = screen_lines(parse_runspec(opened.manifest.spec, source="spec"), VerdictDocument.read(opened),
                           bundle=bundle)
@@ -120,17 +143,16 @@ def test_a_one_workload_run_judges_that_workload_and_says_the_other_was_not_sele
     verdict = json.loads((bundle / "verdict.json").read_text())
     assert list(verdict["candidates"]["clean"]["durations"]) == ["5s"]
     assert verdict["not_selected"] == {"clean": ["15s"]}
-    summary = render_summary(read_contents(bundle), pytester.path / "report.html")  # summary.md, without the figures
+    summary = render_summary(read_contents(bundle), tmp_path / "report.html")  # summary.md, without the figures
     assert "### 5 s" in summary and "### 15 s" not in summary and "clean: ref2va_15s not selected" in summary
 
 
-def test_the_header_of_a_candidate_only_run_shows_the_anchored_order_it_runs(pytester):
-    spec = write_campaign(pytester.path, protocol={"audit": False})
-    run_campaign(pytester, spec, "tests_perf", "--arm", "baseline", "--benchmark-disable").assert_outcomes(passed=2)
-    (stored,) = bundles_in(pytester.path / "evidence")
+@SHARED
+def test_the_header_of_a_candidate_only_run_shows_the_anchored_order_it_runs(pytester, stored_baseline):
+    spec = write_campaign(pytester.path, durations=(5, 15), protocol={"audit": False})  # the stored run's spec
 
-    result = run_campaign(pytester, spec, "tests_perf", "--arm", "candidate", "--baseline-evidence", str(stored),
-                          "--collect-only")
+    result = run_campaign(pytester, spec, "tests_perf", "--arm", "candidate", "--baseline-evidence",
+                          str(stored_baseline), "--collect-only")
 
     result.stdout.fnmatch_lines(["*h3bench arms: candidate; candidate-only run: anchored order BABBAB*",
                                  "h3bench 5 s runs: clean BABBAB"])
