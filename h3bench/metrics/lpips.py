@@ -45,6 +45,7 @@ import torch
 from h3bench import media
 from h3bench.errors import MediaShapeError, UsageError
 from h3bench.media.pairs import paired_frames
+from h3bench.metrics.lpips_sdist import CACHE_ENV
 from h3bench.metrics.lpips_weights import (
     CONVOLUTIONS,
     DEFAULT_PINS,
@@ -257,9 +258,14 @@ def _resolve_device(device: str) -> torch.device:
     return target
 
 
-@functools.cache
 def default_weights() -> LpipsWeights:
-    """The weights :func:`authenticate_weights` finds by default, authenticated once per process."""
+    """The weights :func:`authenticate_weights` finds by default, authenticated once per process for each setting of
+    the variables that name them: a changed setting is never answered from the cache."""
+    return _weights_named_by(tuple(os.environ.get(name) for name in (DIR_ENV, PINS_ENV, CACHE_ENV)))
+
+
+@functools.cache
+def _weights_named_by(setting: tuple[str | None, ...]) -> LpipsWeights:
     return authenticate_weights()
 
 

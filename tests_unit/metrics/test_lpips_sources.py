@@ -100,6 +100,18 @@ def test_default_weights_reproduce_the_pinned_values(checkpoint_weights):
     assert regression_deviation(checkpoint_weights) <= 1e-5
 
 
+def test_default_weights_follow_the_environment_that_names_them(checkpoint_weights, lpips_test_weights, monkeypatch):
+    """Resolved once per setting, never answered from the cache of another: a process that changes
+    ``H3BENCH_LPIPS_DIR`` gets the weights it names, and the default again once it is unset."""
+    assert h3lpips.default_weights().source == checkpoint_weights.source
+    monkeypatch.setenv("H3BENCH_LPIPS_PINS", str(lpips_test_weights.pins))
+    monkeypatch.setenv("H3BENCH_LPIPS_DIR", str(lpips_test_weights.directory))
+    assert h3lpips.default_weights().source == lpips_test_weights.weights.source
+    monkeypatch.delenv("H3BENCH_LPIPS_DIR")
+    monkeypatch.delenv("H3BENCH_LPIPS_PINS")
+    assert h3lpips.default_weights().source == checkpoint_weights.source
+
+
 @pytest.mark.parametrize("kind", ["1% noise", "random"])
 def test_a_perturbed_backbone_fails_the_regression_check(checkpoint_weights, kind):
     generator = torch.Generator().manual_seed(1234)
