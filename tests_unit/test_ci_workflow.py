@@ -118,10 +118,11 @@ def test_the_hosted_workflow_runs_exactly_what_a_merge_must_pass() -> None:
 def test_ci_runs_the_readmes_quick_start_commands_as_a_new_user_types_them() -> None:
     quick_start = (REPO / "README.md").read_text().split("## Quick start", 1)[1].split("```bash\n", 1)[1]
     commands = [line.split("#", 1)[0].strip() for line in quick_start.split("```", 1)[0].splitlines()]
-    steps = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if line.startswith("step ")]
+    lines = (REPO / ".ci" / "run").read_text().splitlines()
     assert sorted(commands) == ["./dev campaign", "./dev test"]
-    for command in commands:  # the whole command ends the step's line: no option a user would not type
-        assert any(line.endswith(f'" {command}') for line in steps), (command, steps)
+    for command in commands:  # a line of its own, as typed (no option a user would not type), inside a timed step
+        at = lines.index(command)
+        assert lines[at - 1].startswith("begin ") and lines[at + 1] == "end", lines[at - 1:at + 2]
 
 
 def test_pre_commit_runs_ruff_and_mypy_from_the_projects_environment() -> None:
